@@ -1,0 +1,43 @@
+/*
+ * assoc.h - the hash index: one entry per key, for every tier.
+ *
+ * Buckets are protected by the item lock stripes (items.h): the table has
+ * at least as many buckets as stripes, so each bucket falls under exactly
+ * one stripe, before and during an incremental resize.  All functions
+ * except assoc_init/assoc_expand_step are called with item_lock(hv) held.
+ */
+#ifndef ASSOC_H
+#define ASSOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct item;
+
+/* hashpower: log2 of the initial bucket count (>= the stripe bits). */
+void assoc_init(int hashpower);
+
+struct item *assoc_find(const char *key, size_t nkey, uint32_t hv);
+/* Inserts; the key must not be present. */
+void assoc_insert(struct item *it, uint32_t hv);
+void assoc_delete(const char *key, size_t nkey, uint32_t hv);
+
+/*
+ * Moves at most `budget` buckets from the old table to the new one when a
+ * resize is in progress, starting one when the load factor exceeds 1.5.
+ * Takes the stripe locks it needs.  Returns true while a resize is in
+ * progress.  Called by the maintainer thread.
+ */
+bool assoc_expand_step(int budget);
+
+/* Items in the index. */
+uint64_t assoc_count(void);
+/* Current log2 of the bucket count (the new table's while expanding). */
+unsigned int assoc_hashpower(void);
+
+struct stat_sink;
+/* hash_power_level, hash_bytes, hash_is_expanding. */
+void assoc_stats(struct stat_sink *sink);
+
+#endif

@@ -1,0 +1,849 @@
+/*
+ * conn.c - the per-connection state machine: reading requests, queueing
+ * responses and writing them back, for TCP, unix sockets and UDP.
+ *
+ * Design.  Each connection is driven by conn_drive(), a loop over
+ * enum conn_state that runs until the socket would block.  Requests are
+ * parsed straight out of rbuf by the protocol module; a storage value is
+ * read directly into its item (conn_nread).  Every request appends its
+ * responses to a queue; the queue is written with one sendmsg() per batch
+ * of iovecs after the parser runs out of complete requests or after
+ * settings.reqs_per_event requests (then the connection yields so other
+ * connections on the worker get their turn).  UDP requests arrive one per
+ * datagram behind an 8-byte frame header; their responses are cut into
+ * datagrams of at most UDP_MAX_PAYLOAD bytes, each with its own header.
+ *
+ * Threads.  A connection belongs to one worker thread and is touched only
+ * by it.  The exception is `stats conns`, which reads the registry below
+ * under conn_registry_lock; the fields it reads are written atomically.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "items.h"
+#include "stats.h"
+#include "thread.h"
+
+#define RBUF_INITIAL (16 * 1024)
+/* A single request line may grow the read buffer up to this. */
+#define RBUF_MAX (16 * 1024 * 1024)
+#define RESP_CACHE_MAX 256
+#define WRITE_IOV_MAX 128
+#define UDP_HEADER_SIZE 8
+#define UDP_MAX_PAYLOAD 1400
+#define UDP_READ_SIZE 65536
+
+/* ---- Registry for `stats conns` ----------------------------------------- */
+
+static pthread_mutex_t conn_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static conn **conn_registry;        /* by fd; protected by conn_registry_lock */
+static int conn_registry_size;
+
+static void conn_register(conn *c)
+{
+    pthread_mutex_lock(&conn_registry_lock);
+    if (c->sfd >= conn_registry_size) {
+        int n = conn_registry_size ? conn_registry_size : 1024;
+        while (n <= c->sfd)
+            n *= 2;
+        conn **grown = realloc(conn_registry, n * sizeof(*grown));
+        if (grown) {
+            memset(grown + conn_registry_size, 0,
+                   (n - conn_registry_size) * sizeof(*grown));
+            conn_registry = grown;
+            conn_registry_size = n;
+        }
+    }
+    if (c->sfd < conn_registry_size)
+        conn_registry[c->sfd] = c;
+    pthread_mutex_unlock(&conn_registry_lock);
+}
+
+static void conn_unregister(conn *c)
+{
+    pthread_mutex_lock(&conn_registry_lock);
+    if (c->sfd < conn_registry_size && conn_registry[c->sfd] == c)
+        conn_registry[c->sfd] = NULL;
+    pthread_mutex_unlock(&conn_registry_lock);
+}
+
+static const char *const state_names[conn_max_state] = {
+    "conn_listening", "conn_new_cmd", "conn_waiting", "conn_read",
+    "conn_parse_cmd", "conn_nread", "conn_swallow", "conn_write",
+    "conn_closing", "conn_closed",
+};
+
+void conn_stats(struct stat_sink *sink)
+{
+    char key[64];
+    rel_time_t now = mc_now();
+
+    pthread_mutex_lock(&conn_registry_lock);
+    for (int fd = 0; fd < conn_registry_size; fd++) {
+        conn *c = conn_registry[fd];
+        if (!c)
+            continue;
+        enum conn_state st = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+        rel_time_t last = __atomic_load_n(&c->last_cmd_time, __ATOMIC_RELAXED);
+        snprintf(key, sizeof(key), "%d:addr", fd);
+        stat_printf(sink, key, "%s", c->peer_name);
+        snprintf(key, sizeof(key), "%d:state", fd);
+        stat_printf(sink, key, "%s", st < conn_max_state ? state_names[st] : "?");
+        snprintf(key, sizeof(key), "%d:secs_since_last_cmd", fd);
+        stat_printf(sink, key, "%u", now >= last ? now - last : 0);
+    }
+    pthread_mutex_unlock(&conn_registry_lock);
+}
+
+/* ---- Response queue ----------------------------------------------------- */
+
+struct resp *resp_new(conn *c)
+{
+    struct worker *w = c->thread;
+    struct resp *r = w->resp_cache;
+    if (r) {
+        w->resp_cache = r->next;
+        w->resp_cache_len--;
+    } else {
+        r = malloc(sizeof(*r));
+        if (!r)
+            return NULL;
+    }
+    r->next = NULL;
+    r->iovcnt = 0;
+    r->nitems = 0;
+    r->owned_buf = NULL;
+    r->wbytes = 0;
+    r->skip = false;
+    if (c->resp_tail)
+        c->resp_tail->next = r;
+    else
+        c->resp_head = r;
+    c->resp_tail = r;
+    return r;
+}
+
+/* Releases what a resp holds and returns it to the worker's cache. */
+static void resp_free(struct worker *w, struct resp *r)
+{
+    for (int i = 0; i < r->nitems; i++)
+        item_release(r->items[i]);
+    free(r->owned_buf);
+    if (w->resp_cache_len < RESP_CACHE_MAX) {
+        r->next = w->resp_cache;
+        w->resp_cache = r;
+        w->resp_cache_len++;
+    } else {
+        free(r);
+    }
+}
+
+bool resp_add_iov(struct resp *r, const void *buf, size_t len)
+{
+    if (len == 0)
+        return true;
+    if (r->iovcnt > 0) {
+        struct iovec *last = &r->iov[r->iovcnt - 1];
+        if ((const char *)last->iov_base + last->iov_len == (const char *)buf) {
+            last->iov_len += len;
+            return true;
+        }
+    }
+    if (r->iovcnt == RESP_IOV_MAX)
+        return false;
+    r->iov[r->iovcnt].iov_base = (void *)buf;
+    r->iov[r->iovcnt].iov_len = len;
+    r->iovcnt++;
+    return true;
+}
+
+bool resp_add_text(struct resp *r, const char *s, size_t len)
+{
+    if (len > RESP_WBUF_SIZE - r->wbytes)
+        return false;
+    char *dst = r->wbuf + r->wbytes;
+    memcpy(dst, s, len);
+    if (!resp_add_iov(r, dst, len))
+        return false;
+    r->wbytes += len;
+    return true;
+}
+
+bool resp_printf(struct resp *r, const char *fmt, ...)
+{
+    size_t room = RESP_WBUF_SIZE - r->wbytes;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->wbuf + r->wbytes, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room)
+        return false;
+    char *dst = r->wbuf + r->wbytes;
+    if (!resp_add_iov(r, dst, (size_t)n))
+        return false;
+    r->wbytes += (size_t)n;
+    return true;
+}
+
+bool resp_hold_item(struct resp *r, struct item *it)
+{
+    if (r->nitems == RESP_ITEMS_MAX)
+        return false;
+    r->items[r->nitems++] = it;
+    return true;
+}
+
+bool resp_add_owned(struct resp *r, void *buf, size_t len)
+{
+    if (r->owned_buf || !resp_add_iov(r, buf, len))
+        return false;
+    r->owned_buf = buf;
+    return true;
+}
+
+static void out_line(conn *c, const char *str)
+{
+    struct resp *r = resp_new(c);
+    size_t len = strlen(str);
+    if (!r || !resp_add_text(r, str, len) || !resp_add_text(r, "\r\n", 2)) {
+        conn_set_state(c, conn_closing);
+        return;
+    }
+}
+
+void out_string(conn *c, const char *str)
+{
+    if (c->noreply) {
+        c->noreply = false;
+        return;
+    }
+    out_line(c, str);
+}
+
+void out_errstring(conn *c, const char *str)
+{
+    c->noreply = false;
+    out_line(c, str);
+}
+
+/* ---- Lifecycle ---------------------------------------------------------- */
+
+void conn_set_state(conn *c, enum conn_state state)
+{
+    __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
+}
+
+static void conn_event_handler(evutil_socket_t fd, short which, void *arg);
+
+static bool conn_update_event(conn *c, short flags)
+{
+    if (c->ev_flags == flags)
+        return true;
+    event_del(c->ev);
+    if (event_assign(c->ev, c->thread->base, c->sfd, flags,
+                     conn_event_handler, c) != 0)
+        return false;
+    c->ev_flags = flags;
+    return event_add(c->ev, NULL) == 0;
+}
+
+static void conn_describe_peer(conn *c)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    if (c->transport == TRANSPORT_UNIX) {
+        snprintf(c->peer_name, sizeof(c->peer_name), "unix:%s",
+                 settings.socketpath ? settings.socketpath : "");
+        return;
+    }
+    if (c->transport == TRANSPORT_UDP) {
+        snprintf(c->peer_name, sizeof(c->peer_name), "udp");
+        return;
+    }
+    if (getpeername(c->sfd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+            port = ntohs(in->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+            port = ntohs(in6->sin6_port);
+        }
+    }
+    snprintf(c->peer_name, sizeof(c->peer_name), "tcp:%s:%d", host, port);
+}
+
+conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
+{
+    conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    size_t rsize = transport == TRANSPORT_UDP ? UDP_READ_SIZE : RBUF_INITIAL;
+    c->rbuf = malloc(rsize);
+    c->ev = event_new(w->base, sfd, EV_READ | EV_PERSIST, conn_event_handler, c);
+    if (!c->rbuf || !c->ev) {
+        free(c->rbuf);
+        if (c->ev)
+            event_free(c->ev);
+        free(c);
+        return NULL;
+    }
+    c->sfd = sfd;
+    c->rsize = rsize;
+    c->rcurr = c->rbuf;
+    c->transport = transport;
+    c->protocol = transport == TRANSPORT_UDP ? PROTO_TEXT : PROTO_NEGOTIATING;
+    c->thread = w;
+    c->state = transport == TRANSPORT_UDP ? conn_read : conn_new_cmd;
+    c->ev_flags = EV_READ | EV_PERSIST;
+    c->last_cmd_time = mc_now();
+    c->last_cmd = "";
+    conn_describe_peer(c);
+    if (event_add(c->ev, NULL) != 0) {
+        event_free(c->ev);
+        free(c->rbuf);
+        free(c);
+        return NULL;
+    }
+    c->next_conn = w->conns;
+    if (w->conns)
+        w->conns->prev_conn = c;
+    w->conns = c;
+    if (transport != TRANSPORT_UDP) {
+        GSTATS_INCR(curr_connections);
+        GSTATS_INCR(total_connections);
+    }
+    GSTATS_INCR(connection_structures);
+    if (transport != TRANSPORT_UDP)
+        conn_register(c);
+    return c;
+}
+
+static void conn_release_queue(conn *c)
+{
+    while (c->resp_head) {
+        struct resp *r = c->resp_head;
+        c->resp_head = r->next;
+        resp_free(c->thread, r);
+    }
+    c->resp_tail = NULL;
+}
+
+void conn_close(conn *c)
+{
+    struct worker *w = c->thread;
+
+    conn_unregister(c);
+    event_del(c->ev);
+    event_free(c->ev);
+    if (c->item) {
+        item_release(c->item);
+        c->item = NULL;
+    }
+    proto_text_conn_cleanup(c);
+    conn_release_queue(c);
+    if (c->prev_conn)
+        c->prev_conn->next_conn = c->next_conn;
+    else
+        w->conns = c->next_conn;
+    if (c->next_conn)
+        c->next_conn->prev_conn = c->prev_conn;
+    if (c->transport != TRANSPORT_UDP)
+        GSTATS_DECR(curr_connections);
+    GSTATS_DECR(connection_structures);
+    if (settings.verbose > 1)
+        fprintf(stderr, "<%d connection closed.\n", c->sfd);
+    close(c->sfd);
+    free(c->rbuf);
+    free(c);
+}
+
+/* Closes connections idle (waiting for a command) longer than
+ * settings.idle_timeout.  Runs on the worker's own timer. */
+void conn_close_idle(struct worker *w)
+{
+    if (settings.idle_timeout <= 0)
+        return;
+    rel_time_t now = mc_now();
+    conn *c = w->conns;
+    while (c) {
+        conn *next = c->next_conn;
+        bool idle = c->state == conn_read || c->state == conn_waiting ||
+                    c->state == conn_new_cmd;
+        if (c->transport != TRANSPORT_UDP && idle && c->rbytes == 0 &&
+            !c->resp_head &&
+            now - c->last_cmd_time > (rel_time_t)settings.idle_timeout) {
+            if (settings.verbose > 1)
+                fprintf(stderr, "<%d idle timeout\n", c->sfd);
+            conn_close(c);
+        }
+        c = next;
+    }
+}
+
+/* Closes every connection of a worker (shutdown). */
+void conn_close_all(struct worker *w)
+{
+    while (w->conns)
+        conn_close(w->conns);
+}
+
+/* ---- Reading ------------------------------------------------------------ */
+
+enum read_result { READ_DATA, READ_NO_DATA, READ_ERROR, READ_MEMORY };
+
+/* Moves unparsed bytes to the front, and shrinks an oversized buffer that
+ * has drained. */
+static void conn_compact_rbuf(conn *c)
+{
+    if (c->rbytes == 0 && c->rsize > RBUF_INITIAL * 4) {
+        char *small = malloc(RBUF_INITIAL);
+        if (small) {
+            free(c->rbuf);
+            c->rbuf = small;
+            c->rsize = RBUF_INITIAL;
+        }
+    }
+    if (c->rcurr != c->rbuf) {
+        if (c->rbytes)
+            memmove(c->rbuf, c->rcurr, c->rbytes);
+        c->rcurr = c->rbuf;
+    }
+}
+
+static enum read_result conn_read_network(conn *c)
+{
+    conn_compact_rbuf(c);
+    if (c->rbytes == c->rsize) {
+        if (c->rsize >= RBUF_MAX)
+            return READ_MEMORY;
+        char *grown = realloc(c->rbuf, c->rsize * 2);
+        if (!grown)
+            return READ_MEMORY;
+        c->rbuf = c->rcurr = grown;
+        c->rsize *= 2;
+    }
+    ssize_t n = read(c->sfd, c->rbuf + c->rbytes, c->rsize - c->rbytes);
+    if (n > 0) {
+        STATS_ADD(&c->thread->stats, bytes_read, n);
+        c->rbytes += (size_t)n;
+        return READ_DATA;
+    }
+    if (n == 0)
+        return READ_ERROR;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return READ_NO_DATA;
+    return READ_ERROR;
+}
+
+/* conn_nread / conn_swallow: copy or discard buffered bytes, then read the
+ * socket.  Returns false when the machine must stop (blocked/closed). */
+static bool conn_read_value(conn *c, bool swallow)
+{
+    size_t *want = swallow ? &c->sbytes : &c->rlbytes;
+    if (*want == 0)
+        return true;
+    if (c->rbytes > 0) {
+        size_t n = c->rbytes < *want ? c->rbytes : *want;
+        if (!swallow) {
+            memcpy(c->ritem, c->rcurr, n);
+            c->ritem += n;
+        }
+        c->rcurr += n;
+        c->rbytes -= n;
+        *want -= n;
+        return true;
+    }
+    if (c->transport == TRANSPORT_UDP) {
+        /* A UDP request must fit its datagram. */
+        conn_set_state(c, conn_new_cmd);
+        if (c->item) {
+            item_release(c->item);
+            c->item = NULL;
+        }
+        *want = 0;
+        return true;
+    }
+    ssize_t n;
+    if (swallow) {
+        conn_compact_rbuf(c);
+        size_t room = c->rsize < *want ? c->rsize : *want;
+        n = read(c->sfd, c->rbuf, room);
+        if (n > 0)
+            *want -= (size_t)n;
+    } else {
+        n = read(c->sfd, c->ritem, *want);
+        if (n > 0) {
+            c->ritem += n;
+            *want -= (size_t)n;
+        }
+    }
+    if (n > 0) {
+        STATS_ADD(&c->thread->stats, bytes_read, n);
+        return true;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (!conn_update_event(c, EV_READ | EV_PERSIST))
+            conn_set_state(c, conn_closing);
+        return false;
+    }
+    conn_set_state(c, conn_closing);
+    return true;
+}
+
+/* ---- Writing ------------------------------------------------------------ */
+
+enum write_result { WRITE_COMPLETE, WRITE_INCOMPLETE, WRITE_SOFT_ERROR,
+                    WRITE_HARD_ERROR };
+
+/* Drops sent bytes from the queue head, freeing finished responses. */
+static void conn_advance_queue(conn *c, size_t sent)
+{
+    while (c->resp_head) {
+        struct resp *r = c->resp_head;
+        bool done = true;
+        for (int i = 0; i < r->iovcnt && !r->skip; i++) {
+            struct iovec *v = &r->iov[i];
+            if (v->iov_len == 0)
+                continue;
+            if (sent >= v->iov_len) {
+                sent -= v->iov_len;
+                v->iov_len = 0;
+            } else {
+                v->iov_base = (char *)v->iov_base + sent;
+                v->iov_len -= sent;
+                sent = 0;
+                done = false;
+                break;
+            }
+        }
+        if (!done)
+            return;
+        c->resp_head = r->next;
+        if (!c->resp_head)
+            c->resp_tail = NULL;
+        resp_free(c->thread, r);
+    }
+}
+
+static enum write_result conn_transmit_tcp(conn *c)
+{
+    struct iovec iov[WRITE_IOV_MAX];
+    int n = 0;
+    for (struct resp *r = c->resp_head; r && n < WRITE_IOV_MAX; r = r->next) {
+        if (r->skip)
+            continue;
+        for (int i = 0; i < r->iovcnt && n < WRITE_IOV_MAX; i++)
+            if (r->iov[i].iov_len)
+                iov[n++] = r->iov[i];
+    }
+    if (n == 0) {
+        conn_advance_queue(c, 0);
+        return c->resp_head ? WRITE_INCOMPLETE : WRITE_COMPLETE;
+    }
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = n };
+    ssize_t sent = sendmsg(c->sfd, &msg, MSG_NOSIGNAL);
+    if (sent > 0) {
+        STATS_ADD(&c->thread->stats, bytes_written, sent);
+        conn_advance_queue(c, (size_t)sent);
+        return c->resp_head ? WRITE_INCOMPLETE : WRITE_COMPLETE;
+    }
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return WRITE_SOFT_ERROR;
+    return WRITE_HARD_ERROR;
+}
+
+/* Sends the whole queue as UDP datagrams: each carries the 8-byte header
+ * (request id, sequence number, datagram count, reserved) and up to
+ * UDP_MAX_PAYLOAD - 8 bytes of the response stream. */
+static void conn_transmit_udp(conn *c)
+{
+    const size_t chunk = UDP_MAX_PAYLOAD - UDP_HEADER_SIZE;
+    size_t total = 0;
+    for (struct resp *r = c->resp_head; r; r = r->next)
+        for (int i = 0; i < r->iovcnt && !r->skip; i++)
+            total += r->iov[i].iov_len;
+    size_t ndgrams = (total + chunk - 1) / chunk;
+    if (ndgrams == 0 || ndgrams > UINT16_MAX) {
+        conn_release_queue(c);
+        return;
+    }
+    char *stream = malloc(total);
+    if (!stream) {
+        conn_release_queue(c);
+        return;
+    }
+    size_t off = 0;
+    for (struct resp *r = c->resp_head; r; r = r->next)
+        for (int i = 0; i < r->iovcnt && !r->skip; i++) {
+            memcpy(stream + off, r->iov[i].iov_base, r->iov[i].iov_len);
+            off += r->iov[i].iov_len;
+        }
+    conn_release_queue(c);
+
+    for (size_t seq = 0; seq < ndgrams; seq++) {
+        unsigned char hdr[UDP_HEADER_SIZE] = {
+            c->udp_request_id >> 8, c->udp_request_id & 0xff,
+            seq >> 8, seq & 0xff, ndgrams >> 8, ndgrams & 0xff, 0, 0,
+        };
+        size_t len = total - seq * chunk < chunk ? total - seq * chunk : chunk;
+        struct iovec iov[2] = {
+            { hdr, sizeof(hdr) }, { stream + seq * chunk, len },
+        };
+        struct msghdr msg = {
+            .msg_name = &c->udp_peer, .msg_namelen = c->udp_peer_len,
+            .msg_iov = iov, .msg_iovlen = 2,
+        };
+        ssize_t sent = sendmsg(c->sfd, &msg, MSG_NOSIGNAL);
+        if (sent > 0)
+            STATS_ADD(&c->thread->stats, bytes_written, sent);
+    }
+    free(stream);
+}
+
+/* Reads one datagram and strips its frame header.  Returns false when there
+ * is nothing (more) to read. */
+static bool conn_read_udp(conn *c)
+{
+    c->udp_peer_len = sizeof(c->udp_peer);
+    ssize_t n = recvfrom(c->sfd, c->rbuf, c->rsize, 0,
+                         (struct sockaddr *)&c->udp_peer, &c->udp_peer_len);
+    if (n <= 0)
+        return false;
+    STATS_ADD(&c->thread->stats, bytes_read, n);
+    if (n <= UDP_HEADER_SIZE) {
+        c->rbytes = 0;
+        return true;
+    }
+    const unsigned char *h = (const unsigned char *)c->rbuf;
+    c->udp_request_id = (uint16_t)(h[0] << 8 | h[1]);
+    uint16_t count = (uint16_t)(h[4] << 8 | h[5]);
+    if (count > 1) {
+        /* Multi-datagram requests are not supported, as in memcached. */
+        c->rbytes = 0;
+        return true;
+    }
+    c->rcurr = c->rbuf + UDP_HEADER_SIZE;
+    c->rbytes = (size_t)n - UDP_HEADER_SIZE;
+    return true;
+}
+
+/* Runs every request of one datagram, then answers it. */
+static void conn_drive_udp(conn *c)
+{
+    for (int budget = 0; budget < 64 && conn_read_udp(c); budget++) {
+        c->protocol = PROTO_TEXT;
+        conn_set_state(c, conn_parse_cmd);
+        while (c->rbytes > 0 || c->state == conn_nread) {
+            if (c->state == conn_nread) {
+                conn_read_value(c, false);
+                if (c->state == conn_nread && c->rlbytes == 0)
+                    proto_text_complete_nread(c);
+                continue;
+            }
+            if (c->state == conn_swallow) {
+                c->rbytes = 0;
+                break;
+            }
+            c->noreply = false;
+            conn_set_state(c, conn_parse_cmd);
+            if (proto_text_try_command(c) == PROTO_NEED_MORE)
+                break;
+            if (c->state == conn_closing)
+                break;
+        }
+        if (c->item) {
+            item_release(c->item);
+            c->item = NULL;
+        }
+        if (c->resp_head)
+            conn_transmit_udp(c);
+        c->rbytes = 0;
+        c->rcurr = c->rbuf;
+        c->sbytes = 0;
+        c->rlbytes = 0;
+        conn_set_state(c, conn_read);
+    }
+}
+
+/* ---- The state machine -------------------------------------------------- */
+
+static enum proto_result conn_try_command(conn *c)
+{
+    if (c->protocol == PROTO_BINARY)
+        return proto_bin_try_command(c);
+    return proto_text_try_command(c);
+}
+
+/* After the queue is flushed: parse more if bytes are buffered, else wait. */
+static void conn_after_write(conn *c)
+{
+    if (c->close_after_write)
+        conn_set_state(c, conn_closing);
+    else
+        conn_set_state(c, conn_new_cmd);
+}
+
+void conn_drive(conn *c)
+{
+    int nreqs = settings.reqs_per_event;
+    bool need_read = false;   /* the parser wants bytes we do not have */
+
+    if (c->transport == TRANSPORT_UDP) {
+        conn_drive_udp(c);
+        return;
+    }
+    for (;;) {
+        switch (c->state) {
+        case conn_new_cmd:
+            c->noreply = false;
+            if (c->rbytes > 0 && !need_read && --nreqs >= 0) {
+                conn_set_state(c, conn_parse_cmd);
+            } else if (c->resp_head) {
+                conn_set_state(c, conn_write);
+            } else if (c->rbytes > 0 && !need_read) {
+                /* Budget spent: let other connections run, come back
+                 * as soon as the socket is writable. */
+                STATS_INCR(&c->thread->stats, conn_yields);
+                if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+                    conn_set_state(c, conn_closing);
+                return;
+            } else {
+                conn_set_state(c, conn_waiting);
+            }
+            break;
+
+        case conn_waiting:
+            if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
+                conn_set_state(c, conn_closing);
+                break;
+            }
+            conn_set_state(c, conn_read);
+            return;
+
+        case conn_read:
+            switch (conn_read_network(c)) {
+            case READ_DATA:
+                need_read = false;
+                conn_set_state(c, conn_parse_cmd);
+                break;
+            case READ_NO_DATA:
+                conn_set_state(c, conn_waiting);
+                break;
+            case READ_MEMORY:
+                out_errstring(c, "SERVER_ERROR out of memory reading request");
+                c->close_after_write = true;
+                c->rbytes = 0;
+                conn_set_state(c, conn_write);
+                break;
+            case READ_ERROR:
+                conn_set_state(c, conn_closing);
+                break;
+            }
+            break;
+
+        case conn_parse_cmd:
+            if (c->protocol == PROTO_NEGOTIATING)
+                c->protocol = (unsigned char)c->rcurr[0] == 0x80 ?
+                              PROTO_BINARY : PROTO_TEXT;
+            __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED);
+            if (conn_try_command(c) == PROTO_NEED_MORE) {
+                need_read = true;
+                conn_set_state(c, c->resp_head ? conn_write : conn_waiting);
+            } else if (c->state == conn_parse_cmd) {
+                conn_set_state(c, conn_new_cmd);
+            }
+            break;
+
+        case conn_nread:
+            if (c->rlbytes == 0) {
+                if (c->protocol == PROTO_BINARY)
+                    proto_bin_complete_nread(c);
+                else
+                    proto_text_complete_nread(c);
+                if (c->state == conn_nread)
+                    conn_set_state(c, conn_new_cmd);
+                break;
+            }
+            if (!conn_read_value(c, false))
+                return;
+            break;
+
+        case conn_swallow:
+            if (c->sbytes == 0) {
+                conn_set_state(c, conn_new_cmd);
+                break;
+            }
+            if (!conn_read_value(c, true))
+                return;
+            break;
+
+        case conn_write:
+            switch (conn_transmit_tcp(c)) {
+            case WRITE_COMPLETE:
+                if (need_read && !c->close_after_write)
+                    conn_set_state(c, conn_waiting);
+                else
+                    conn_after_write(c);
+                break;
+            case WRITE_INCOMPLETE:
+                break;
+            case WRITE_SOFT_ERROR:
+                if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+                    conn_set_state(c, conn_closing);
+                return;
+            case WRITE_HARD_ERROR:
+                conn_set_state(c, conn_closing);
+                break;
+            }
+            break;
+
+        case conn_closing:
+            conn_close(c);
+            return;
+
+        default:
+            conn_close(c);
+            return;
+        }
+    }
+}
+
+static void conn_event_handler(evutil_socket_t fd, short which, void *arg)
+{
+    conn *c = arg;
+    (void)fd;
+    (void)which;
+    if (c->state == conn_new_cmd && c->ev_flags & EV_WRITE) {
+        /* Resuming after a yield. */
+        if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
+            conn_close(c);
+            return;
+        }
+    }
+    conn_drive(c);
+}
+
+void server_request_shutdown(void)
+{
+    kill(getpid(), SIGINT);
+}

@@ -1,0 +1,205 @@
+/*
+ * conn.h - a client connection: its read buffer, its queue of responses and
+ * the interface between the network layer (conn.c, thread.c) and the
+ * protocol parsers (proto_text.c, later proto_bin.c).
+ *
+ * Threads: a connection belongs to one worker thread for its whole life;
+ * nothing here is locked.  The protocol code runs on that worker.
+ *
+ * Reading.  The network layer fills rbuf; the parser consumes from rcurr
+ * (rbytes bytes are unparsed).  A storage command whose value is not yet
+ * fully in rbuf sets c->item/ritem/rlbytes and state conn_nread: the network
+ * layer then copies the rest of rbuf and reads the socket straight into the
+ * item, and calls the parser's complete_nread hook when rlbytes reaches 0.
+ * conn_swallow discards c->sbytes bytes (a value that was refused).
+ *
+ * Writing.  Each request appends one or more `struct resp` to the queue, in
+ * request order.  A resp holds iovecs pointing into its own small buffer,
+ * into items it holds references to (zero-copy values) or into a malloc'd
+ * buffer it owns.  The network layer sends ready responses from the head
+ * and releases their references and buffers once written.
+ */
+#ifndef CONN_H
+#define CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "memcached.h"
+
+struct item;
+struct worker;
+
+enum conn_state {
+    conn_listening,   /* listener socket */
+    conn_new_cmd,     /* between requests: reset per-request state */
+    conn_waiting,     /* waiting for the socket to become readable */
+    conn_read,        /* reading into rbuf */
+    conn_parse_cmd,   /* parsing rbuf */
+    conn_nread,       /* reading a value into c->ritem */
+    conn_swallow,     /* discarding c->sbytes of refused value */
+    conn_write,       /* sending the response queue */
+    conn_closing,     /* close once the state machine sees it */
+    conn_closed,
+    conn_max_state
+};
+
+enum conn_protocol {
+    PROTO_NEGOTIATING = 0,  /* first byte decides: 0x80 = binary */
+    PROTO_TEXT,
+    PROTO_BINARY,
+};
+
+enum conn_transport { TRANSPORT_TCP, TRANSPORT_UDP, TRANSPORT_UNIX };
+
+/* Room for one response header line: "VALUE <250-byte key> <flags>
+ * <bytes> <cas>\r\n" or a meta header with base64 key and flags. */
+#define RESP_WBUF_SIZE 512
+#define RESP_IOV_MAX 4
+#define RESP_ITEMS_MAX 2
+
+struct resp {
+    struct resp *next;
+    int iovcnt;
+    struct iovec iov[RESP_IOV_MAX];
+    struct item *items[RESP_ITEMS_MAX];  /* released after sending */
+    int nitems;
+    void *owned_buf;        /* free()d after sending */
+    size_t wbytes;          /* bytes of wbuf used */
+    bool skip;              /* quiet mode: dropped, never sent */
+    char wbuf[RESP_WBUF_SIZE];
+};
+
+/* Parser result of proto_*_try_command(). */
+enum proto_result {
+    PROTO_NEED_MORE = 0,    /* no complete command in rbuf: read more */
+    PROTO_DONE,             /* one command handled; check c->state */
+};
+
+/* What a pending storage value is for; proto-private details follow it. */
+struct conn_nread_ctx {
+    int cmd;                /* protocol-defined */
+    uint64_t req_cas;
+    uint32_t opaque_len;
+    uint64_t meta_flags;    /* protocol-defined bitmap */
+    char opaque[40];        /* meta O flag, echoed back */
+    char ret_key[KEY_MAX_LENGTH * 2 + 4]; /* meta k flag / base64 key */
+    int64_t meta_arg[8];    /* protocol-defined numeric args */
+};
+
+typedef struct conn conn;
+struct conn {
+    int sfd;
+    enum conn_state state;
+    enum conn_protocol protocol;
+    enum conn_transport transport;
+    struct worker *thread;
+
+    /* read side */
+    char *rbuf;
+    char *rcurr;            /* first unparsed byte */
+    size_t rsize;           /* allocated size of rbuf */
+    size_t rbytes;          /* unparsed bytes from rcurr */
+
+    /* value being read (conn_nread) */
+    struct item *item;      /* referenced; released when done */
+    char *ritem;            /* where the next value byte goes */
+    size_t rlbytes;         /* value bytes still to read (incl "\r\n") */
+    struct conn_nread_ctx nr;
+    size_t sbytes;          /* conn_swallow: bytes to discard */
+
+    /* write side */
+    struct resp *resp_head;
+    struct resp *resp_tail;
+    bool noreply;           /* current request wants no reply */
+    bool close_after_write; /* close once the queue is flushed */
+
+    /* binary protocol: the request being handled (proto_bin.c) */
+    struct {
+        uint8_t opcode;     /* as received (quiet variants included) */
+        bool quiet;
+        uint8_t extlen;
+        uint16_t keylen;
+        uint32_t bodylen;
+        uint32_t opaque;    /* network byte order, echoed back */
+        uint64_t cas;       /* host byte order */
+    } bin;
+
+    /* UDP */
+    uint16_t udp_request_id;
+    struct sockaddr_storage udp_peer;
+    socklen_t udp_peer_len;
+
+    /* bookkeeping */
+    rel_time_t last_cmd_time;
+    const char *last_cmd;   /* name, for `stats conns` */
+    char peer_name[64];
+    struct event *ev;       /* libevent event, owned by conn.c */
+    short ev_flags;
+    conn *next_conn;        /* worker's list of its connections */
+    conn *prev_conn;
+};
+
+/* ---- Response queue (protocol side) ----------------------------------- */
+
+/* Appends a new empty response; NULL on out of memory. */
+struct resp *resp_new(conn *c);
+/* Appends text to the response's buffer; false if it does not fit. */
+bool resp_add_text(struct resp *r, const char *s, size_t len);
+bool resp_printf(struct resp *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Adds an iovec to memory that stays valid until the resp is sent
+ * (static text, or memory of an item/buffer the resp holds). */
+bool resp_add_iov(struct resp *r, const void *buf, size_t len);
+/* Hands the resp a reference to `it`; released after sending. */
+bool resp_hold_item(struct resp *r, struct item *it);
+/* Hands the resp a malloc'd buffer and sends len bytes of it. */
+bool resp_add_owned(struct resp *r, void *buf, size_t len);
+
+/*
+ * Queues "str\r\n" as a whole response, unless c->noreply is set (then
+ * nothing is sent and noreply is cleared).  On allocation failure the
+ * connection is closed.
+ */
+void out_string(conn *c, const char *str);
+/* Like out_string but always sent (errors clear noreply). */
+void out_errstring(conn *c, const char *str);
+
+/* ---- Connection control ---------------------------------------------- */
+
+void conn_set_state(conn *c, enum conn_state state);
+
+/* ---- Network side (conn.c), called by thread.c ----------------------- */
+
+/* Creates a connection on worker w's event base; NULL on failure (the
+ * caller closes sfd). */
+conn *conn_new(int sfd, enum conn_transport transport, struct worker *w);
+void conn_close(conn *c);
+/* Runs the state machine until the connection blocks or closes. */
+void conn_drive(conn *c);
+/* Closes connections idle longer than settings.idle_timeout. */
+void conn_close_idle(struct worker *w);
+void conn_close_all(struct worker *w);
+/* For the `shutdown` command: stop the server gracefully. */
+void server_request_shutdown(void);
+
+/* ---- Protocol hooks, implemented by proto_text.c -------------------- */
+
+enum proto_result proto_text_try_command(conn *c);
+void proto_text_complete_nread(conn *c);
+/* Frees any proto-private state when a connection closes. */
+void proto_text_conn_cleanup(conn *c);
+
+/* ---- Protocol hooks, implemented by proto_bin.c --------------------- */
+
+enum proto_result proto_bin_try_command(conn *c);
+void proto_bin_complete_nread(conn *c);
+
+/* `stats conns`. */
+struct stat_sink;
+void conn_stats(struct stat_sink *sink);
+
+#endif

@@ -1,0 +1,875 @@
+/*
+ * items.c - item lifecycle: alloc, link/unlink/replace, refcounts, expiry,
+ * CAS, the per-(class, partition) LRUs, eviction and the expiry crawler.
+ *
+ * Owns: the item lock stripes, the LRU lists, the CAS counter, the flush
+ * marks (oldest_live / oldest_cas) and the `stats items` counters.
+ *
+ * Design.
+ *  - Every item is in at most one LRU: lrus[slabs_clsid][partition], a
+ *    doubly linked list (head = most recent) with its own lock.
+ *  - References: item_alloc() hands out 1; linking adds the index's; each
+ *    lookup adds one.  refcount is an atomic; memory returns to slabs.c
+ *    when it reaches 0, which can only happen once the item is unlinked.
+ *  - Expiry is lazy (a dead item found by a lookup is unlinked) plus a
+ *    bounded crawler (items_crawl_step) that walks each LRU from the tail
+ *    with a placeholder item flagged ITEM_CRAWLER as its cursor; the
+ *    placeholder is static and never in the index, so it cannot dangle.
+ *  - Allocation failure falls back to the LRU tails of the class (own
+ *    partition first, then neighbours): dead items are reclaimed, live
+ *    unpinned ones evicted when evict_to_free is set (not with -M).  The
+ *    victim's chunk is reused directly, so no other thread can take it.
+ *  - A read moves the item to its LRU head at most once per
+ *    ITEM_UPDATE_INTERVAL seconds, and only if the LRU lock is free
+ *    (trylock): a worker never waits for an LRU.
+ *
+ * Locks.  Order: item lock (stripe hv & mask) -> LRU lock -> slab
+ * partition lock.  Code holding an LRU lock takes item locks only with
+ * trylock.  do_* functions run with item_lock(hv) held; *_locked ones with
+ * the named LRU lock held.  Item fields: key, nkey, nbytes, flags,
+ * slabs_clsid are fixed from alloc to free; exptime, cas, it_flags under
+ * the item lock; next/prev under the LRU lock; time under the item lock
+ * and, once linked, also the LRU lock (stats read it with only the LRU
+ * lock); refcount and access are atomic.
+ *
+ * Threads: all workers, the maintainer (crawler), stats.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "assoc.h"
+#include "hash.h"
+#include "items.h"
+#include "lazy_lru.h"
+#include "memcached.h"
+#include "slabs.h"
+#include "stats.h"
+
+#define ITEM_LOCK_COUNT (1u << ITEM_LOCK_POWER)
+#define ITEM_LOCK_MASK (ITEM_LOCK_COUNT - 1)
+/* Seconds between two LRU bumps of the same item. */
+#define ITEM_UPDATE_INTERVAL 60
+/* Items examined from each LRU tail per eviction attempt. */
+#define LRU_SEARCH_DEPTH 5
+/* Rounds of (slabs_alloc, tail pull) before item_alloc gives up. */
+#define ALLOC_TRIES 4
+
+/* Per-class counters of `stats items`; relaxed atomics. */
+#define LRU_STATS_FIELDS(X) \
+    X(evicted)               \
+    X(evicted_nonzero)       \
+    X(evicted_time)          \
+    X(outofmemory)           \
+    X(tailrepairs)           \
+    X(reclaimed)             \
+    X(expired_unfetched)     \
+    X(evicted_unfetched)     \
+    X(evicted_active)        \
+    X(crawler_reclaimed)     \
+    X(crawler_items_checked) \
+    X(lrutail_reflocked)
+
+struct lru_stats {
+    LRU_STATS_FIELDS(STATS_DECLARE_FIELD)
+};
+
+struct lru {
+    pthread_mutex_t lock;
+    item *head;             /* lock */
+    item *tail;             /* lock */
+    uint64_t count;         /* lock; real items only */
+} __attribute__((aligned(64)));
+
+static pthread_mutex_t item_locks[ITEM_LOCK_COUNT];
+static struct lru lrus[MAX_SLAB_CLASSES][MAX_PARTITIONS];
+static struct lru_stats cls_stats[MAX_SLAB_CLASSES];
+static bool locks_ready;
+static int npart = 1;               /* set at init */
+
+static uint64_t cas_id;             /* atomic */
+static rel_time_t oldest_live;      /* atomic; 0 = no flush */
+static uint64_t oldest_cas;         /* atomic; 0 = none */
+
+/* Crawler cursor: crawl_lock protects the three scalars; `crawler`'s
+ * links are protected by the lock of the LRU it sits in. */
+static pthread_mutex_t crawl_lock = PTHREAD_MUTEX_INITIALIZER;
+static item crawler;
+static unsigned int crawl_cls = 1;
+static int crawl_part;
+static bool crawler_in_lru;
+
+#define CLS_INCR(cls, field) STATS_INCR(&cls_stats[(cls)], field)
+
+/* ---- Locks, hash, CAS. --------------------------------------------- */
+
+uint32_t item_hash(const char *key, size_t nkey)
+{
+    return hash_key(key, nkey);
+}
+
+void item_lock(uint32_t hv)
+{
+    pthread_mutex_lock(&item_locks[hv & ITEM_LOCK_MASK]);
+}
+
+void item_unlock(uint32_t hv)
+{
+    pthread_mutex_unlock(&item_locks[hv & ITEM_LOCK_MASK]);
+}
+
+bool item_trylock(uint32_t hv)
+{
+    return pthread_mutex_trylock(&item_locks[hv & ITEM_LOCK_MASK]) == 0;
+}
+
+void item_lock_all(void)
+{
+    for (unsigned int i = 0; i < ITEM_LOCK_COUNT; i++)
+        pthread_mutex_lock(&item_locks[i]);
+}
+
+void item_unlock_all(void)
+{
+    for (unsigned int i = ITEM_LOCK_COUNT; i-- > 0;)
+        pthread_mutex_unlock(&item_locks[i]);
+}
+
+uint64_t item_next_cas(void)
+{
+    if (!settings.use_cas)
+        return 0;
+    return __atomic_add_fetch(&cas_id, 1, __ATOMIC_RELAXED);
+}
+
+static inline void refcount_incr(item *it)
+{
+    __atomic_add_fetch(&it->refcount, 1, __ATOMIC_RELAXED);
+}
+
+static inline unsigned int refcount_load(const item *it)
+{
+    return __atomic_load_n(&it->refcount, __ATOMIC_ACQUIRE);
+}
+
+static inline int part_index(int partition)
+{
+    return partition >= 0 ? partition % npart : 0;
+}
+
+void items_init(void)
+{
+    if (!locks_ready) {
+        for (unsigned int i = 0; i < ITEM_LOCK_COUNT; i++)
+            pthread_mutex_init(&item_locks[i], NULL);
+        for (int c = 0; c < MAX_SLAB_CLASSES; c++)
+            for (int p = 0; p < MAX_PARTITIONS; p++)
+                pthread_mutex_init(&lrus[c][p].lock, NULL);
+        locks_ready = true;
+    }
+    for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+        for (int p = 0; p < MAX_PARTITIONS; p++) {
+            lrus[c][p].head = lrus[c][p].tail = NULL;
+            lrus[c][p].count = 0;
+        }
+    }
+    memset(cls_stats, 0, sizeof(cls_stats));
+    cas_id = 0;
+    oldest_live = 0;
+    oldest_cas = 0;
+    memset(&crawler, 0, sizeof(crawler));
+    crawler.it_flags = ITEM_CRAWLER;
+    crawl_cls = 1;
+    crawl_part = 0;
+    crawler_in_lru = false;
+
+    llru_init();
+    slabs_init();
+    assoc_init(settings.hashpower_init);
+    npart = slabs_npartitions();
+}
+
+/* ---- LRU lists (caller holds l->lock). ----------------------------- */
+
+static inline struct lru *lru_of(const item *it)
+{
+    return &lrus[it->slabs_clsid][it->partition];
+}
+
+static void lru_link_locked(struct lru *l, item *it)
+{
+    it->prev = NULL;
+    it->next = l->head;
+    if (l->head != NULL)
+        l->head->prev = it;
+    l->head = it;
+    if (l->tail == NULL)
+        l->tail = it;
+    if ((it->it_flags & ITEM_CRAWLER) == 0)
+        l->count++;
+}
+
+static void lru_unlink_locked(struct lru *l, item *it)
+{
+    if (it->prev != NULL)
+        it->prev->next = it->next;
+    else
+        l->head = it->next;
+    if (it->next != NULL)
+        it->next->prev = it->prev;
+    else
+        l->tail = it->prev;
+    it->next = it->prev = NULL;
+    if ((it->it_flags & ITEM_CRAWLER) == 0)
+        l->count--;
+}
+
+/* Puts `it` right before `pos` (toward the head). */
+static void lru_insert_before_locked(struct lru *l, item *pos, item *it)
+{
+    it->next = pos;
+    it->prev = pos->prev;
+    if (pos->prev != NULL)
+        pos->prev->next = it;
+    else
+        l->head = it;
+    pos->prev = it;
+    if ((it->it_flags & ITEM_CRAWLER) == 0)
+        l->count++;
+}
+
+/* ---- Freeing and references. --------------------------------------- */
+
+static void item_free(item *it)
+{
+    assert((it->it_flags & ITEM_LINKED) == 0);
+    assert(refcount_load(it) == 0);
+    slabs_free(it, it->slabs_clsid, it->partition);
+}
+
+void item_release(item *it)
+{
+    if (__atomic_sub_fetch(&it->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+        item_free(it);
+}
+
+/* ---- Expiry and flush. --------------------------------------------- */
+
+static bool is_flushed(const item *it, rel_time_t now)
+{
+    rel_time_t ol = __atomic_load_n(&oldest_live, __ATOMIC_ACQUIRE);
+    if (ol == 0 || ol > now)
+        return false;
+    if (it->time <= ol)
+        return true;
+    uint64_t oc = __atomic_load_n(&oldest_cas, __ATOMIC_RELAXED);
+    return oc != 0 && it->cas != 0 && it->cas < oc;
+}
+
+bool item_is_dead(const item *it, enum item_miss *why)
+{
+    rel_time_t now = mc_now();
+    enum item_miss w = MISS_NONE;
+    if (it->exptime != 0 && it->exptime <= now)
+        w = MISS_EXPIRED;
+    else if (is_flushed(it, now))
+        w = MISS_FLUSHED;
+    if (why != NULL)
+        *why = w;
+    return w != MISS_NONE;
+}
+
+void item_flush(rel_time_t when)
+{
+    rel_time_t now = mc_now();
+    rel_time_t mark = when != 0 ? when : now;
+
+    if (settings.use_cas) {
+        /* Items of the flush's own second die by CAS, not by time, so
+         * that a set right after an immediate flush survives. */
+        mark = mark > 1 ? mark - 1 : 1;
+        if (mark <= now)
+            __atomic_store_n(&oldest_cas, item_next_cas(), __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&oldest_live, mark, __ATOMIC_RELEASE);
+}
+
+/* ---- Link / unlink. ------------------------------------------------- */
+
+static void stats_unlinked(const item *it)
+{
+    GSTATS_DECR(curr_items);
+    STATS_SUB(&gstats, bytes, ITEM_ntotal(it));
+}
+
+void do_item_link(item *it, uint32_t hv, bool keep_cas)
+{
+    assert((it->it_flags & (ITEM_LINKED | ITEM_SLABBED)) == 0);
+    it->it_flags |= ITEM_LINKED;
+    it->time = mc_now();
+    if (!keep_cas)
+        it->cas = item_next_cas();
+    assoc_insert(it, hv);
+
+    struct lru *l = lru_of(it);
+    pthread_mutex_lock(&l->lock);
+    lru_link_locked(l, it);
+    pthread_mutex_unlock(&l->lock);
+    refcount_incr(it);
+
+    GSTATS_INCR(curr_items);
+    GSTATS_INCR(total_items);
+    GSTATS_ADD(bytes, ITEM_ntotal(it));
+}
+
+/* Removes a linked item from index and LRU; the index's reference is
+ * left for the caller to drop or reuse.  Caller holds the item lock and
+ * l->lock. */
+static void unlink_locked(struct lru *l, item *it, uint32_t hv)
+{
+    it->it_flags &= ~ITEM_LINKED;
+    assoc_delete(ITEM_key(it), it->nkey, hv);
+    lru_unlink_locked(l, it);
+    stats_unlinked(it);
+}
+
+void do_item_unlink(item *it, uint32_t hv)
+{
+    if ((it->it_flags & ITEM_LINKED) == 0)
+        return;
+    struct lru *l = lru_of(it);
+    pthread_mutex_lock(&l->lock);
+    unlink_locked(l, it, hv);
+    pthread_mutex_unlock(&l->lock);
+    item_release(it);
+}
+
+void do_item_replace(item *old, item *new_it, uint32_t hv)
+{
+    do_item_unlink(old, hv);
+    do_item_link(new_it, hv, false);
+}
+
+/* ---- Eviction and allocation. --------------------------------------- */
+
+/* Counts an eviction of a live item. */
+static void stats_evicted(const item *it, unsigned int clsid)
+{
+    GSTATS_INCR(evictions);
+    CLS_INCR(clsid, evicted);
+    __atomic_store_n(&cls_stats[clsid].evicted_time,
+                     (uint64_t)(mc_now() - it->time), __ATOMIC_RELAXED);
+    if (it->exptime != 0)
+        CLS_INCR(clsid, evicted_nonzero);
+    if ((it->it_flags & ITEM_FETCHED) == 0) {
+        GSTATS_INCR(evicted_unfetched);
+        CLS_INCR(clsid, evicted_unfetched);
+    }
+    if (it->it_flags & ITEM_ACTIVE) {
+        GSTATS_INCR(evicted_active);
+        CLS_INCR(clsid, evicted_active);
+    }
+}
+
+/*
+ * Tries to take the tail item `it` of l for reuse: reclaims it if dead,
+ * evicts it if live and may_evict.  Skips it if its stripe is busy or
+ * someone else holds a reference.  Returns it (refcount 1, unlinked, now
+ * owned by the caller) or NULL.  Caller holds l->lock.
+ */
+static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
+{
+    unsigned int clsid = it->slabs_clsid;
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    if (!item_trylock(hv))
+        return NULL;
+
+    item *got = NULL;
+    if (refcount_load(it) > 1) {
+        /* Pinned by a reader: move it to the head so that a long-held
+         * reference does not block this tail. */
+        GSTATS_INCR(lrutail_reflocked);
+        CLS_INCR(clsid, lrutail_reflocked);
+        lru_unlink_locked(l, it);
+        lru_link_locked(l, it);
+    } else if (item_is_dead(it, NULL)) {
+        GSTATS_INCR(reclaimed);
+        CLS_INCR(clsid, reclaimed);
+        if ((it->it_flags & ITEM_FETCHED) == 0) {
+            GSTATS_INCR(expired_unfetched);
+            CLS_INCR(clsid, expired_unfetched);
+        }
+        got = it;
+    } else if (may_evict) {
+        stats_evicted(it, clsid);
+        got = it;
+    }
+    if (got != NULL)
+        unlink_locked(l, it, hv);
+    item_unlock(hv);
+    return got;
+}
+
+static item *lru_pull_tail(unsigned int clsid, int p, bool may_evict)
+{
+    struct lru *l = &lrus[clsid][p];
+    item *got = NULL;
+    pthread_mutex_lock(&l->lock);
+    item *search = l->tail;
+    for (int n = 0; search != NULL && got == NULL && n < LRU_SEARCH_DEPTH;) {
+        item *prev = search->prev;
+        if ((search->it_flags & ITEM_CRAWLER) == 0) {
+            got = tail_take_locked(l, search, may_evict);
+            n++;
+        }
+        search = prev;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return got;
+}
+
+static item *alloc_chunk(unsigned int clsid, int p)
+{
+    for (int tries = 0; tries < ALLOC_TRIES; tries++) {
+        item *it = slabs_alloc(clsid, p);
+        if (it != NULL)
+            return it;
+        for (int i = 0; i < npart; i++) {
+            it = lru_pull_tail(clsid, (p + i) % npart, settings.evict_to_free);
+            if (it != NULL)
+                return it;
+        }
+    }
+    return NULL;
+}
+
+bool item_size_ok(size_t nkey, size_t nbytes)
+{
+    size_t ntotal = item_make_size(nkey, nbytes);
+    return nkey <= KEY_MAX_LENGTH &&
+           ntotal <= (size_t)settings.item_size_max &&
+           slabs_clsid(ntotal) != 0;
+}
+
+item *item_alloc(const char *key, size_t nkey, uint32_t flags,
+                 rel_time_t exptime, size_t nbytes, int partition)
+{
+    if (!item_size_ok(nkey, nbytes) || nbytes > UINT32_MAX)
+        return NULL;
+    unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
+    int p = part_index(partition);
+
+    item *it = alloc_chunk(clsid, p);
+    if (it == NULL) {
+        GSTATS_INCR(outofmemory);
+        CLS_INCR(clsid, outofmemory);
+        return NULL;
+    }
+    memset(it, 0, sizeof(*it));
+    it->time = mc_now();
+    it->exptime = exptime;
+    it->nbytes = (uint32_t)nbytes;
+    it->flags = flags;
+    it->refcount = 1;
+    it->slabs_clsid = (uint8_t)clsid;
+    it->partition = (uint8_t)p;
+    it->tier = TIER_DRAM;
+    it->nkey = (uint8_t)nkey;
+    llru_init_access(it, it->time);
+    memcpy(ITEM_key(it), key, nkey);
+    ITEM_key(it)[nkey] = '\0';
+    return it;
+}
+
+/* ---- Lookups. -------------------------------------------------------- */
+
+void do_item_touch_access(item *it)
+{
+    rel_time_t now = mc_now();
+    llru_record_access(it, now);
+    if (it->it_flags & ITEM_FETCHED)
+        it->it_flags |= ITEM_ACTIVE;
+    else
+        it->it_flags |= ITEM_FETCHED;
+
+    if ((it->it_flags & ITEM_LINKED) == 0 ||
+        it->time + ITEM_UPDATE_INTERVAL > now)
+        return;
+    struct lru *l = lru_of(it);
+    if (pthread_mutex_trylock(&l->lock) == 0) {
+        lru_unlink_locked(l, it);
+        it->time = now;
+        lru_link_locked(l, it);
+        pthread_mutex_unlock(&l->lock);
+    }
+}
+
+item *do_item_get(const char *key, size_t nkey, uint32_t hv,
+                  enum item_miss *why, bool do_update)
+{
+    enum item_miss w = MISS_NONE;
+    item *it = assoc_find(key, nkey, hv);
+    if (it == NULL) {
+        w = MISS_NOT_FOUND;
+    } else if (item_is_dead(it, &w)) {
+        do_item_unlink(it, hv);
+        it = NULL;
+    } else {
+        refcount_incr(it);
+        if (do_update)
+            do_item_touch_access(it);
+    }
+    if (why != NULL)
+        *why = w;
+    return it;
+}
+
+item *item_get(const char *key, size_t nkey, enum item_miss *why,
+               bool do_update)
+{
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, why, do_update);
+    item_unlock(hv);
+    return it;
+}
+
+item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
+                         enum item_miss *why)
+{
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, why, true);
+    if (it != NULL)
+        it->exptime = exptime;
+    item_unlock(hv);
+    return it;
+}
+
+/* ---- Stores. --------------------------------------------------------- */
+
+/* Builds old+add (append) or add+old (prepend) as a new item and swaps it
+ * in.  *cas_out gets its CAS.  Caller holds the item lock. */
+static enum store_result do_item_concat(item *old, item *add, bool append,
+                                        uint32_t hv, int partition,
+                                        uint64_t *cas_out)
+{
+    if (old->nbytes < 2 || add->nbytes < 2)
+        return STORE_NOT_STORED;
+    size_t nbytes = (size_t)old->nbytes + add->nbytes - 2;
+    if (!item_size_ok(old->nkey, nbytes))
+        return STORE_TOO_LARGE;
+    item *n = item_alloc(ITEM_key(old), old->nkey, old->flags, old->exptime,
+                         nbytes, partition);
+    if (n == NULL)
+        return STORE_NO_MEMORY;
+
+    const item *first = append ? old : add;
+    const item *second = append ? add : old;
+    memcpy(ITEM_data(n), ITEM_data(first), first->nbytes - 2);
+    memcpy(ITEM_data(n) + first->nbytes - 2, ITEM_data(second),
+           second->nbytes);
+    do_item_replace(old, n, hv);
+    *cas_out = n->cas;
+    item_release(n);
+    return STORE_STORED;
+}
+
+enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
+                                uint64_t *cas_out, uint32_t hv,
+                                int partition)
+{
+    item *old = do_item_get(ITEM_key(it), it->nkey, hv, NULL, false);
+    enum store_result res;
+    uint64_t new_cas = 0;
+    bool cas_bad = old != NULL && req_cas != 0 && old->cas != req_cas;
+
+    if (op == STORE_SET && req_cas != 0)
+        op = STORE_CAS;
+    switch (op) {
+    case STORE_ADD:
+        res = old != NULL ? STORE_NOT_STORED : STORE_STORED;
+        break;
+    case STORE_CAS:
+        res = old == NULL ? STORE_NOT_FOUND
+            : old->cas != req_cas ? STORE_EXISTS : STORE_STORED;
+        break;
+    case STORE_REPLACE:
+    case STORE_APPEND:
+    case STORE_PREPEND:
+        res = old == NULL ? STORE_NOT_STORED
+            : cas_bad ? STORE_EXISTS : STORE_STORED;
+        break;
+    case STORE_SET:
+    default:
+        res = STORE_STORED;
+        break;
+    }
+
+    if (res == STORE_STORED) {
+        if (op == STORE_APPEND || op == STORE_PREPEND) {
+            res = do_item_concat(old, it, op == STORE_APPEND, hv, partition,
+                                 &new_cas);
+        } else {
+            if (old != NULL)
+                do_item_replace(old, it, hv);
+            else
+                do_item_link(it, hv, false);
+            new_cas = it->cas;
+        }
+    }
+    if (res == STORE_STORED && cas_out != NULL)
+        *cas_out = new_cas;
+    if (old != NULL)
+        item_release(old);
+    return res;
+}
+
+enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
+                             uint64_t *cas_out, int partition)
+{
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    item_lock(hv);
+    enum store_result res = do_item_store(it, op, req_cas, cas_out, hv,
+                                          partition);
+    item_unlock(hv);
+    return res;
+}
+
+/* ---- incr / decr, delete. ------------------------------------------ */
+
+/* Parses a stored value as a decimal uint64: optional leading and
+ * trailing spaces, at least one digit, no sign, no overflow. */
+static bool parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    uint64_t v = 0;
+    while (i < len && s[i] == ' ')
+        i++;
+    size_t start = i;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        unsigned int d = (unsigned int)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (i == start)
+        return false;
+    while (i < len && s[i] == ' ')
+        i++;
+    if (i != len)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Computes the new value of `it` into out and swaps in a new item. */
+static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
+                                        char *out, uint64_t *cas_out,
+                                        uint32_t hv, int partition)
+{
+    uint64_t v;
+    if (it->nbytes < 2 || !parse_u64(ITEM_data(it), it->nbytes - 2, &v))
+        return DELTA_NON_NUMERIC;
+    if (incr)
+        v += delta;                 /* wraps mod 2^64 */
+    else
+        v = delta > v ? 0 : v - delta;
+    int len = snprintf(out, 21, "%llu", (unsigned long long)v);
+
+    item *n = item_alloc(ITEM_key(it), it->nkey, it->flags, it->exptime,
+                         (size_t)len + 2, partition);
+    if (n == NULL)
+        return DELTA_NO_MEMORY;
+    memcpy(ITEM_data(n), out, (size_t)len);
+    memcpy(ITEM_data(n) + len, "\r\n", 2);
+    n->it_flags |= it->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
+    do_item_replace(it, n, hv);
+    if (cas_out != NULL)
+        *cas_out = n->cas;
+    item_release(n);
+    return DELTA_OK;
+}
+
+enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
+                                 uint64_t delta, uint64_t req_cas,
+                                 char *out, uint64_t *cas_out, int partition)
+{
+    uint32_t hv = item_hash(key, nkey);
+    enum delta_result res;
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, NULL, true);
+    if (it == NULL)
+        res = DELTA_NOT_FOUND;
+    else if (req_cas != 0 && it->cas != req_cas)
+        res = DELTA_EXISTS;
+    else
+        res = do_apply_delta(it, incr, delta, out, cas_out, hv, partition);
+    if (it != NULL)
+        item_release(it);
+    item_unlock(hv);
+    return res;
+}
+
+enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas)
+{
+    uint32_t hv = item_hash(key, nkey);
+    enum delete_result res = DELETE_OK;
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, NULL, false);
+    if (it == NULL) {
+        res = DELETE_NOT_FOUND;
+    } else {
+        if (req_cas != 0 && it->cas != req_cas)
+            res = DELETE_EXISTS;
+        else
+            do_item_unlink(it, hv);
+        item_release(it);
+    }
+    item_unlock(hv);
+    return res;
+}
+
+/* ---- Expiry crawler. ------------------------------------------------- */
+
+/* Reclaims `it` if dead.  Caller holds l->lock and crawl_lock. */
+static void crawl_check_locked(struct lru *l, item *it)
+{
+    unsigned int clsid = it->slabs_clsid;
+    GSTATS_INCR(crawler_items_checked);
+    CLS_INCR(clsid, crawler_items_checked);
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    if (!item_trylock(hv))
+        return;
+    if (item_is_dead(it, NULL)) {
+        GSTATS_INCR(crawler_reclaimed);
+        CLS_INCR(clsid, crawler_reclaimed);
+        if ((it->it_flags & ITEM_FETCHED) == 0) {
+            GSTATS_INCR(expired_unfetched);
+            CLS_INCR(clsid, expired_unfetched);
+        }
+        unlink_locked(l, it, hv);
+        item_release(it);
+    }
+    item_unlock(hv);
+}
+
+/* Walks the crawler one LRU toward the head, checking at most budget
+ * items.  Returns the number checked; *done when it left the LRU. */
+static int crawl_lru(struct lru *l, int budget, bool *done)
+{
+    int checked = 0;
+    pthread_mutex_lock(&l->lock);
+    if (!crawler_in_lru) {
+        if (l->tail == NULL) {
+            pthread_mutex_unlock(&l->lock);
+            *done = true;
+            return 0;
+        }
+        crawler.next = NULL;
+        crawler.prev = l->tail;
+        l->tail->next = &crawler;
+        l->tail = &crawler;
+        crawler_in_lru = true;
+    }
+    while (checked < budget && crawler.prev != NULL) {
+        item *it = crawler.prev;
+        lru_unlink_locked(l, &crawler);
+        lru_insert_before_locked(l, it, &crawler);
+        crawl_check_locked(l, it);
+        checked++;
+    }
+    *done = crawler.prev == NULL;
+    if (*done) {
+        lru_unlink_locked(l, &crawler);
+        crawler_in_lru = false;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return checked;
+}
+
+int items_crawl_step(int budget)
+{
+    int checked = 0;
+    pthread_mutex_lock(&crawl_lock);
+    unsigned int nlrus = slabs_nclasses() * (unsigned int)npart;
+    for (unsigned int visited = 0; checked < budget && visited <= nlrus;) {
+        if (crawl_cls < 1 || crawl_cls > slabs_nclasses())
+            crawl_cls = 1;
+        bool done = false;
+        checked += crawl_lru(&lrus[crawl_cls][crawl_part], budget - checked,
+                             &done);
+        if (done) {
+            visited++;
+            if (++crawl_part >= npart) {
+                crawl_part = 0;
+                crawl_cls++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&crawl_lock);
+    return checked;
+}
+
+/* ---- Stats. ---------------------------------------------------------- */
+
+/* Items in class clsid and the last access time of its oldest one. */
+static uint64_t class_count(unsigned int clsid, rel_time_t *oldest)
+{
+    uint64_t n = 0;
+    *oldest = mc_now();
+    for (int p = 0; p < npart; p++) {
+        struct lru *l = &lrus[clsid][p];
+        pthread_mutex_lock(&l->lock);
+        n += l->count;
+        item *t = l->tail;
+        while (t != NULL && (t->it_flags & ITEM_CRAWLER))
+            t = t->prev;
+        if (t != NULL && t->time < *oldest)
+            *oldest = t->time;
+        pthread_mutex_unlock(&l->lock);
+    }
+    return n;
+}
+
+void items_stats(struct stat_sink *sink)
+{
+    char key[80];
+    rel_time_t now = mc_now();
+    for (unsigned int c = 1; c <= slabs_nclasses(); c++) {
+        rel_time_t oldest;
+        uint64_t n = class_count(c, &oldest);
+        struct lru_stats *s = &cls_stats[c];
+        if (n == 0 && STATS_GET(s, evicted) == 0 &&
+            STATS_GET(s, outofmemory) == 0)
+            continue;
+        snprintf(key, sizeof(key), "items:%u:number", c);
+        stat_printf(sink, key, "%llu", (unsigned long long)n);
+        snprintf(key, sizeof(key), "items:%u:age", c);
+        stat_printf(sink, key, "%u", n ? now - oldest : 0);
+#define EMIT_LRU_STAT(name) \
+        snprintf(key, sizeof(key), "items:%u:" #name, c); \
+        stat_printf(sink, key, "%llu", \
+                    (unsigned long long)STATS_GET(s, name));
+        LRU_STATS_FIELDS(EMIT_LRU_STAT)
+#undef EMIT_LRU_STAT
+    }
+}
+
+void items_stats_sizes(struct stat_sink *sink)
+{
+    stat_printf(sink, "sizes_status", "disabled");
+}
+
+void items_stats_reset(void)
+{
+    for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+#define RESET_LRU_STAT(name) \
+        __atomic_store_n(&cls_stats[c].name, 0, __ATOMIC_RELAXED);
+        LRU_STATS_FIELDS(RESET_LRU_STAT)
+#undef RESET_LRU_STAT
+    }
+}

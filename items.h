@@ -1,0 +1,214 @@
+/*
+ * items.h - the item: its layout, its lifecycle, and the operations the
+ * protocol layers run on it.
+ *
+ * Lifecycle.  item_alloc() returns an unlinked item with refcount 1 (the
+ * caller's reference).  Linking adds the hash index's reference.  Every
+ * lookup returns the item with one more reference that the caller drops with
+ * item_release().  Memory goes back to slabs.c only when the item is unlinked
+ * and its refcount reaches 0, so a reader (a zero-copy send, a copy) never
+ * sees an item freed under it.
+ *
+ * Locks.  Lock order: item lock (striped by key hash) -> partition LRU lock
+ * -> slab free-list lock.  Functions named do_* are called with
+ * item_lock(hv) held for the key's hash hv; all others take what they need.
+ * The hash index (assoc.c) is protected by the same item lock stripes.
+ */
+#ifndef ITEMS_H
+#define ITEMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memcached.h"
+
+/* it_flags.  All updated under the item lock, except ITEM_SLABBED which
+ * only slabs.c touches while the item is free. */
+#define ITEM_LINKED     0x0001  /* in the hash index and an LRU */
+#define ITEM_SLABBED    0x0002  /* free, on a slab free list */
+#define ITEM_FETCHED    0x0004  /* read at least once since set */
+#define ITEM_ACTIVE     0x0008  /* read again after its first fetch */
+#define ITEM_META       0x0010  /* meta tuple: value lives in a lower tier */
+#define ITEM_TOKEN_SENT 0x0020  /* meta: a win token was handed out */
+#define ITEM_STALE      0x0040  /* meta: invalidated, served as stale */
+#define ITEM_CRAWLER    0x0080  /* expiry crawler's placeholder in an LRU */
+
+/* Tier of the item's value (DESIGN.md 3).  Only TIER_DRAM exists so far. */
+enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2 };
+
+typedef struct item item;
+struct item {
+    item *next;             /* LRU links: partition LRU lock */
+    item *prev;
+    item *h_next;           /* hash chain: item lock */
+    rel_time_t time;        /* last access, server clock */
+    rel_time_t exptime;     /* 0 = never; item lock */
+    uint32_t access;        /* lazy_lru.h: time:24 | readCount:8 */
+    uint32_t nbytes;        /* value length INCLUDING the trailing "\r\n" */
+    uint32_t flags;         /* client flags (32 bit, as memcached 1.6) */
+    uint16_t refcount;      /* atomic */
+    uint16_t it_flags;      /* ITEM_* */
+    uint8_t slabs_clsid;    /* slab class, 0 = not from a slab */
+    uint8_t partition;      /* partition whose LRU/free list holds it */
+    uint8_t tier;           /* enum item_tier */
+    uint8_t nkey;           /* key length, <= KEY_MAX_LENGTH */
+    uint64_t cas;           /* 0 when CAS is disabled (-C) */
+    char data[];            /* key, '\0', value (nbytes, ends "\r\n") */
+};
+
+#define ITEM_key(it)    ((it)->data)
+#define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
+#define ITEM_ntotal(it) (sizeof(item) + (it)->nkey + 1 + (it)->nbytes)
+
+/* Total size an item of this key and value length would take. */
+static inline size_t item_make_size(size_t nkey, size_t nbytes)
+{
+    return sizeof(item) + nkey + 1 + nbytes;
+}
+
+/* Initializes the whole DRAM engine from settings: item locks, LRUs,
+ * lazy_lru.c, slabs_init() and assoc_init(settings.hashpower_init).
+ * Call once after option parsing, before any thread uses items.  Calling
+ * it again discards every item (tests). */
+void items_init(void);
+
+/* Key hash; also selects the item lock stripe and the hash bucket. */
+uint32_t item_hash(const char *key, size_t nkey);
+void item_lock(uint32_t hv);
+void item_unlock(uint32_t hv);
+bool item_trylock(uint32_t hv);
+
+/* log2 of the number of item lock stripes (stripe = hv & mask). */
+#define ITEM_LOCK_POWER 12
+/* Takes / drops every stripe in ascending order (hash table resize only;
+ * the caller holds no stripe). */
+void item_lock_all(void);
+void item_unlock_all(void);
+
+/* Next CAS id (never 0).  Returns 0 when CAS is disabled. */
+uint64_t item_next_cas(void);
+
+/* True if an item of this size can ever be stored (fits -I and the
+ * largest slab class). */
+bool item_size_ok(size_t nkey, size_t nbytes);
+
+/*
+ * Allocates an unlinked item with refcount 1 and copies the key in.
+ * nbytes includes the trailing "\r\n" the caller will write.  partition
+ * is the caller's partition (worker id mod P).  Evicts from the LRU tail
+ * when DRAM is full and evict_to_free is set.  Returns NULL when the item
+ * is too large or memory cannot be found (-M).
+ */
+item *item_alloc(const char *key, size_t nkey, uint32_t flags,
+                 rel_time_t exptime, size_t nbytes, int partition);
+
+/* Drops one reference; frees the item when it is unlinked and unused. */
+void item_release(item *it);
+
+/* Why a lookup missed. */
+enum item_miss { MISS_NONE = 0, MISS_NOT_FOUND, MISS_EXPIRED, MISS_FLUSHED };
+
+/* True if the item is past its exptime or older than flush_all. */
+bool item_is_dead(const item *it, enum item_miss *why);
+
+/*
+ * Looks a key up.  Returns the item with a reference held, or NULL.
+ * An expired or flushed item found on the way is unlinked (lazy reclaim)
+ * and *why says so.  do_update records the access (time, lazy LRU access
+ * field, ITEM_FETCHED / ITEM_ACTIVE).
+ */
+item *item_get(const char *key, size_t nkey, enum item_miss *why,
+               bool do_update);
+
+/* item_get that also sets a new exptime (gat, touch). */
+item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
+                         enum item_miss *why);
+
+enum store_op {
+    STORE_SET = 1, STORE_ADD, STORE_REPLACE, STORE_APPEND, STORE_PREPEND,
+    STORE_CAS
+};
+
+enum store_result {
+    STORE_STORED = 1,
+    STORE_NOT_STORED,   /* add on existing, replace/append/prepend on missing */
+    STORE_EXISTS,       /* cas mismatch */
+    STORE_NOT_FOUND,    /* cas on a missing key */
+    STORE_NO_MEMORY,    /* append/prepend could not allocate */
+    STORE_TOO_LARGE,    /* append/prepend result exceeds -I */
+};
+
+/*
+ * Stores an allocated item whose value the caller has filled in.  For
+ * STORE_CAS, req_cas is the client's CAS value; for other ops a non-zero
+ * req_cas also has to match (meta ms with C).  On STORE_STORED *cas_out
+ * gets the new CAS id (may be NULL).  The caller keeps its reference.
+ */
+enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
+                             uint64_t *cas_out, int partition);
+
+enum delta_result {
+    DELTA_OK = 1,
+    DELTA_NON_NUMERIC,  /* stored value is not a decimal uint64 */
+    DELTA_NO_MEMORY,
+    DELTA_NOT_FOUND,
+    DELTA_EXISTS,       /* req_cas given and mismatched */
+};
+
+/*
+ * incr/decr.  incr wraps at 2^64; decr stops at 0 (memcached rules).
+ * out receives the new value as decimal text, NUL-terminated (>= 21
+ * bytes).  If req_cas is non-zero it must match.  *cas_out gets the new
+ * CAS (may be NULL).
+ */
+enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
+                                 uint64_t delta, uint64_t req_cas,
+                                 char *out, uint64_t *cas_out, int partition);
+
+enum delete_result { DELETE_OK = 1, DELETE_NOT_FOUND, DELETE_EXISTS };
+
+/* Deletes a key; a non-zero req_cas must match. */
+enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas);
+
+/*
+ * flush_all: every item last updated at or before `when` (server clock)
+ * counts as dead once the clock reaches `when`.  when == 0 means now.
+ */
+void item_flush(rel_time_t when);
+
+/* ---- Lower level: caller holds item_lock(hv). ------------------------ */
+
+/* Lookup without the lock; same contract as item_get. */
+item *do_item_get(const char *key, size_t nkey, uint32_t hv,
+                  enum item_miss *why, bool do_update);
+/* Links an item (assigns a fresh CAS unless keep_cas) into index + LRU. */
+void do_item_link(item *it, uint32_t hv, bool keep_cas);
+/* Unlinks from index + LRU and drops the index's reference. */
+void do_item_unlink(item *it, uint32_t hv);
+/* Atomically swaps old for new_it in the index (assigns new CAS). */
+void do_item_replace(item *old, item *new_it, uint32_t hv);
+/* Records an access: time, access field, FETCHED/ACTIVE, LRU bump. */
+void do_item_touch_access(item *it);
+/* item_store with the lock already held. */
+enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
+                                uint64_t *cas_out, uint32_t hv,
+                                int partition);
+
+/* ---- Background and stats. ------------------------------------------- */
+
+/*
+ * One bounded step of the expiry crawler: checks at most `budget` items
+ * and unlinks the expired or flushed ones.  Returns the number checked;
+ * the maintainer thread calls it periodically.
+ */
+int items_crawl_step(int budget);
+
+struct stat_sink;
+/* `stats items`, `stats sizes`. */
+void items_stats(struct stat_sink *sink);
+void items_stats_sizes(struct stat_sink *sink);
+/* Clears the per-class counters of `stats items` (`stats reset`). */
+void items_stats_reset(void);
+
+#endif

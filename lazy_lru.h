@@ -1,0 +1,58 @@
+/*
+ * lazy_lru.h - Lazy LRU access records and temperatures (DESIGN.md 3, 4).
+ *
+ * Each item carries a 32-bit `access` field: bits 31..8 are `time` (the
+ * low 24 bits of the server clock, seconds; wraps every ~194 days) and bits
+ * 7..0 are `readCount`.  On each access
+ *
+ *     readCount = min(readCount / (now - time + 1) + 1, 2 * THR_hot)
+ *     time      = now
+ *
+ * so frequent reads push readCount up and idle time decays it.  An item is
+ * hot when readCount > THR_hot, warm when readCount > THR_warm, else cold.
+ *
+ * Defaults: THR_hot = 4, THR_warm = 1.  A freshly read item (readCount 1)
+ * is cold; read twice within about a second it is warm; five or more reads
+ * in quick succession make it hot.  The sampler (later) moves both.
+ *
+ * Threads: llru_record_access() is called with the item lock held; the
+ * field is read and written with relaxed atomics so samplers and LRU
+ * threads may read it without that lock.  The thresholds are relaxed
+ * atomics too.
+ */
+#ifndef LAZY_LRU_H
+#define LAZY_LRU_H
+
+#include <stdint.h>
+
+#include "items.h"
+
+#define LLRU_TIME_BITS 24
+#define LLRU_TIME_MASK ((1u << LLRU_TIME_BITS) - 1)
+#define LLRU_COUNT_MASK 0xffu
+#define LLRU_THR_HOT_DEFAULT 4
+#define LLRU_THR_WARM_DEFAULT 1
+/* readCount is 8 bits, so 2 * THR_hot must fit. */
+#define LLRU_THR_HOT_MAX 127
+
+enum llru_temp { LLRU_COLD = 0, LLRU_WARM = 1, LLRU_HOT = 2 };
+
+/* Resets thresholds to their defaults. */
+void llru_init(void);
+
+/* New item: time = now, readCount = 0.  Caller owns the item. */
+void llru_init_access(item *it, rel_time_t now);
+/* Applies the access formula above.  Caller holds the item lock. */
+void llru_record_access(item *it, rel_time_t now);
+unsigned int llru_read_count(const item *it);
+/* 24-bit time of the last recorded access. */
+uint32_t llru_access_time(const item *it);
+enum llru_temp llru_temperature(const item *it);
+
+unsigned int llru_thr_hot(void);
+unsigned int llru_thr_warm(void);
+/* Sets both thresholds; hot is clamped to [1, LLRU_THR_HOT_MAX] and warm
+ * to [0, hot - 1]. */
+void llru_set_thresholds(unsigned int hot, unsigned int warm);
+
+#endif

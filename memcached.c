@@ -1,0 +1,411 @@
+/*
+ * memcached.c - main(): settings, listeners, signals and shutdown.
+ *
+ * The main thread parses options (settings.c), initialises the storage
+ * engine, starts the workers (thread.c) and then runs the listener loop:
+ * it accepts TCP and unix-socket connections and hands each to a worker,
+ * advances the server clock, and turns SIGTERM/SIGINT into a clean
+ * shutdown (stop accepting, stop the workers, remove the pid file, exit 0).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "assoc.h"
+#include "conn.h"
+#include "items.h"
+#include "memcached.h"
+#include "slabs.h"
+#include "stats.h"
+#include "thread.h"
+
+#define MAX_LISTENERS 16
+#define CLOCK_TICK_MS 100
+
+struct listener {
+    int fd;
+    enum conn_transport transport;
+    struct event *ev;
+};
+
+static struct event_base *main_base;
+static struct listener listeners[MAX_LISTENERS];
+static int nlisteners;
+
+/* ---- Accepting ---------------------------------------------------------- */
+
+static void listener_accept(evutil_socket_t fd, short which, void *arg)
+{
+    struct listener *l = arg;
+    (void)which;
+    for (int i = 0; i < 64; i++) {
+        int sfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (sfd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                GSTATS_INCR(listen_disabled_num);
+                fprintf(stderr, "Too many open files: cannot accept\n");
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR && errno != ECONNABORTED) {
+                perror("accept()");
+            }
+            return;
+        }
+        if (STATS_GET(&gstats, curr_connections) >= (uint64_t)settings.maxconns) {
+            static const char msg[] = "ERROR Too many open connections\r\n";
+            ssize_t unused = write(sfd, msg, sizeof(msg) - 1);
+            (void)unused;
+            close(sfd);
+            GSTATS_INCR(rejected_connections);
+            continue;
+        }
+        if (l->transport == TRANSPORT_TCP) {
+            int one = 1;
+            setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        worker_dispatch_conn(sfd, l->transport, 0);
+    }
+}
+
+static bool listener_add(int fd, enum conn_transport transport)
+{
+    if (nlisteners == MAX_LISTENERS) {
+        fprintf(stderr, "too many listening sockets\n");
+        return false;
+    }
+    struct listener *l = &listeners[nlisteners];
+    l->fd = fd;
+    l->transport = transport;
+    if (transport == TRANSPORT_UDP) {
+        workers_add_udp(fd);
+        nlisteners++;
+        return true;
+    }
+    l->ev = event_new(main_base, fd, EV_READ | EV_PERSIST, listener_accept, l);
+    if (!l->ev || event_add(l->ev, NULL) != 0) {
+        fprintf(stderr, "cannot add listener event\n");
+        return false;
+    }
+    nlisteners++;
+    return true;
+}
+
+/* ---- Sockets ------------------------------------------------------------ */
+
+static int socket_bind(const struct addrinfo *ai, int type)
+{
+    int fd = socket(ai->ai_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (type == SOCK_STREAM)
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+        (type == SOCK_STREAM && listen(fd, settings.backlog) != 0)) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+/* Binds every address of one -l entry ("host", "host:port", "[v6]:port"). */
+static bool server_listen_one(const char *spec, int port, int type)
+{
+    char host[256];
+    char portbuf[16];
+    const char *p = spec;
+    snprintf(portbuf, sizeof(portbuf), "%d", port);
+
+    if (*p == '[') {
+        const char *end = strchr(p, ']');
+        if (!end || (size_t)(end - p - 1) >= sizeof(host))
+            return false;
+        memcpy(host, p + 1, end - p - 1);
+        host[end - p - 1] = '\0';
+        if (end[1] == ':' && type == SOCK_STREAM)
+            snprintf(portbuf, sizeof(portbuf), "%s", end + 2);
+    } else {
+        snprintf(host, sizeof(host), "%s", p);
+        char *colon = strchr(host, ':');
+        if (colon && !strchr(colon + 1, ':')) {
+            *colon = '\0';
+            if (type == SOCK_STREAM)
+                snprintf(portbuf, sizeof(portbuf), "%s", colon + 1);
+        }
+    }
+
+    struct addrinfo hints = { .ai_flags = AI_PASSIVE, .ai_socktype = type,
+                              .ai_family = AF_UNSPEC };
+    struct addrinfo *res;
+    int rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, portbuf, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "getaddrinfo(%s): %s\n", host, gai_strerror(rc));
+        return false;
+    }
+    int bound = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket_bind(ai, type);
+        if (fd < 0) {
+            if (errno == EADDRINUSE) {
+                fprintf(stderr, "failed to listen on %s port %s: %s\n",
+                        host, portbuf, strerror(errno));
+                freeaddrinfo(res);
+                return false;
+            }
+            continue;
+        }
+        if (!listener_add(fd, type == SOCK_STREAM ? TRANSPORT_TCP : TRANSPORT_UDP)) {
+            close(fd);
+            freeaddrinfo(res);
+            return false;
+        }
+        bound++;
+    }
+    freeaddrinfo(res);
+    if (!bound)
+        fprintf(stderr, "failed to listen on %s port %s: %s\n", host, portbuf,
+                strerror(errno));
+    return bound > 0;
+}
+
+static bool server_listen_inet(int port, int type)
+{
+    const char *inter = settings.inter ? settings.inter : "127.0.0.1";
+    char *copy = strdup(inter);
+    char *save = NULL;
+    bool ok = true;
+    for (char *tok = strtok_r(copy, ", ", &save); tok && ok;
+         tok = strtok_r(NULL, ", ", &save))
+        ok = server_listen_one(tok, port, type);
+    free(copy);
+    return ok;
+}
+
+static bool server_listen_unix(const char *path, int mask)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        fprintf(stderr, "unix socket path too long: %s\n", path);
+        return false;
+    }
+    strcpy(addr.sun_path, path);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        perror("socket(AF_UNIX)");
+        return false;
+    }
+    mode_t old = umask(~mask & 0777);
+    int rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+    umask(old);
+    if (rc != 0 || listen(fd, settings.backlog) != 0) {
+        fprintf(stderr, "cannot listen on unix socket %s: %s\n", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    return listener_add(fd, TRANSPORT_UNIX);
+}
+
+/* ---- Process setup ------------------------------------------------------ */
+
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = (rlim_t)settings.maxconns + 64;
+    if (rl.rlim_cur < want) {
+        rl.rlim_cur = want;
+        if (rl.rlim_max < want)
+            rl.rlim_max = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            fprintf(stderr, "warning: cannot raise the open file limit to %lu; "
+                    "-c %d may not be reachable\n", (unsigned long)want,
+                    settings.maxconns);
+    }
+}
+
+static void drop_privileges(void)
+{
+    if (getuid() != 0 && geteuid() != 0)
+        return;
+    if (!settings.username || !*settings.username) {
+        fprintf(stderr, "can't run as root without the -u switch\n");
+        exit(EX_USAGE);
+    }
+    struct passwd *pw = getpwnam(settings.username);
+    if (!pw) {
+        fprintf(stderr, "can't find the user %s to switch to\n", settings.username);
+        exit(EX_NOUSER);
+    }
+    if (pw->pw_uid == 0)
+        return;
+    if (setgroups(0, NULL) != 0 && errno != EPERM) {
+        perror("setgroups");
+        exit(EX_OSERR);
+    }
+    if (setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) {
+        fprintf(stderr, "failed to assume identity of user %s\n", settings.username);
+        exit(EX_OSERR);
+    }
+}
+
+static void daemonize(void)
+{
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(EXIT_FAILURE);
+    }
+    if (pid > 0)
+        _exit(EXIT_SUCCESS);
+    if (setsid() < 0) {
+        perror("setsid");
+        exit(EXIT_FAILURE);
+    }
+    if (chdir("/") != 0)
+        perror("chdir");
+    int fd = open("/dev/null", O_RDWR);
+    if (fd >= 0) {
+        dup2(fd, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        if (!settings.verbose)
+            dup2(fd, STDERR_FILENO);
+        if (fd > STDERR_FILENO)
+            close(fd);
+    }
+}
+
+static void pidfile_write(void)
+{
+    if (!settings.pid_file)
+        return;
+    FILE *f = fopen(settings.pid_file, "w");
+    if (!f) {
+        fprintf(stderr, "could not open the pid file %s: %s\n",
+                settings.pid_file, strerror(errno));
+        return;
+    }
+    fprintf(f, "%ld\n", (long)getpid());
+    if (fclose(f) != 0)
+        fprintf(stderr, "could not write the pid file %s\n", settings.pid_file);
+}
+
+/* ---- Events on the main base ------------------------------------------- */
+
+static void clock_tick(evutil_socket_t fd, short which, void *arg)
+{
+    (void)fd;
+    (void)which;
+    (void)arg;
+    clock_update();
+}
+
+static void on_signal(evutil_socket_t sig, short which, void *arg)
+{
+    (void)which;
+    (void)arg;
+    if (settings.verbose)
+        fprintf(stderr, "Signal handled: %s.\n", strsignal((int)sig));
+    event_base_loopbreak(main_base);
+}
+
+static bool add_main_events(void)
+{
+    struct timeval tick = { 0, CLOCK_TICK_MS * 1000 };
+    struct event *clock_ev = event_new(main_base, -1, EV_PERSIST, clock_tick, NULL);
+    struct event *term = evsignal_new(main_base, SIGTERM, on_signal, NULL);
+    struct event *intr = evsignal_new(main_base, SIGINT, on_signal, NULL);
+    return clock_ev && term && intr && event_add(clock_ev, &tick) == 0 &&
+           event_add(term, NULL) == 0 && event_add(intr, NULL) == 0;
+}
+
+int main(int argc, char **argv)
+{
+    settings_init();
+    settings_parse_args(argc, argv);
+    if (!settings_finalize())
+        exit(EX_USAGE);
+
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+    drop_privileges();
+    if (settings.daemonize)
+        daemonize();
+    if (settings.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+        fprintf(stderr, "warning: -k: mlockall failed: %s\n", strerror(errno));
+
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "libevent lacks pthread support\n");
+        exit(EXIT_FAILURE);
+    }
+    main_base = event_base_new();
+    if (!main_base || !add_main_events()) {
+        fprintf(stderr, "cannot initialise libevent\n");
+        exit(EXIT_FAILURE);
+    }
+
+    clock_update();
+    slabs_init();
+    assoc_init(settings.hashpower_init);
+    items_init();
+    workers_start(settings.num_threads, main_base);
+
+    bool ok;
+    if (settings.socketpath) {
+        ok = server_listen_unix(settings.socketpath, settings.access);
+    } else {
+        ok = settings.port == 0 || server_listen_inet(settings.port, SOCK_STREAM);
+        if (ok && settings.udpport)
+            ok = server_listen_inet(settings.udpport, SOCK_DGRAM);
+    }
+    if (!ok) {
+        fprintf(stderr, "failed to start listening\n");
+        exit(EX_OSERR);
+    }
+    pidfile_write();
+    if (settings.verbose)
+        fprintf(stderr, "tac-memcached %s ready: %d worker threads, %zu MB\n",
+                PACKAGE_VERSION, settings.num_threads, settings.maxbytes >> 20);
+
+    event_base_dispatch(main_base);
+
+    for (int i = 0; i < nlisteners; i++) {
+        if (listeners[i].ev)
+            event_free(listeners[i].ev);
+        if (listeners[i].transport != TRANSPORT_UDP)
+            close(listeners[i].fd);
+    }
+    workers_stop();
+    if (settings.socketpath)
+        unlink(settings.socketpath);
+    if (settings.pid_file)
+        unlink(settings.pid_file);
+    return EXIT_SUCCESS;
+}

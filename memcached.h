@@ -1,0 +1,110 @@
+/*
+ * memcached.h - process-wide settings, the server clock and shared constants.
+ *
+ * Owns: `settings` (written once by option parsing in memcached.c before any
+ * thread starts, read-only afterwards except the few fields marked "atomic"),
+ * and the process clock `current_time` (seconds since start, advanced by the
+ * listener thread's clock event, read by every thread with mc_now()).
+ *
+ * This is not a god header: it holds only what every module needs.  Item,
+ * slab, hash, connection and stats state live behind their own headers.
+ */
+#ifndef MEMCACHED_H
+#define MEMCACHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define KEY_MAX_LENGTH 250
+/* exptime values above this many seconds are absolute unix times. */
+#define REALTIME_MAXDELTA (60 * 60 * 24 * 30)
+#define MAX_SLAB_CLASSES 64
+#define MAX_PARTITIONS 64
+#define SLAB_PAGE_SIZE (1024 * 1024)
+
+/* Seconds since process start, as the server clock sees them. */
+typedef uint32_t rel_time_t;
+
+struct settings {
+    size_t maxbytes;        /* -m: DRAM for items and meta tuples */
+    int maxconns;           /* -c */
+    int port;               /* -p (0 = off) */
+    int udpport;            /* -U (0 = off, the default) */
+    char *inter;            /* -l: listen addresses, comma separated */
+    int verbose;            /* -v (atomic: `verbosity` command writes it) */
+    bool evict_to_free;     /* false with -M */
+    char *socketpath;       /* -s */
+    int access;             /* -a: unix socket mode */
+    double factor;          /* -f: slab growth factor */
+    int chunk_size;         /* -n: minimum space for key+value+flags */
+    int num_threads;        /* -t */
+    int partitions;         /* -o partitions (default = num_threads) */
+    int reqs_per_event;     /* -R */
+    bool use_cas;           /* false with -C */
+    int backlog;            /* -b */
+    int item_size_max;      /* -I */
+    int slab_page_size;     /* bytes per slab page (1 MB, larger if -I is) */
+    bool lock_memory;       /* -k */
+    bool prealloc;          /* -L */
+    int idle_timeout;       /* -o idle_timeout, seconds, 0 = off */
+    bool shutdown_command;  /* -A */
+    bool flush_enabled;     /* false with -F */
+    bool daemonize;         /* -d */
+    char *pid_file;         /* -P */
+    char *username;         /* -u */
+    int maxconns_fast;      /* -o maxconns_fast: reject immediately past -c */
+    int hashpower_init;     /* -o hashpower */
+    int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
+    char prefix_delimiter;  /* -D */
+    bool meta_base64_ok;    /* always true; kept for stats settings */
+};
+
+extern struct settings settings;
+
+/* The server clock, seconds since start; see mc_now(). */
+extern rel_time_t current_time;
+/* Unix time at which current_time was 0. */
+extern time_t process_started;
+
+static inline rel_time_t mc_now(void)
+{
+    return __atomic_load_n(&current_time, __ATOMIC_RELAXED);
+}
+
+/* Sets defaults into `settings`.  Called before option parsing. */
+void settings_init(void);
+
+/*
+ * Parses the command line (memcached's short and long flags, and -o
+ * extended options) into `settings`.  Prints an error and exits on bad
+ * input; handles -h and -V itself.
+ */
+void settings_parse_args(int argc, char **argv);
+/* Fills derived defaults (partitions, page size) and checks limits.
+ * Returns false after printing why the combination is invalid. */
+bool settings_finalize(void);
+/* Prints the -h text. */
+void settings_usage(void);
+
+struct stat_sink;
+/* `stats settings`. */
+void settings_stats(struct stat_sink *sink);
+
+/* Advances current_time from the wall clock.  Listener thread only. */
+void clock_update(void);
+
+/*
+ * Converts a protocol exptime into server time, following memcached:
+ *   0                  -> 0 (never expires)
+ *   negative           -> already expired
+ *   <= 30 days         -> relative to now
+ *   > 30 days          -> absolute unix time
+ */
+rel_time_t realtime(int64_t exptime);
+
+/* Inverse for reporting: remaining TTL in seconds, -1 if none. */
+int64_t ttl_remaining(rel_time_t exptime);
+
+#endif

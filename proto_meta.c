@@ -1,0 +1,951 @@
+/*
+ * proto_meta.c - memcached meta commands: mg (get), ms (set), md (delete),
+ * ma (arithmetic), mn (no-op) and me (debug).
+ *
+ * Design.  A meta command is "<cm> <key> [datalen] <flag>*", each flag one
+ * character with an optional token glued to it.  meta_preparse() validates
+ * the flags once (duplicates, numbers, modes) exactly as memcached 1.6.18
+ * does, including which error string wins when several are wrong; each
+ * command then walks the flags again in request order to build its reply,
+ * so returned flags come back in the order they were asked for.
+ *
+ * Commands that need an atomic read-modify-write of item metadata (win
+ * tokens for N/R, stale marking for md I and ms I, TTL updates, delayed LRU
+ * bumps so 'h' and 'l' report the state before this request) run under
+ * item_lock(hv) with the do_* item functions.  An item is never allocated
+ * while an item lock is held: vivify (mg N) unlocks, allocates, relocks and
+ * looks again.
+ *
+ * Extension: the E flag (explicit CAS value, memcached >= 1.6.21) is
+ * accepted by ms, ma and md; stock 1.6.18 rejects it as an invalid flag.
+ *
+ * Threads: runs on the connection's worker; item locks are taken and
+ * released within each command.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "items.h"
+#include "memcached.h"
+#include "proto_text.h"
+#include "stats.h"
+#include "thread.h"
+#include "util.h"
+
+/* memcached's MFLAG_MAX_OPT_LENGTH: token count incl. its terminal token. */
+#define META_MAX_TOKENS 19
+
+struct meta_flags {
+    bool has_error;
+    bool locked;        /* needs the item lock (N T R l h) */
+    bool vivify;        /* N */
+    bool value;         /* v */
+    bool set_stale;     /* I */
+    bool no_reply;      /* q */
+    bool no_update;     /* u */
+    bool has_cas;       /* C */
+    bool new_ttl;       /* T */
+    bool key_binary;    /* b */
+    bool has_explicit;  /* E */
+    char mode;          /* M */
+    rel_time_t exptime;
+    rel_time_t autoviv_exptime;
+    rel_time_t recache_time;
+    uint32_t client_flags;
+    uint64_t req_cas;
+    uint64_t explicit_cas;
+    uint64_t delta;
+    uint64_t initial;
+};
+
+/* Reply line under construction; big enough for every flag at once. */
+struct meta_line {
+    char buf[1024];
+    char *p;
+};
+
+static void ml_init(struct meta_line *m, const char *code)
+{
+    size_t n = strlen(code);
+    memcpy(m->buf, code, n);
+    m->p = m->buf + n;
+}
+
+static void ml_flag_u64(struct meta_line *m, char flag, uint64_t v)
+{
+    *m->p++ = ' ';
+    *m->p++ = flag;
+    m->p = util_u64toa(v, m->p);
+}
+
+static void ml_flag(struct meta_line *m, char flag)
+{
+    *m->p++ = ' ';
+    *m->p++ = flag;
+}
+
+static void ml_token(struct meta_line *m, const struct util_token *t)
+{
+    *m->p++ = ' ';
+    memcpy(m->p, t->value, t->length);
+    m->p += t->length;
+}
+
+static void ml_key(struct meta_line *m, const char *key, size_t nkey,
+                   bool binary)
+{
+    ml_flag(m, 'k');
+    m->p = pt_put_key(m->p, key, nkey, binary);
+    if (binary)
+        ml_flag(m, 'b');
+}
+
+static void ml_end(struct meta_line *m)
+{
+    *m->p++ = '\r';
+    *m->p++ = '\n';
+}
+
+static size_t ml_len(const struct meta_line *m)
+{
+    return (size_t)(m->p - m->buf);
+}
+
+/* memcached prints a TTL as -1 (none) or exptime - now as uint32. */
+static void ml_ttl(struct meta_line *m, const item *it)
+{
+    ml_flag(m, 't');
+    if (it->exptime == 0) {
+        memcpy(m->p, "-1", 2);
+        m->p += 2;
+    } else {
+        m->p = util_u64toa((uint32_t)(it->exptime - mc_now()), m->p);
+    }
+}
+
+static bool meta_strtol_time(const char *s, rel_time_t *out)
+{
+    int32_t v;
+    if (!safe_strtol(s, &v))
+        return false;
+    *out = realtime(v);
+    return true;
+}
+
+/* One flag; false stops parsing (an unknown flag). */
+static bool meta_parse_flag(struct util_token *key, const struct util_token *t,
+                            struct meta_flags *of, const char **errstr)
+{
+    const char *arg = t->value + 1;
+    const char *bad_token = "CLIENT_ERROR bad token in command line format";
+    size_t n;
+
+    switch (t->value[0]) {
+    case 'b':
+        n = base64_decode((unsigned char *)key->value, key->length,
+                          (unsigned char *)key->value, key->length);
+        if (n == 0) {
+            *errstr = "CLIENT_ERROR error decoding key";
+            of->has_error = true;
+        }
+        key->length = n;
+        of->key_binary = true;
+        break;
+    case 'N':
+        of->locked = of->vivify = true;
+        if (!meta_strtol_time(arg, &of->autoviv_exptime)) {
+            *errstr = bad_token;
+            of->has_error = true;
+        }
+        break;
+    case 'T':
+        of->locked = true;
+        if (!meta_strtol_time(arg, &of->exptime)) {
+            *errstr = bad_token;
+            of->has_error = true;
+        } else {
+            of->new_ttl = true;
+        }
+        break;
+    case 'R':
+        of->locked = true;
+        if (!meta_strtol_time(arg, &of->recache_time)) {
+            *errstr = bad_token;
+            of->has_error = true;
+        }
+        break;
+    case 'l': case 'h':
+        of->locked = true;
+        break;
+    case 'O': case 'P': case 'L': case 'k': case 's': case 't': case 'c':
+    case 'f':
+        break;
+    case 'v': of->value = true; break;
+    case 'u': of->no_update = true; break;
+    case 'q': of->no_reply = true; break;
+    case 'I': of->set_stale = true; break;
+    case 'F':
+        if (!safe_strtoul(arg, &of->client_flags))
+            of->has_error = true;
+        break;
+    case 'C':
+        if (!safe_strtoull(arg, &of->req_cas)) {
+            *errstr = bad_token;
+            of->has_error = true;
+        } else {
+            of->has_cas = true;
+        }
+        break;
+    case 'E':
+        if (!safe_strtoull(arg, &of->explicit_cas)) {
+            *errstr = bad_token;
+            of->has_error = true;
+        } else {
+            of->has_explicit = true;
+        }
+        break;
+    case 'M':
+        if (t->length != 2) {
+            *errstr = "CLIENT_ERROR incorrect length for M token";
+            of->has_error = true;
+        } else {
+            of->mode = t->value[1];
+        }
+        break;
+    case 'J':
+        if (!safe_strtoull(arg, &of->initial)) {
+            *errstr = "CLIENT_ERROR invalid numeric initial value";
+            of->has_error = true;
+        }
+        break;
+    case 'D':
+        if (!safe_strtoull(arg, &of->delta)) {
+            *errstr = "CLIENT_ERROR invalid numeric delta value";
+            of->has_error = true;
+        }
+        break;
+    default:
+        *errstr = "CLIENT_ERROR invalid flag";
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Validates flags tok[start..ntok).  Decodes a base64 key in place.
+ * Returns false with *errstr set (left as the caller's default for
+ * errors memcached reports generically).
+ */
+static bool meta_preparse(struct util_token *tok, size_t start, size_t ntok,
+                          struct meta_flags *of, const char **errstr)
+{
+    unsigned char seen[127] = {0};
+    for (size_t i = start; i < ntok; i++) {
+        unsigned char o = (unsigned char)tok[i].value[0];
+        if (o >= 127 || seen[o]) {
+            *errstr = "CLIENT_ERROR duplicate flag";
+            return false;
+        }
+        seen[o] = 1;
+        if (!meta_parse_flag(&tok[1], &tok[i], of, errstr))
+            return false;
+    }
+    return !of->has_error;
+}
+
+/* Every O token must fit; memcached counts the 'O' itself. */
+static bool meta_opaque_ok(const struct util_token *tok, size_t start,
+                           size_t ntok)
+{
+    for (size_t i = start; i < ntok; i++)
+        if (tok[i].value[0] == 'O' && tok[i].length > PT_OPAQUE_MAX)
+            return false;
+    return true;
+}
+
+static size_t meta_effective_ntok(size_t ntok, const char *rest)
+{
+    return rest != NULL ? PT_MAX_TOKENS + 1 : ntok;
+}
+
+/* Sends text + optional zero-copy value as one response. */
+static void meta_send(conn *c, struct meta_line *m, item *value_it,
+                      bool skip)
+{
+    if (value_it == NULL) {
+        pt_out_buf(c, m->buf, ml_len(m), skip);
+        return;
+    }
+    struct resp *r = resp_new(c);
+    bool ok = r != NULL;
+    if (ok && !resp_add_text(r, m->buf, ml_len(m))) {
+        char *copy = malloc(ml_len(m));
+        ok = copy != NULL && resp_add_owned(r, copy, ml_len(m));
+        if (ok)
+            memcpy(copy, m->buf, ml_len(m));
+        else
+            free(copy);
+    }
+    ok = ok && resp_add_iov(r, ITEM_data(value_it), value_it->nbytes) &&
+         resp_hold_item(r, value_it);
+    if (!ok) {
+        if (r != NULL)
+            r->skip = true;
+        item_release(value_it);
+        out_errstring(c, "SERVER_ERROR out of memory writing get response");
+        return;
+    }
+    r->skip = skip;
+}
+
+/* ---- mg --------------------------------------------------------------- */
+
+/* mg N on a miss: creates an empty item; called and returns locked.
+ * *created tells whether this call linked it. */
+static item *meta_vivify(conn *c, const char *key, size_t nkey, uint32_t hv,
+                         bool *created)
+{
+    enum item_miss why;
+    item_unlock(hv);
+    item *nit = item_alloc(key, nkey, 0, 0, 2, c->thread->partition);
+    item_lock(hv);
+    if (nit == NULL)
+        return NULL;
+    memcpy(ITEM_data(nit), "\r\n", 2);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    if (it != NULL) {           /* another client created it meanwhile */
+        item_release(nit);
+        return it;
+    }
+    do_item_link(nit, hv, false);
+    *created = true;
+    return nit;
+}
+
+/* Hit: builds the flags of an mg reply; returns whether a token was won. */
+static bool mg_hit_flags(struct meta_line *m, struct util_token *tok,
+                         size_t ntok, const struct meta_flags *of, item *it,
+                         bool created, bool *ttl_set)
+{
+    bool won = false;
+    for (size_t i = 2; i < ntok; i++) {
+        switch (tok[i].value[0]) {
+        case 'T':
+            *ttl_set = true;
+            it->exptime = of->exptime;
+            break;
+        case 'N':
+            if (created) {
+                it->exptime = of->autoviv_exptime;
+                won = true;
+            }
+            break;
+        case 'R':
+            if (!(it->it_flags & ITEM_TOKEN_SENT) && !created &&
+                it->exptime != 0 && it->exptime < of->recache_time)
+                won = true;
+            break;
+        case 's': ml_flag_u64(m, 's', it->nbytes - 2); break;
+        case 't': ml_ttl(m, it); break;
+        case 'c': ml_flag_u64(m, 'c', it->cas); break;
+        case 'f': ml_flag_u64(m, 'f', it->flags); break;
+        case 'l': ml_flag_u64(m, 'l', (uint32_t)(mc_now() - it->time)); break;
+        case 'h':
+            ml_flag_u64(m, 'h', (it->it_flags & ITEM_FETCHED) ? 1 : 0);
+            break;
+        case 'O': ml_token(m, &tok[i]); break;
+        case 'k': ml_key(m, ITEM_key(it), it->nkey, of->key_binary); break;
+        }
+    }
+    return won;
+}
+
+static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
+{
+    struct meta_flags of = {0};
+    const char *errstr = "CLIENT_ERROR bad command line format";
+
+    if (ntok < 2) {
+        out_string(c, "ERROR");
+        return;
+    }
+    if (tok[1].length > KEY_MAX_LENGTH) {
+        out_errstring(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    if (meta_effective_ntok(ntok, rest) > META_MAX_TOKENS) {
+        out_errstring(c, "CLIENT_ERROR options flags are too long");
+        return;
+    }
+    if (!meta_preparse(tok, 2, ntok, &of, &errstr)) {
+        out_errstring(c, errstr);
+        return;
+    }
+    if (!meta_opaque_ok(tok, 2, ntok)) {
+        out_errstring(c, "CLIENT_ERROR opaque token too long");
+        return;
+    }
+    c->noreply = of.no_reply;
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+
+    enum item_miss why = MISS_NONE;
+    uint32_t hv = item_hash(key, nkey);
+    bool created = false;
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    if (it == NULL && of.vivify) {
+        it = meta_vivify(c, key, nkey, hv, &created);
+    }
+    if (why == MISS_EXPIRED)
+        STATS_INCR(PT_STATS(c), get_expired);
+    else if (why == MISS_FLUSHED)
+        STATS_INCR(PT_STATS(c), get_flushed);
+
+    struct meta_line m;
+    if (it == NULL) {
+        item_unlock(hv);
+        STATS_INCR(PT_STATS(c), get_cmds);
+        STATS_INCR(PT_STATS(c), get_misses);
+        ml_init(&m, "EN");
+        for (size_t i = 2; i < ntok; i++) {
+            if (tok[i].value[0] == 'O')
+                ml_token(&m, &tok[i]);
+            else if (tok[i].value[0] == 'k')
+                ml_key(&m, key, nkey, of.key_binary);
+        }
+        ml_end(&m);
+        pt_out_buf(c, m.buf, ml_len(&m), c->noreply);
+        return;
+    }
+
+    if (of.value) {
+        ml_init(&m, "VA ");
+        m.p = util_u64toa(it->nbytes - 2, m.p);
+    } else {
+        ml_init(&m, "HD");
+    }
+    bool ttl_set = false;
+    bool won = mg_hit_flags(&m, tok, ntok, &of, it, created, &ttl_set);
+    if (it->it_flags & ITEM_TOKEN_SENT)
+        ml_flag(&m, 'Z');
+    if (it->it_flags & ITEM_STALE) {
+        ml_flag(&m, 'X');
+        if (!(it->it_flags & ITEM_TOKEN_SENT))
+            won = true;
+    }
+    if (won) {
+        ml_flag(&m, 'W');
+        it->it_flags |= ITEM_TOKEN_SENT;
+    }
+    ml_end(&m);
+    if (!of.no_update)
+        do_item_touch_access(it);
+    item_unlock(hv);
+
+    if (ttl_set) {
+        STATS_INCR(PT_STATS(c), touch_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
+    } else {
+        STATS_INCR(PT_STATS(c), get_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, get_hits);
+    }
+    if (of.value) {
+        meta_send(c, &m, it, false);
+    } else {
+        item_release(it);
+        pt_out_buf(c, m.buf, ml_len(&m), false);
+    }
+}
+
+/* ---- ms --------------------------------------------------------------- */
+
+/* Refuses an ms after its length is known: the value is swallowed. */
+static void ms_refuse(conn *c, const char *errstr, size_t nbytes)
+{
+    out_errstring(c, errstr);
+    c->sbytes = nbytes;
+    conn_set_state(c, conn_swallow);
+}
+
+static bool ms_mode_op(char mode, enum store_op *op)
+{
+    switch (mode) {
+    case 0: case 'S': *op = STORE_SET; return true;
+    case 'E': *op = STORE_ADD; return true;
+    case 'A': *op = STORE_APPEND; return true;
+    case 'P': *op = STORE_PREPEND; return true;
+    case 'R': *op = STORE_REPLACE; return true;
+    default: return false;
+    }
+}
+
+/* Remembers what the reply needs until the value has been read. */
+static void ms_stash(conn *c, struct util_token *tok, size_t ntok,
+                     const struct meta_flags *of, enum store_op op)
+{
+    memset(&c->nr, 0, sizeof(c->nr));
+    c->nr.cmd = PT_NREAD_META | op;
+    c->nr.req_cas = of->req_cas;
+    c->nr.meta_flags = (of->no_reply ? PT_MS_NOREPLY : 0) |
+                       (of->key_binary ? PT_MS_BINKEY : 0) |
+                       (of->set_stale && op == STORE_CAS ? PT_MS_STALE : 0) |
+                       (of->has_explicit ? PT_MS_EXPLICIT : 0);
+    c->nr.meta_arg[1] = (int64_t)of->explicit_cas;
+    uint64_t order = 0;
+    int shift = 0;
+    for (size_t i = 3; i < ntok; i++) {
+        char f = tok[i].value[0];
+        if (f != 'O' && f != 'k' && f != 'c')
+            continue;
+        order |= (uint64_t)(unsigned char)f << shift;
+        shift += 8;
+        if (f == 'O') {
+            c->nr.opaque_len = (uint32_t)tok[i].length;
+            memcpy(c->nr.opaque, tok[i].value, tok[i].length);
+        }
+    }
+    c->nr.meta_arg[0] = (int64_t)order;
+}
+
+static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
+{
+    struct meta_flags of = {0};
+    const char *errstr = "CLIENT_ERROR bad command line format";
+    int32_t vlen;
+
+    if (ntok < 2) {
+        out_string(c, "ERROR");
+        return;
+    }
+    if (tok[1].length > KEY_MAX_LENGTH || ntok == 2) {
+        out_errstring(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    if (meta_effective_ntok(ntok, rest) > META_MAX_TOKENS) {
+        out_errstring(c, "CLIENT_ERROR options flags too long");
+        return;
+    }
+    if (!safe_strtol(tok[2].value, &vlen) || vlen < 0 ||
+        vlen > INT32_MAX - 2) {
+        out_errstring(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    size_t nbytes = (size_t)vlen + 2;
+    if (!meta_preparse(tok, 3, ntok, &of, &errstr)) {
+        ms_refuse(c, errstr, nbytes);
+        return;
+    }
+    c->noreply = of.no_reply;
+    bool opaque_ok = meta_opaque_ok(tok, 3, ntok);
+    enum store_op op;
+    if (!ms_mode_op(of.mode, &op)) {
+        ms_refuse(c, "CLIENT_ERROR invalid mode for ms M token", nbytes);
+        return;
+    }
+    if (!opaque_ok) {
+        ms_refuse(c, "CLIENT_ERROR opaque token too long", nbytes);
+        return;
+    }
+    /* A CAS value turns set and replace into cas. */
+    if (of.has_cas && (op == STORE_SET || op == STORE_REPLACE))
+        op = STORE_CAS;
+
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    item *it = item_alloc(key, nkey, of.client_flags, of.exptime, nbytes,
+                          c->thread->partition);
+    if (it == NULL) {
+        ms_refuse(c, item_size_ok(nkey, nbytes)
+                         ? "SERVER_ERROR out of memory storing object"
+                         : "SERVER_ERROR object too large for cache",
+                  nbytes);
+        /* Avoid stale data persisting because the new value failed. */
+        item_delete(key, nkey, 0);
+        return;
+    }
+    c->item = it;
+    c->ritem = ITEM_data(it);
+    c->rlbytes = nbytes;
+    ms_stash(c, tok, ntok, &of, op);
+    conn_set_state(c, conn_nread);
+}
+
+/* Stores under the item lock: ms I (stale) and ms E (explicit CAS). */
+static enum store_result ms_store_locked(conn *c, item *it, enum store_op op,
+                                         uint64_t *cas)
+{
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    uint64_t req_cas = c->nr.req_cas;
+    int part = c->thread->partition;
+    enum store_result ret;
+
+    item_lock(hv);
+    item *old = NULL;
+    if (c->nr.meta_flags & PT_MS_STALE) {
+        enum item_miss why;
+        old = do_item_get(ITEM_key(it), it->nkey, hv, &why, false);
+    }
+    if (old != NULL && req_cas < old->cas) {
+        /* An older CAS may still store, but the value is marked stale
+         * and keeps the old TTL and win-token state. */
+        it->exptime = old->exptime;
+        it->it_flags |= ITEM_STALE | (old->it_flags & ITEM_TOKEN_SENT);
+        ret = do_item_store(it, STORE_SET, 0, cas, hv, part);
+    } else {
+        ret = do_item_store(it, op, req_cas, cas, hv, part);
+    }
+    if (ret == STORE_STORED && (c->nr.meta_flags & PT_MS_EXPLICIT)) {
+        it->cas = (uint64_t)c->nr.meta_arg[1];
+        *cas = it->cas;
+    }
+    item_unlock(hv);
+    if (old != NULL)
+        item_release(old);
+    return ret;
+}
+
+void proto_meta_complete_set(conn *c)
+{
+    item *it = c->item;
+    enum store_op op = PT_NREAD_OP(c->nr.cmd);
+    struct thread_stats *ts = PT_STATS(c);
+    uint64_t cas = 0;
+
+    c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
+    SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+    if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
+        out_errstring(c, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    enum store_result ret;
+    if (c->nr.meta_flags & (PT_MS_STALE | PT_MS_EXPLICIT))
+        ret = ms_store_locked(c, it, op, &cas);
+    else
+        ret = item_store(it, op, c->nr.req_cas, &cas, c->thread->partition);
+    if (op == STORE_CAS) {
+        if (ret == STORE_STORED)
+            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
+        else if (ret == STORE_EXISTS)
+            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_badval);
+        else if (ret == STORE_NOT_FOUND)
+            STATS_INCR(ts, cas_misses);
+    }
+
+    struct meta_line m;
+    switch (ret) {
+    case STORE_STORED: ml_init(&m, "HD"); break;
+    case STORE_EXISTS: ml_init(&m, "EX"); break;
+    case STORE_NOT_FOUND: ml_init(&m, "NF"); break;
+    default: ml_init(&m, "NS"); break;
+    }
+    if (ret != STORE_STORED)
+        cas = 0;
+    for (uint64_t order = (uint64_t)c->nr.meta_arg[0]; order; order >>= 8) {
+        char f = (char)(order & 0xff);
+        if (f == 'O') {
+            *m.p++ = ' ';
+            memcpy(m.p, c->nr.opaque, c->nr.opaque_len);
+            m.p += c->nr.opaque_len;
+        } else if (f == 'k') {
+            ml_key(&m, ITEM_key(it), it->nkey,
+                   (c->nr.meta_flags & PT_MS_BINKEY) != 0);
+        } else if (f == 'c') {
+            ml_flag_u64(&m, 'c', cas);
+        }
+    }
+    ml_end(&m);
+    pt_out_buf(c, m.buf, ml_len(&m), ret == STORE_STORED && c->noreply);
+}
+
+/* ---- md --------------------------------------------------------------- */
+
+/* Appends the O and k flags a reply echoes regardless of the outcome. */
+static void meta_echo_flags(struct meta_line *m, struct util_token *tok,
+                            size_t ntok, const struct meta_flags *of)
+{
+    for (size_t i = 2; i < ntok; i++) {
+        if (tok[i].value[0] == 'O')
+            ml_token(m, &tok[i]);
+        else if (tok[i].value[0] == 'k')
+            ml_key(m, tok[1].value, tok[1].length, of->key_binary);
+    }
+}
+
+/* Shared front of md and ma: counts, flags, opaque.  False if answered. */
+static bool meta_front(conn *c, struct util_token *tok, size_t ntok,
+                       char *rest, struct meta_flags *of)
+{
+    const char *errstr = "CLIENT_ERROR bad command line format";
+    if (ntok < 2) {
+        out_string(c, "ERROR");
+        return false;
+    }
+    if (tok[1].length > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return false;
+    }
+    if (meta_effective_ntok(ntok, rest) > META_MAX_TOKENS) {
+        out_string(c, "CLIENT_ERROR options flags too long");
+        return false;
+    }
+    if (!meta_preparse(tok, 2, ntok, of, &errstr)) {
+        out_errstring(c, "CLIENT_ERROR invalid or duplicate flag");
+        return false;
+    }
+    c->noreply = of->no_reply;
+    return true;
+}
+
+static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
+                        char *rest)
+{
+    struct meta_flags of = {0};
+    if (!meta_front(c, tok, ntok, rest, &of))
+        return;
+    if (!meta_opaque_ok(tok, 2, ntok)) {
+        out_errstring(c, "CLIENT_ERROR opaque token too long");
+        return;
+    }
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    const char *code = "NF";
+    bool skip = false;
+    enum item_miss why;
+    uint32_t hv = item_hash(key, nkey);
+
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    if (it == NULL) {
+        STATS_INCR(PT_STATS(c), delete_misses);
+    } else if (of.has_cas && it->cas != of.req_cas) {
+        STATS_INCR(PT_STATS(c), delete_misses);
+        code = "EX";
+    } else if (of.set_stale) {
+        /* Keep the item but mark it stale under a new CAS, so the next
+         * mg wins the right to recache it. */
+        if (of.new_ttl)
+            it->exptime = of.exptime;
+        it->it_flags |= ITEM_STALE;
+        it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
+        it->cas = of.has_explicit ? of.explicit_cas : item_next_cas();
+        code = "HD";
+        skip = c->noreply;
+    } else {
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, delete_hits);
+        do_item_unlink(it, hv);
+        code = "HD";
+        skip = c->noreply;
+    }
+    item_unlock(hv);
+    if (it != NULL)
+        item_release(it);
+
+    struct meta_line m;
+    ml_init(&m, code);
+    meta_echo_flags(&m, tok, ntok, &of);
+    ml_end(&m);
+    pt_out_buf(c, m.buf, ml_len(&m), skip);
+}
+
+/* ---- ma --------------------------------------------------------------- */
+
+/* ma N on a miss: stores the J value.  Returns the store result. */
+static enum store_result ma_vivify(conn *c, const char *key, size_t nkey,
+                                   uint64_t initial, char *numbuf)
+{
+    char *end = util_u64toa(initial, numbuf);
+    *end = '\0';
+    size_t vlen = (size_t)(end - numbuf);
+    item *it = item_alloc(key, nkey, 0, 0, vlen + 2, c->thread->partition);
+    if (it == NULL)
+        return STORE_NO_MEMORY;
+    memcpy(ITEM_data(it), numbuf, vlen);
+    memcpy(ITEM_data(it) + vlen, "\r\n", 2);
+    enum store_result ret = item_store(it, STORE_ADD, 0, NULL,
+                                       c->thread->partition);
+    item_release(it);
+    return ret;
+}
+
+/* Success reply of ma: flags in request order, then the value. */
+static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
+                     const struct meta_flags *of, const char *num,
+                     bool created, bool skip)
+{
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    enum item_miss why;
+    uint32_t hv = item_hash(key, nkey);
+    struct meta_line m;
+    size_t vlen = strlen(num);
+
+    if (of->value) {
+        ml_init(&m, "VA ");
+        m.p = util_u64toa(vlen, m.p);
+    } else {
+        ml_init(&m, "HD");
+    }
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    if (it != NULL && of->has_explicit)
+        it->cas = of->explicit_cas;
+    for (size_t i = 2; i < ntok; i++) {
+        char f = tok[i].value[0];
+        if (f == 'O')
+            ml_token(&m, &tok[i]);
+        else if (f == 'k')
+            ml_key(&m, key, nkey, of->key_binary);
+        else if (it == NULL)
+            continue;
+        else if (f == 'c')
+            ml_flag_u64(&m, 'c', it->cas);
+        else if (f == 't')
+            ml_ttl(&m, it);
+        else if (f == 'T')
+            it->exptime = of->exptime;
+        else if (f == 'N' && created)
+            it->exptime = of->autoviv_exptime;
+    }
+    item_unlock(hv);
+    if (it != NULL)
+        item_release(it);
+    if (of->value) {
+        ml_end(&m);
+        memcpy(m.p, num, vlen);
+        m.p += vlen;
+    }
+    ml_end(&m);
+    pt_out_buf(c, m.buf, ml_len(&m), skip);
+}
+
+static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
+                       char *rest)
+{
+    struct meta_flags of = {0};
+    of.delta = 1;
+    if (!meta_front(c, tok, ntok, rest, &of))
+        return;
+    bool incr;
+    switch (of.mode) {
+    case 0: case 'I': case '+': incr = true; break;
+    case 'D': case '-': incr = false; break;
+    default:
+        out_errstring(c, "CLIENT_ERROR invalid mode for ma M token");
+        return;
+    }
+    if (!meta_opaque_ok(tok, 2, ntok)) {
+        out_errstring(c, "CLIENT_ERROR opaque token too long");
+        return;
+    }
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    char num[32];
+    const char *code;
+
+    switch (item_add_delta(key, nkey, incr, of.delta,
+                           of.has_cas ? of.req_cas : 0, num, NULL,
+                           c->thread->partition)) {
+    case DELTA_OK:
+        ma_reply(c, tok, ntok, &of, num, false, c->noreply);
+        return;
+    case DELTA_NON_NUMERIC:
+        out_errstring(c, "CLIENT_ERROR cannot increment or decrement "
+                         "non-numeric value");
+        return;
+    case DELTA_NO_MEMORY:
+        out_errstring(c, "SERVER_ERROR out of memory");
+        return;
+    case DELTA_EXISTS:
+        code = "EX";
+        break;
+    case DELTA_NOT_FOUND:
+    default:
+        if (of.vivify) {
+            enum store_result sr = ma_vivify(c, key, nkey, of.initial, num);
+            if (sr == STORE_STORED) {
+                /* memcached does not hide this HD under q. */
+                ma_reply(c, tok, ntok, &of, num, true, false);
+                return;
+            }
+            if (sr == STORE_NO_MEMORY) {
+                out_errstring(c, "SERVER_ERROR Out of memory allocating "
+                                 "new item");
+                return;
+            }
+            code = "NS";
+            break;
+        }
+        if (incr)
+            STATS_INCR(PT_STATS(c), incr_misses);
+        else
+            STATS_INCR(PT_STATS(c), decr_misses);
+        code = "NF";
+        break;
+    }
+    struct meta_line m;
+    ml_init(&m, code);
+    meta_echo_flags(&m, tok, ntok, &of);
+    ml_end(&m);
+    pt_out_buf(c, m.buf, ml_len(&m), false);
+}
+
+/* ---- me, mn, dispatch -------------------------------------------------- */
+
+static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
+{
+    if (ntok < 2 || tok[1].length > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    bool binary = ntok >= 3 && tok[2].length == 1 && tok[2].value[0] == 'b';
+    if (binary) {
+        nkey = base64_decode((unsigned char *)key, nkey,
+                             (unsigned char *)key, nkey);
+        if (nkey == 0) {
+            out_string(c, "CLIENT_ERROR bad command line format");
+            return;
+        }
+    }
+    STATS_INCR(PT_STATS(c), meta_cmds);
+    enum item_miss why;
+    item *it = item_get(key, nkey, &why, false);
+    if (it == NULL) {
+        out_string(c, "EN");
+        return;
+    }
+    struct meta_line m;
+    ml_init(&m, "ME ");
+    m.p = pt_put_key(m.p, ITEM_key(it), it->nkey, binary);
+    rel_time_t now = mc_now();
+    /* memcached prints now - exptime here (negative while alive). */
+    int exp = it->exptime == 0 ? -1 : (int)(now - it->exptime);
+    m.p += snprintf(m.p, sizeof(m.buf) - ml_len(&m),
+                    " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%zu\r\n",
+                    exp, (unsigned long long)(uint32_t)(now - it->time),
+                    (unsigned long long)it->cas,
+                    (it->it_flags & ITEM_FETCHED) ? "yes" : "no",
+                    (unsigned)it->slabs_clsid, (size_t)ITEM_ntotal(it));
+    item_release(it);
+    pt_out_buf(c, m.buf, ml_len(&m), false);
+}
+
+void proto_meta_process(conn *c, struct util_token *tok, size_t ntok,
+                        char *rest)
+{
+    switch (tok[0].value[1]) {
+    case 'g': meta_get(c, tok, ntok, rest); break;
+    case 's': meta_set(c, tok, ntok, rest); break;
+    case 'd': meta_delete(c, tok, ntok, rest); break;
+    case 'a': meta_arith(c, tok, ntok, rest); break;
+    case 'e': meta_debug(c, tok, ntok); break;
+    case 'n': out_string(c, "MN"); break;
+    default: out_string(c, "ERROR"); break;
+    }
+}

@@ -1,0 +1,729 @@
+/*
+ * proto_text.c - the memcached text protocol: line framing, tokenizing,
+ * dispatch, and the classic commands (get/gets/gat/gats, the six storage
+ * commands, incr/decr, delete, touch, flush_all, stats, version, verbosity,
+ * quit, shutdown).  Meta commands (mg/ms/md/ma/mn/me) live in proto_meta.c.
+ *
+ * Design.  The network layer calls proto_text_try_command() while there are
+ * unparsed bytes; each call handles one complete line and appends its
+ * response(s) to the connection's queue, in request order.  Replies and
+ * error strings match stock memcached 1.6.18 byte for byte (checked against
+ * the real binary); where a reply depends on a quirk of memcached, the
+ * quirk is reproduced and commented.  Values are sent zero-copy: the
+ * response holds a reference on the item until it is written.
+ *
+ * A storage command allocates its item, points c->ritem at the value and
+ * switches to conn_nread; the network layer fills the value and calls
+ * proto_text_complete_nread(), which checks the "\r\n", stores and replies.
+ *
+ * Threads: all functions run on the worker that owns the connection.  The
+ * item API takes its own locks; no lock is held across calls here.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "items.h"
+#include "memcached.h"
+#include "proto_text.h"
+#include "slabs.h"
+#include "stats.h"
+#include "thread.h"
+#include "util.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+/* A line without '\n' longer than this is refused (memcached: 2048),
+ * unless it is a multi-key retrieval, which may be any length. */
+#define PT_LINE_MAX 2048
+
+/* ---- Small shared helpers ------------------------------------------- */
+
+void pt_out_buf(conn *c, const char *buf, size_t len, bool skip)
+{
+    struct resp *r = resp_new(c);
+    if (r == NULL) {
+        conn_set_state(c, conn_closing);
+        return;
+    }
+    r->skip = skip;
+    if (resp_add_text(r, buf, len))
+        return;
+    char *copy = malloc(len);
+    if (copy == NULL || !resp_add_owned(r, copy, len)) {
+        free(copy);
+        r->skip = true;
+        conn_set_state(c, conn_closing);
+        return;
+    }
+    memcpy(copy, buf, len);
+}
+
+char *pt_put_key(char *p, const char *key, size_t nkey, bool binary)
+{
+    if (!binary) {
+        memcpy(p, key, nkey);
+        return p + nkey;
+    }
+    return p + base64_encode((const unsigned char *)key, nkey,
+                             (unsigned char *)p, BASE64_ENCODED_LEN(nkey));
+}
+
+/* Appends static text to *rp, or to a new resp when *rp is full. */
+static bool pt_add_static(conn *c, struct resp **rp, const char *s,
+                          size_t len)
+{
+    if (*rp != NULL && resp_add_iov(*rp, s, len))
+        return true;
+    *rp = resp_new(c);
+    return *rp != NULL && resp_add_iov(*rp, s, len);
+}
+
+/* Marks every response queued after `mark` as dropped. */
+static void pt_cancel_since(conn *c, struct resp *mark)
+{
+    for (struct resp *r = mark ? mark->next : c->resp_head; r; r = r->next)
+        r->skip = true;
+}
+
+/* memcached's set_noreply_maybe: the last token decides. */
+static void pt_noreply_maybe(conn *c, struct util_token *tok, size_t ntok)
+{
+    if (ntok > 0 && strcmp(tok[ntok - 1].value, "noreply") == 0)
+        c->noreply = true;
+}
+
+static void pt_count_miss_reason(conn *c, enum item_miss why)
+{
+    if (why == MISS_EXPIRED)
+        STATS_INCR(PT_STATS(c), get_expired);
+    else if (why == MISS_FLUSHED)
+        STATS_INCR(PT_STATS(c), get_flushed);
+}
+
+/* ---- Retrieval ------------------------------------------------------ */
+
+/* Looks one key up and queues its VALUE response.  False on OOM. */
+static bool pt_get_one(conn *c, const char *key, size_t nkey,
+                       rel_time_t exptime, bool touch, bool return_cas,
+                       struct resp **cur)
+{
+    enum item_miss why = MISS_NONE;
+    item *it = touch ? item_get_and_touch(key, nkey, exptime, &why)
+                     : item_get(key, nkey, &why, true);
+    pt_count_miss_reason(c, why);
+    if (it == NULL) {
+        if (touch) {
+            STATS_INCR(PT_STATS(c), touch_cmds);
+            STATS_INCR(PT_STATS(c), touch_misses);
+        } else {
+            STATS_INCR(PT_STATS(c), get_cmds);
+            STATS_INCR(PT_STATS(c), get_misses);
+        }
+        return true;
+    }
+    if (touch) {
+        STATS_INCR(PT_STATS(c), touch_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
+    } else {
+        STATS_INCR(PT_STATS(c), get_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, get_hits);
+    }
+
+    char hdr[KEY_MAX_LENGTH + 80];
+    char *p = hdr;
+    memcpy(p, "VALUE ", 6);
+    p = pt_put_key(p + 6, ITEM_key(it), it->nkey, false);
+    *p++ = ' ';
+    p = util_u64toa(it->flags, p);
+    *p++ = ' ';
+    p = util_u64toa(it->nbytes - 2, p);
+    if (return_cas) {
+        *p++ = ' ';
+        p = util_u64toa(it->cas, p);
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+
+    struct resp *r = resp_new(c);
+    if (r == NULL || !resp_add_text(r, hdr, (size_t)(p - hdr)) ||
+        !resp_add_iov(r, ITEM_data(it), it->nbytes)) {
+        item_release(it);
+        return false;
+    }
+    if (!resp_hold_item(r, it)) {
+        r->skip = true;
+        item_release(it);
+        return false;
+    }
+    *cur = r;
+    return true;
+}
+
+static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
+                           char *rest, bool return_cas, bool touch)
+{
+    struct resp *mark = c->resp_tail;
+    struct resp *cur = NULL;
+    rel_time_t exptime = 0;
+    size_t i = 1;
+
+    if (touch) {
+        int32_t e;
+        if (!safe_strtol(tok[1].value, &e)) {
+            out_string(c, "CLIENT_ERROR invalid exptime argument");
+            return;
+        }
+        exptime = realtime(e);
+        i = 2;
+    }
+    for (;;) {
+        for (; i < ntok; i++) {
+            if (tok[i].length > KEY_MAX_LENGTH) {
+                pt_cancel_since(c, mark);
+                out_string(c, "CLIENT_ERROR bad command line format");
+                return;
+            }
+            if (!pt_get_one(c, tok[i].value, tok[i].length, exptime, touch,
+                            return_cas, &cur))
+                goto oom;
+        }
+        if (rest == NULL)
+            break;
+        ntok = util_tokenize(rest, tok, PT_MAX_TOKENS, &rest);
+        i = 0;
+    }
+    if (pt_add_static(c, &cur, "END\r\n", 5))
+        return;
+oom:
+    pt_cancel_since(c, mark);
+    out_errstring(c, "SERVER_ERROR out of memory writing get response");
+}
+
+/* ---- Storage -------------------------------------------------------- */
+
+static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
+                              enum store_op op)
+{
+    uint32_t flags;
+    int32_t exptime, vlen;
+    uint64_t req_cas = 0;
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (tok[1].length > KEY_MAX_LENGTH ||
+        !safe_strtoul(tok[2].value, &flags) ||
+        !safe_strtol(tok[3].value, &exptime) ||
+        !safe_strtol(tok[4].value, &vlen) ||
+        (op == STORE_CAS && !safe_strtoull(tok[5].value, &req_cas)) ||
+        vlen < 0 || vlen > INT32_MAX - 2) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    size_t nbytes = (size_t)vlen + 2;
+    item *it = item_alloc(tok[1].value, tok[1].length, flags,
+                          realtime(exptime), nbytes, c->thread->partition);
+    if (it == NULL) {
+        if (!item_size_ok(tok[1].length, nbytes))
+            out_string(c, "SERVER_ERROR object too large for cache");
+        else
+            out_string(c, "SERVER_ERROR out of memory storing object");
+        c->sbytes = nbytes;
+        conn_set_state(c, conn_swallow);
+        /* A failed set must not leave the old value readable. */
+        if (op == STORE_SET)
+            item_delete(tok[1].value, tok[1].length, 0);
+        return;
+    }
+    c->item = it;
+    c->ritem = ITEM_data(it);
+    c->rlbytes = nbytes;
+    memset(&c->nr, 0, sizeof(c->nr));
+    c->nr.cmd = PT_NREAD_CLASSIC | op;
+    c->nr.req_cas = req_cas;
+    c->nr.meta_flags = c->noreply ? PT_MS_NOREPLY : 0;
+    conn_set_state(c, conn_nread);
+}
+
+static void pt_complete_classic(conn *c, item *it)
+{
+    enum store_op op = PT_NREAD_OP(c->nr.cmd);
+    struct thread_stats *ts = PT_STATS(c);
+
+    c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
+    SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+    if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
+        out_string(c, "CLIENT_ERROR bad data chunk");
+        return;
+    }
+    enum store_result ret = item_store(it, op, c->nr.req_cas, NULL,
+                                       c->thread->partition);
+    if (op == STORE_CAS) {
+        if (ret == STORE_STORED)
+            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
+        else if (ret == STORE_EXISTS)
+            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_badval);
+        else if (ret == STORE_NOT_FOUND)
+            STATS_INCR(ts, cas_misses);
+    }
+    switch (ret) {
+    case STORE_STORED:
+        out_string(c, "STORED");
+        break;
+    case STORE_EXISTS:
+        out_string(c, "EXISTS");
+        break;
+    case STORE_NOT_FOUND:
+        out_string(c, "NOT_FOUND");
+        break;
+    default:
+        /* memcached answers NOT_STORED when append/prepend cannot
+         * allocate or would exceed the item size limit. */
+        out_string(c, "NOT_STORED");
+        break;
+    }
+}
+
+void proto_text_complete_nread(conn *c)
+{
+    item *it = c->item;
+    if (it == NULL) {
+        conn_set_state(c, conn_new_cmd);
+        return;
+    }
+    if (c->nr.cmd & PT_NREAD_META)
+        proto_meta_complete_set(c);
+    else
+        pt_complete_classic(c, it);
+    item_release(it);
+    c->item = NULL;
+    if (c->state != conn_closing)
+        conn_set_state(c, conn_new_cmd);
+}
+
+void proto_text_conn_cleanup(conn *c)
+{
+    if (c->item != NULL) {
+        item_release(c->item);
+        c->item = NULL;
+    }
+}
+
+/* ---- incr/decr, delete, touch --------------------------------------- */
+
+static void pt_process_arith(conn *c, struct util_token *tok, size_t ntok,
+                             bool incr)
+{
+    uint64_t delta;
+    char out[32];
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (tok[1].length > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    if (!safe_strtoull(tok[2].value, &delta)) {
+        out_string(c, "CLIENT_ERROR invalid numeric delta argument");
+        return;
+    }
+    switch (item_add_delta(tok[1].value, tok[1].length, incr, delta, 0, out,
+                           NULL, c->thread->partition)) {
+    case DELTA_OK: {
+        /* The item's class, from the size of the value just written. */
+        unsigned int cls = slabs_clsid(item_make_size(tok[1].length,
+                                                      strlen(out) + 2));
+        if (incr)
+            SLAB_STATS_INCR(PT_STATS(c), cls, incr_hits);
+        else
+            SLAB_STATS_INCR(PT_STATS(c), cls, decr_hits);
+        out_string(c, out);
+        break;
+    }
+    case DELTA_NON_NUMERIC:
+        out_string(c, "CLIENT_ERROR cannot increment or decrement "
+                      "non-numeric value");
+        break;
+    case DELTA_NO_MEMORY:
+        out_string(c, "SERVER_ERROR out of memory");
+        break;
+    case DELTA_NOT_FOUND:
+    default:
+        if (incr)
+            STATS_INCR(PT_STATS(c), incr_misses);
+        else
+            STATS_INCR(PT_STATS(c), decr_misses);
+        out_string(c, "NOT_FOUND");
+        break;
+    }
+}
+
+static void pt_process_delete(conn *c, struct util_token *tok, size_t ntok)
+{
+    if (ntok > 2) {
+        /* memcached accepts a legacy hold time of exactly "0". */
+        bool hold_zero = strcmp(tok[2].value, "0") == 0;
+        pt_noreply_maybe(c, tok, ntok);
+        bool valid = (ntok == 3 && (hold_zero || c->noreply)) ||
+                     (ntok == 4 && hold_zero && c->noreply);
+        if (!valid) {
+            out_string(c, "CLIENT_ERROR bad command line format.  "
+                          "Usage: delete <key> [noreply]");
+            return;
+        }
+    }
+    const char *key = tok[1].value;
+    size_t nkey = tok[1].length;
+    if (nkey > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    enum item_miss why;
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    if (it != NULL) {
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, delete_hits);
+        do_item_unlink(it, hv);
+        item_release(it);
+    } else {
+        STATS_INCR(PT_STATS(c), delete_misses);
+    }
+    item_unlock(hv);
+    out_string(c, it != NULL ? "DELETED" : "NOT_FOUND");
+}
+
+static void pt_process_touch(conn *c, struct util_token *tok, size_t ntok)
+{
+    int32_t exptime;
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (tok[1].length > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    if (!safe_strtol(tok[2].value, &exptime)) {
+        out_string(c, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    enum item_miss why = MISS_NONE;
+    item *it = item_get_and_touch(tok[1].value, tok[1].length,
+                                  realtime(exptime), &why);
+    pt_count_miss_reason(c, why);
+    STATS_INCR(PT_STATS(c), touch_cmds);
+    if (it != NULL) {
+        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
+        item_release(it);
+        out_string(c, "TOUCHED");
+    } else {
+        STATS_INCR(PT_STATS(c), touch_misses);
+        out_string(c, "NOT_FOUND");
+    }
+}
+
+/* ---- Administrative commands ---------------------------------------- */
+
+static void pt_process_flush_all(conn *c, struct util_token *tok, size_t ntok)
+{
+    int32_t exptime = 0;
+
+    pt_noreply_maybe(c, tok, ntok);
+    STATS_INCR(PT_STATS(c), flush_cmds);
+    if (!settings.flush_enabled) {
+        out_string(c, "CLIENT_ERROR flush_all not allowed");
+        return;
+    }
+    if (ntok != (c->noreply ? 2u : 1u) &&
+        !safe_strtol(tok[1].value, &exptime)) {
+        out_string(c, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    /* A zero or negative delay means now. */
+    item_flush(exptime > 0 ? realtime(exptime) : 0);
+    out_string(c, "OK");
+}
+
+static void pt_process_verbosity(conn *c, struct util_token *tok, size_t ntok)
+{
+    uint32_t level;
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (!safe_strtoul(tok[1].value, &level)) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    int v = level > PT_MAX_VERBOSITY ? PT_MAX_VERBOSITY : (int)level;
+    __atomic_store_n(&settings.verbose, v, __ATOMIC_RELAXED);
+    out_string(c, "OK");
+}
+
+/* cache_memlimit: validated like memcached; resizing -m at run time is
+ * not supported by the slab allocator, so a valid request is refused. */
+static void pt_process_memlimit(conn *c, struct util_token *tok, size_t ntok)
+{
+    uint32_t mb;
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (!safe_strtoul(tok[1].value, &mb))
+        out_string(c, "ERROR");
+    else if (mb < 8)
+        out_string(c, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less "
+                      "than 8m");
+    else if (mb > 1000000000)
+        out_string(c, "MEMLIMIT_ADJUST_FAILED input value is megabytes "
+                      "not bytes");
+    else
+        out_string(c, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to "
+                      "adjust");
+}
+
+static void pt_process_shutdown(conn *c, struct util_token *tok, size_t ntok)
+{
+    if (!settings.shutdown_command) {
+        out_string(c, "ERROR: shutdown not enabled");
+        return;
+    }
+    if (ntok == 1 || (ntok == 2 && strcmp(tok[1].value, "graceful") == 0)) {
+        server_request_shutdown();
+        conn_set_state(c, conn_closing);
+        return;
+    }
+    out_string(c, "CLIENT_ERROR invalid shutdown mode");
+}
+
+static void pt_process_quit(conn *c)
+{
+    c->close_after_write = true;
+    conn_set_state(c, conn_write);
+}
+
+static void pt_stats_detail(conn *c, struct util_token *tok, size_t ntok)
+{
+    /* Per-prefix detail stats are not collected: on/off are accepted and
+     * dump is empty, as memcached answers with detail disabled. */
+    const char *arg = ntok >= 3 ? tok[2].value : "";
+    if (strcmp(arg, "on") == 0 || strcmp(arg, "off") == 0)
+        out_string(c, "OK");
+    else if (strcmp(arg, "dump") == 0)
+        out_string(c, "END");
+    else
+        out_string(c, "CLIENT_ERROR usage: stats detail on|off|dump");
+}
+
+static void pt_stats_cachedump(conn *c, struct util_token *tok, size_t ntok)
+{
+    uint32_t id, limit;
+    if (ntok < 4) {
+        out_string(c, "CLIENT_ERROR bad command line");
+    } else if (!safe_strtoul(tok[2].value, &id) ||
+               !safe_strtoul(tok[3].value, &limit)) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+    } else if (id >= MAX_SLAB_CLASSES) {
+        out_string(c, "CLIENT_ERROR Illegal slab id");
+    } else {
+        out_string(c, "END");   /* item dumps are not supported */
+    }
+}
+
+static void pt_process_stats(conn *c, struct util_token *tok, size_t ntok)
+{
+    const char *sub = ntok >= 2 ? tok[1].value : NULL;
+
+    if (sub != NULL && strcmp(sub, "reset") == 0) {
+        stats_reset();
+        out_string(c, "RESET");
+        return;
+    }
+    if (sub != NULL && strcmp(sub, "detail") == 0) {
+        pt_stats_detail(c, tok, ntok);
+        return;
+    }
+    if (sub != NULL && strcmp(sub, "cachedump") == 0) {
+        pt_stats_cachedump(c, tok, ntok);
+        return;
+    }
+    struct stat_text text;
+    struct stat_sink sink;
+    stat_text_init(&text, &sink);
+    bool known = stats_run(sub, &sink);
+    size_t len = 0;
+    char *buf = stat_text_finish(&text, &len);
+    if (!known) {
+        free(buf);
+        out_string(c, "ERROR");
+        return;
+    }
+    struct resp *r = buf != NULL ? resp_new(c) : NULL;
+    if (r == NULL || !resp_add_owned(r, buf, len)) {
+        free(buf);
+        if (r != NULL)
+            r->skip = true;
+        out_errstring(c, "SERVER_ERROR out of memory writing stats");
+    }
+}
+
+static void pt_process_version(conn *c)
+{
+    out_string(c, "VERSION " PACKAGE_VERSION);
+}
+
+/* ---- Dispatch -------------------------------------------------------- */
+
+enum pt_cmd {
+    CMD_GET, CMD_GETS, CMD_GAT, CMD_GATS, CMD_BGET,
+    CMD_SET, CMD_ADD, CMD_REPLACE, CMD_APPEND, CMD_PREPEND, CMD_CAS,
+    CMD_INCR, CMD_DECR, CMD_DELETE, CMD_TOUCH,
+    CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
+    CMD_VERBOSITY, CMD_MEMLIMIT,
+};
+
+/* Token counts (command included) each command accepts; a count outside
+ * the range is answered "ERROR", as memcached does. */
+static const struct pt_cmd_def {
+    const char *name;
+    enum pt_cmd cmd;
+    unsigned char min, max;
+} pt_cmds[] = {
+    { "get",            CMD_GET,       2, PT_MAX_TOKENS },
+    { "gets",           CMD_GETS,      2, PT_MAX_TOKENS },
+    { "gat",            CMD_GAT,       2, PT_MAX_TOKENS },
+    { "gats",           CMD_GATS,      2, PT_MAX_TOKENS },
+    { "bget",           CMD_BGET,      2, PT_MAX_TOKENS },
+    { "set",            CMD_SET,       5, 6 },
+    { "add",            CMD_ADD,       5, 6 },
+    { "replace",        CMD_REPLACE,   5, 6 },
+    { "append",         CMD_APPEND,    5, 6 },
+    { "prepend",        CMD_PREPEND,   5, 6 },
+    { "cas",            CMD_CAS,       6, 7 },
+    { "incr",           CMD_INCR,      3, 4 },
+    { "decr",           CMD_DECR,      3, 4 },
+    { "delete",         CMD_DELETE,    2, 4 },
+    { "touch",          CMD_TOUCH,     3, 4 },
+    { "flush_all",      CMD_FLUSH_ALL, 1, 3 },
+    { "version",        CMD_VERSION,   1, PT_MAX_TOKENS },
+    { "quit",           CMD_QUIT,      1, PT_MAX_TOKENS },
+    { "shutdown",       CMD_SHUTDOWN,  1, PT_MAX_TOKENS },
+    { "stats",          CMD_STATS,     1, PT_MAX_TOKENS },
+    { "verbosity",      CMD_VERBOSITY, 2, 3 },
+    { "cache_memlimit", CMD_MEMLIMIT,  2, 3 },
+};
+
+static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
+                   size_t ntok, char *rest)
+{
+    static const enum store_op ops[] = {
+        [CMD_SET] = STORE_SET, [CMD_ADD] = STORE_ADD,
+        [CMD_REPLACE] = STORE_REPLACE, [CMD_APPEND] = STORE_APPEND,
+        [CMD_PREPEND] = STORE_PREPEND, [CMD_CAS] = STORE_CAS,
+    };
+    switch (cmd) {
+    case CMD_GET: case CMD_BGET:
+        pt_process_get(c, tok, ntok, rest, false, false); break;
+    case CMD_GETS: pt_process_get(c, tok, ntok, rest, true, false); break;
+    case CMD_GAT:  pt_process_get(c, tok, ntok, rest, false, true); break;
+    case CMD_GATS: pt_process_get(c, tok, ntok, rest, true, true); break;
+    case CMD_SET: case CMD_ADD: case CMD_REPLACE: case CMD_APPEND:
+    case CMD_PREPEND: case CMD_CAS:
+        pt_process_update(c, tok, ntok, ops[cmd]); break;
+    case CMD_INCR: pt_process_arith(c, tok, ntok, true); break;
+    case CMD_DECR: pt_process_arith(c, tok, ntok, false); break;
+    case CMD_DELETE: pt_process_delete(c, tok, ntok); break;
+    case CMD_TOUCH: pt_process_touch(c, tok, ntok); break;
+    case CMD_FLUSH_ALL: pt_process_flush_all(c, tok, ntok); break;
+    case CMD_VERSION: pt_process_version(c); break;
+    case CMD_QUIT: pt_process_quit(c); break;
+    case CMD_SHUTDOWN: pt_process_shutdown(c, tok, ntok); break;
+    case CMD_STATS: pt_process_stats(c, tok, ntok); break;
+    case CMD_VERBOSITY: pt_process_verbosity(c, tok, ntok); break;
+    case CMD_MEMLIMIT: pt_process_memlimit(c, tok, ntok); break;
+    }
+}
+
+/* Handles one NUL-terminated command line. */
+static void pt_process_line(conn *c, char *line)
+{
+    struct util_token tok[PT_MAX_TOKENS];
+    char *rest;
+    size_t ntok = util_tokenize(line, tok, PT_MAX_TOKENS, &rest);
+
+    /* No command is shorter than two bytes. */
+    if (ntok == 0 || tok[0].length < 2) {
+        out_string(c, "ERROR");
+        return;
+    }
+    if (tok[0].value[0] == 'm' && tok[0].length == 2) {
+        c->last_cmd = "meta";
+        proto_meta_process(c, tok, ntok, rest);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(pt_cmds) / sizeof(pt_cmds[0]); i++) {
+        const struct pt_cmd_def *d = &pt_cmds[i];
+        if (strcmp(tok[0].value, d->name) != 0)
+            continue;
+        c->last_cmd = d->name;
+        /* More tokens than the tokenizer holds counts as too many. */
+        size_t n = rest != NULL ? PT_MAX_TOKENS + 1 : ntok;
+        if (n < d->min || n > d->max)
+            out_string(c, "ERROR");
+        else
+            pt_run(c, d->cmd, tok, ntok, rest);
+        return;
+    }
+    out_string(c, "ERROR");
+}
+
+/* True if a line that starts at p (len bytes so far) is a retrieval
+ * command, which may legitimately be longer than PT_LINE_MAX. */
+static bool pt_is_long_get(const char *p, size_t len)
+{
+    size_t i = 0;
+    while (i < len && p[i] == ' ')
+        i++;
+    if (i > 100)
+        return false;
+    static const char *const names[] = { "get ", "gets ", "gat ", "gats " };
+    for (size_t k = 0; k < 4; k++) {
+        size_t n = strlen(names[k]);
+        if (len - i >= n && memcmp(p + i, names[k], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+enum proto_result proto_text_try_command(conn *c)
+{
+    if (c->rbytes == 0)
+        return PROTO_NEED_MORE;
+    char *el = memchr(c->rcurr, '\n', c->rbytes);
+    if (el == NULL) {
+        if (c->rbytes > PT_LINE_MAX && !pt_is_long_get(c->rcurr, c->rbytes)) {
+            out_errstring(c, "CLIENT_ERROR line too long");
+            c->rcurr += c->rbytes;
+            c->rbytes = 0;
+            c->close_after_write = true;
+            conn_set_state(c, conn_write);
+            return PROTO_DONE;
+        }
+        return PROTO_NEED_MORE;
+    }
+    char *next = el + 1;
+    if (el - c->rcurr > 1 && el[-1] == '\r')
+        el--;
+    *el = '\0';
+
+    c->noreply = false;
+    c->last_cmd_time = mc_now();
+    char *line = c->rcurr;
+    c->rbytes -= (size_t)(next - c->rcurr);
+    c->rcurr = next;
+    pt_process_line(c, line);
+    if (c->close_after_write) {
+        /* quit: nothing after it is parsed. */
+        c->rcurr += c->rbytes;
+        c->rbytes = 0;
+    }
+    return PROTO_DONE;
+}

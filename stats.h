@@ -1,0 +1,140 @@
+/*
+ * stats.h - counters and the `stats` family.
+ *
+ * One line declares a statistic: the X-macro lists below generate the
+ * struct fields, `stats reset`, the per-thread aggregation and the wire
+ * names.  Per-thread counters are written only by their own worker and read
+ * by whichever worker runs `stats`, so both sides use relaxed atomics.
+ * Engine-wide counters (items, bytes, evictions...) are relaxed atomics in
+ * `gstats`, written by any thread.
+ */
+#ifndef STATS_H
+#define STATS_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memcached.h"
+
+/* Per worker thread, reset by `stats reset`. */
+#define THREAD_STATS_FIELDS(X) \
+    X(get_cmds)          \
+    X(get_misses)        \
+    X(get_expired)       \
+    X(get_flushed)       \
+    X(touch_cmds)        \
+    X(touch_misses)      \
+    X(delete_misses)     \
+    X(incr_misses)       \
+    X(decr_misses)       \
+    X(cas_misses)        \
+    X(flush_cmds)        \
+    X(meta_cmds)         \
+    X(bytes_read)        \
+    X(bytes_written)     \
+    X(conn_yields)
+
+/* Per worker and per slab class (`stats slabs`); summed for `stats`. */
+#define SLAB_STATS_FIELDS(X) \
+    X(set_cmds)   \
+    X(get_hits)   \
+    X(touch_hits) \
+    X(delete_hits) \
+    X(cas_hits)   \
+    X(cas_badval) \
+    X(incr_hits)  \
+    X(decr_hits)
+
+#define STATS_DECLARE_FIELD(name) uint64_t name;
+
+struct slab_stats {
+    SLAB_STATS_FIELDS(STATS_DECLARE_FIELD)
+};
+
+struct thread_stats {
+    THREAD_STATS_FIELDS(STATS_DECLARE_FIELD)
+    struct slab_stats slab[MAX_SLAB_CLASSES];
+};
+
+/* Engine-wide gauges: current state, not cleared by `stats reset`. */
+#define GLOBAL_GAUGE_FIELDS(X) \
+    X(curr_items)        \
+    X(bytes)             \
+    X(curr_connections)  \
+    X(connection_structures) \
+    X(hash_bytes)
+
+/* Engine-wide counters, cleared by `stats reset`. */
+#define GLOBAL_COUNTER_FIELDS(X) \
+    X(total_items)           \
+    X(total_connections)     \
+    X(rejected_connections)  \
+    X(listen_disabled_num)   \
+    X(evictions)             \
+    X(evicted_unfetched)     \
+    X(evicted_active)        \
+    X(reclaimed)             \
+    X(expired_unfetched)     \
+    X(crawler_reclaimed)     \
+    X(crawler_items_checked) \
+    X(lrutail_reflocked)     \
+    X(outofmemory)
+
+struct global_stats {
+    GLOBAL_GAUGE_FIELDS(STATS_DECLARE_FIELD)
+    GLOBAL_COUNTER_FIELDS(STATS_DECLARE_FIELD)
+};
+
+extern struct global_stats gstats;
+
+#define STATS_ADD(ptr, field, n) \
+    __atomic_fetch_add(&(ptr)->field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define STATS_SUB(ptr, field, n) \
+    __atomic_fetch_sub(&(ptr)->field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define STATS_INCR(ptr, field) STATS_ADD(ptr, field, 1)
+#define STATS_DECR(ptr, field) STATS_SUB(ptr, field, 1)
+#define STATS_GET(ptr, field) __atomic_load_n(&(ptr)->field, __ATOMIC_RELAXED)
+#define GSTATS_ADD(field, n) STATS_ADD(&gstats, field, n)
+#define GSTATS_INCR(field) STATS_ADD(&gstats, field, 1)
+#define GSTATS_DECR(field) STATS_SUB(&gstats, field, 1)
+#define SLAB_STATS_INCR(ts, clsid, field) STATS_INCR(&(ts)->slab[(clsid)], field)
+
+/*
+ * Where stats go.  The text protocol emits "STAT key value\r\n" lines; the
+ * binary protocol emits one packet per stat.  emit() is called once per
+ * stat with NUL-terminated key and value.
+ */
+struct stat_sink {
+    void (*emit)(void *ctx, const char *key, const char *val);
+    void *ctx;
+};
+
+/* Formats the value and emits one stat. */
+void stat_printf(struct stat_sink *sink, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sums every worker's counters into *out. */
+void stats_aggregate(struct thread_stats *out);
+
+/*
+ * Runs `stats [sub]`: sub is NULL or "" for general stats, else one of
+ * settings, items, slabs, sizes, conns.  Returns false for an unknown
+ * sub-command (the caller answers with an error).  `stats reset` is
+ * stats_reset().
+ */
+bool stats_run(const char *sub, struct stat_sink *sink);
+void stats_reset(void);
+
+/* A sink that appends text lines to a malloc'd buffer. */
+struct stat_text {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+};
+void stat_text_init(struct stat_text *t, struct stat_sink *sink);
+/* Appends "END\r\n"; returns the buffer (caller frees) or NULL on OOM. */
+char *stat_text_finish(struct stat_text *t, size_t *len);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * thread.c - worker threads, connection hand-off and the maintainer thread.
+ *
+ * Design.  The listener (main thread, memcached.c) accepts a socket and
+ * calls worker_dispatch_conn(), which queues it for the next worker in
+ * round-robin order and wakes that worker through its eventfd.  The worker
+ * creates the conn on its own event base; from then on only it touches the
+ * connection.  Every worker also has a conn on each UDP socket (the kernel
+ * hands each datagram to whichever worker reads first) and a one-second
+ * timer that closes idle connections.
+ *
+ * The maintainer thread does the bounded background work: a step of hash
+ * table resizing and a step of the expiry crawler every tick.
+ *
+ * Threads and locks.  queue_lock protects a worker's hand-off queue and is
+ * never held with any other lock.  workers[] is written before the workers
+ * start and read-only afterwards.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "assoc.h"
+#include "conn.h"
+#include "items.h"
+#include "thread.h"
+
+/* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
+ * hash resize step, items checked by the expiry crawler. */
+#define MAINT_TICK_MS 50
+#define MAINT_EXPAND_BUDGET 4096
+#define MAINT_CRAWL_BUDGET 2000
+
+struct conn_queue_item {
+    struct conn_queue_item *next;
+    int sfd;
+    enum conn_transport transport;
+};
+
+static struct worker *workers;
+static int nworkers;
+static int next_worker;              /* listener thread only */
+static pthread_t maint_tid;
+static int maint_stop;               /* atomic */
+static int init_count;               /* protected by init_lock */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t init_cond = PTHREAD_COND_INITIALIZER;
+
+int worker_count(void)
+{
+    return nworkers;
+}
+
+struct worker *worker_get(int i)
+{
+    return i >= 0 && i < nworkers ? &workers[i] : NULL;
+}
+
+static void worker_accept_queued(evutil_socket_t fd, short which, void *arg)
+{
+    struct worker *w = arg;
+    uint64_t n;
+    (void)which;
+    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        perror("eventfd read");
+    for (;;) {
+        pthread_mutex_lock(&w->queue_lock);
+        struct conn_queue_item *q = w->queue_head;
+        if (q) {
+            w->queue_head = q->next;
+            if (!w->queue_head)
+                w->queue_tail = NULL;
+        }
+        pthread_mutex_unlock(&w->queue_lock);
+        if (!q)
+            break;
+        conn *c = conn_new(q->sfd, q->transport, w);
+        if (!c) {
+            fprintf(stderr, "cannot create connection for fd %d\n", q->sfd);
+            close(q->sfd);
+        } else if (settings.verbose > 1) {
+            fprintf(stderr, "<%d new %s client connection\n", q->sfd,
+                    q->transport == TRANSPORT_UNIX ? "unix" : "tcp");
+        }
+        free(q);
+    }
+}
+
+static void worker_idle_tick(evutil_socket_t fd, short which, void *arg)
+{
+    (void)fd;
+    (void)which;
+    conn_close_idle(arg);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+
+    pthread_mutex_lock(&init_lock);
+    init_count++;
+    pthread_cond_signal(&init_cond);
+    pthread_mutex_unlock(&init_lock);
+
+    event_base_dispatch(w->base);
+    conn_close_all(w);
+    return NULL;
+}
+
+static void worker_setup(struct worker *w, int id)
+{
+    w->id = id;
+    w->partition = id % settings.partitions;
+    w->base = event_base_new();
+    w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!w->base || w->notify_fd < 0) {
+        fprintf(stderr, "cannot set up worker %d: %s\n", id, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    pthread_mutex_init(&w->queue_lock, NULL);
+    w->notify_event = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST,
+                                worker_accept_queued, w);
+    struct event *idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
+    struct timeval one_sec = { 1, 0 };
+    if (!w->notify_event || !idle || event_add(w->notify_event, NULL) != 0 ||
+        event_add(idle, &one_sec) != 0) {
+        fprintf(stderr, "cannot set up events for worker %d\n", id);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static void *maintainer_main(void *arg)
+{
+    (void)arg;
+    struct timespec tick = { 0, MAINT_TICK_MS * 1000000L };
+    int crawl_every = settings.crawler_interval * 1000 / MAINT_TICK_MS;
+    int ticks = 0;
+
+    while (!__atomic_load_n(&maint_stop, __ATOMIC_RELAXED)) {
+        assoc_expand_step(MAINT_EXPAND_BUDGET);
+        if (crawl_every <= 1 || ticks % crawl_every == 0)
+            items_crawl_step(MAINT_CRAWL_BUDGET);
+        ticks++;
+        nanosleep(&tick, NULL);
+    }
+    return NULL;
+}
+
+void workers_start(int nthreads, struct event_base *main_base)
+{
+    (void)main_base;
+    nworkers = nthreads;
+    workers = calloc(nthreads, sizeof(*workers));
+    if (!workers) {
+        fprintf(stderr, "out of memory starting workers\n");
+        exit(EXIT_FAILURE);
+    }
+    for (int i = 0; i < nthreads; i++)
+        worker_setup(&workers[i], i);
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&workers[i].tid, NULL, worker_main, &workers[i]) != 0) {
+            fprintf(stderr, "cannot create worker thread: %s\n", strerror(errno));
+            exit(EXIT_FAILURE);
+        }
+    }
+    pthread_mutex_lock(&init_lock);
+    while (init_count < nthreads)
+        pthread_cond_wait(&init_cond, &init_lock);
+    pthread_mutex_unlock(&init_lock);
+
+    if (pthread_create(&maint_tid, NULL, maintainer_main, NULL) != 0) {
+        fprintf(stderr, "cannot create maintainer thread\n");
+        exit(EXIT_FAILURE);
+    }
+}
+
+void worker_dispatch_conn(int sfd, int transport, int unused)
+{
+    (void)unused;
+    struct conn_queue_item *q = malloc(sizeof(*q));
+    if (!q) {
+        close(sfd);
+        return;
+    }
+    q->next = NULL;
+    q->sfd = sfd;
+    q->transport = transport;
+
+    struct worker *w = &workers[next_worker];
+    next_worker = (next_worker + 1) % nworkers;
+    pthread_mutex_lock(&w->queue_lock);
+    if (w->queue_tail)
+        w->queue_tail->next = q;
+    else
+        w->queue_head = q;
+    w->queue_tail = q;
+    pthread_mutex_unlock(&w->queue_lock);
+
+    uint64_t one = 1;
+    if (write(w->notify_fd, &one, sizeof(one)) != sizeof(one))
+        perror("eventfd write");
+}
+
+/* Gives every worker a conn on a UDP socket.  Called before the workers'
+ * loops handle any traffic; libevent's locking makes it safe anyway. */
+void workers_add_udp(int sfd)
+{
+    for (int i = 0; i < nworkers; i++) {
+        int fd = i == 0 ? sfd : dup(sfd);
+        if (fd < 0 || !conn_new(fd, TRANSPORT_UDP, &workers[i])) {
+            fprintf(stderr, "cannot add UDP socket to worker %d\n", i);
+            exit(EXIT_FAILURE);
+        }
+    }
+}
+
+void workers_stop(void)
+{
+    __atomic_store_n(&maint_stop, 1, __ATOMIC_RELAXED);
+    pthread_join(maint_tid, NULL);
+    for (int i = 0; i < nworkers; i++)
+        event_base_loopbreak(workers[i].base);
+    for (int i = 0; i < nworkers; i++)
+        pthread_join(workers[i].tid, NULL);
+}

@@ -1,0 +1,197 @@
+/*
+ * util.c - number parsing, base64 and integer formatting for the protocol
+ * parsers, and the protocol line tokenizer (see util.h for the contracts).
+ *
+ * Number parsing follows memcached 1.6.18 byte for byte, including its
+ * 32-bit truncation quirk; the parsers answer exactly what stock memcached
+ * answers for the same token.  Base64 is a straightforward table codec,
+ * strict on input.  No state; any thread.
+ */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A number token must end at the NUL or at whitespace. */
+static bool num_end_ok(const char *str, const char *end)
+{
+    return end != str && (*end == '\0' || isspace((unsigned char)*end));
+}
+
+bool safe_strtoull(const char *str, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(str, &end, 10);
+    if (errno == ERANGE || !num_end_ok(str, end))
+        return false;
+    /* strtoull negates "-5" modulo 2^64; any negative number is refused
+     * (memcached misses "-18446744073709551615", which wraps to 1). */
+    if (v != 0 && memchr(str, '-', (size_t)(end - str)) != NULL)
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+bool safe_strtoll(const char *str, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    *out = 0;
+    long long v = strtoll(str, &end, 10);
+    if (errno == ERANGE || !num_end_ok(str, end))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+bool safe_strtoul(const char *str, uint32_t *out)
+{
+    uint64_t v;
+    if (!safe_strtoull(str, &v))
+        return false;
+    *out = (uint32_t)v;     /* memcached 1.6.18 truncates on LP64 */
+    return true;
+}
+
+bool safe_strtol(const char *str, int32_t *out)
+{
+    int64_t v;
+    *out = 0;
+    if (!safe_strtoll(str, &v))
+        return false;
+    *out = (int32_t)(uint32_t)(uint64_t)v;  /* same truncation */
+    return true;
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t base64_encode(const unsigned char *src, size_t srclen,
+                     unsigned char *dst, size_t dstlen)
+{
+    size_t need = BASE64_ENCODED_LEN(srclen);
+    if (need > dstlen)
+        return 0;
+    size_t i = 0, o = 0;
+    for (; i + 3 <= srclen; i += 3) {
+        uint32_t v = (uint32_t)src[i] << 16 | (uint32_t)src[i + 1] << 8 |
+                     src[i + 2];
+        dst[o++] = b64_alphabet[v >> 18];
+        dst[o++] = b64_alphabet[(v >> 12) & 63];
+        dst[o++] = b64_alphabet[(v >> 6) & 63];
+        dst[o++] = b64_alphabet[v & 63];
+    }
+    if (i < srclen) {
+        uint32_t v = (uint32_t)src[i] << 16;
+        if (i + 1 < srclen)
+            v |= (uint32_t)src[i + 1] << 8;
+        dst[o++] = b64_alphabet[v >> 18];
+        dst[o++] = b64_alphabet[(v >> 12) & 63];
+        dst[o++] = i + 1 < srclen ? b64_alphabet[(v >> 6) & 63] : '=';
+        dst[o++] = '=';
+    }
+    return o;
+}
+
+/* 0..63 for an alphabet character, -1 otherwise. */
+static int b64_value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+size_t base64_decode(const unsigned char *src, size_t srclen,
+                     unsigned char *dst, size_t dstlen)
+{
+    if (srclen == 0 || srclen % 4 != 0)
+        return 0;
+    size_t pad = 0;
+    if (src[srclen - 1] == '=')
+        pad = src[srclen - 2] == '=' ? 2 : 1;
+    size_t outlen = srclen / 4 * 3 - pad;
+    if (outlen > dstlen || outlen == 0)
+        return 0;
+    size_t o = 0;
+    for (size_t i = 0; i < srclen; i += 4) {
+        bool last = i + 4 == srclen;
+        int q[4];
+        for (int k = 0; k < 4; k++) {
+            bool is_pad = last && k >= 4 - (int)pad;
+            q[k] = is_pad ? 0 : b64_value(src[i + k]);
+            if (q[k] < 0)
+                return 0;
+        }
+        uint32_t v = (uint32_t)q[0] << 18 | (uint32_t)q[1] << 12 |
+                     (uint32_t)q[2] << 6 | (uint32_t)q[3];
+        /* Non-canonical input (bits set under the padding) is refused. */
+        if (last && ((pad == 1 && (v & 0xff)) || (pad == 2 && (v & 0xffff))))
+            return 0;
+        dst[o++] = (unsigned char)(v >> 16);
+        if (!(last && pad == 2))
+            dst[o++] = (unsigned char)(v >> 8);
+        if (!(last && pad >= 1))
+            dst[o++] = (unsigned char)v;
+    }
+    return o;
+}
+
+char *util_u64toa(uint64_t v, char *p)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+char *util_i64toa(int64_t v, char *p)
+{
+    if (v < 0) {
+        *p++ = '-';
+        return util_u64toa((uint64_t)0 - (uint64_t)v, p);
+    }
+    return util_u64toa((uint64_t)v, p);
+}
+
+size_t util_tokenize(char *line, struct util_token *tokens, size_t max,
+                     char **rest)
+{
+    size_t n = 0;
+    char *p = line;
+    *rest = NULL;
+    while (*p != '\0') {
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        if (n == max) {
+            *rest = p;
+            break;
+        }
+        char *start = p;
+        while (*p != '\0' && *p != ' ')
+            p++;
+        tokens[n].value = start;
+        tokens[n].length = (size_t)(p - start);
+        n++;
+        if (*p == ' ')
+            *p++ = '\0';
+    }
+    return n;
+}

@@ -1,0 +1,67 @@
+/*
+ * util.h - small helpers shared by the protocol parsers: number parsing with
+ * memcached's exact acceptance rules, base64, integer formatting.
+ *
+ * Everything here is pure (no global state) and safe to call from any thread.
+ */
+#ifndef UTIL_H
+#define UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Number parsing, memcached 1.6 semantics.  `str` is NUL-terminated; the
+ * number must be followed by the NUL or by whitespace (so a token inside a
+ * tokenized line works), must contain at least one digit, and may carry a
+ * leading '+' (strtol rules).  Overflow of the parse width is rejected.
+ *
+ * The unsigned variants reject a '-' sign on any non-zero value ("-1"),
+ * and accept "-0".  safe_strtoul and safe_strtol parse a 64-bit value and then
+ * truncate it to 32 bits, exactly like memcached 1.6.18 on LP64 hosts (so
+ * "4294967297" is accepted as 1): clients depend on those replies.
+ * On failure *out is left unchanged (safe_strtol/ll set it to 0).
+ */
+bool safe_strtoull(const char *str, uint64_t *out);
+bool safe_strtoll(const char *str, int64_t *out);
+bool safe_strtoul(const char *str, uint32_t *out);
+bool safe_strtol(const char *str, int32_t *out);
+
+/*
+ * Tokenizer for text protocol lines.  Splits a NUL-terminated line on
+ * single spaces (tabs are not separators, as in memcached), writing NULs
+ * in place.  At most `max` tokens are produced; if the line holds more,
+ * *rest points at the first unprocessed byte, else it is NULL.  Returns the
+ * token count.  memcached's "ntokens" is this count + 1 (its terminal).
+ */
+struct util_token {
+    char *value;
+    size_t length;
+};
+
+size_t util_tokenize(char *line, struct util_token *tokens, size_t max,
+                     char **rest);
+
+/* Bytes base64_encode needs for n input bytes (no NUL). */
+#define BASE64_ENCODED_LEN(n) ((((n) + 2) / 3) * 4)
+
+/*
+ * Standard base64 (RFC 4648 alphabet, '=' padding).  base64_encode writes
+ * BASE64_ENCODED_LEN(srclen) bytes and returns that count, or 0 if dstlen is
+ * too small.  base64_decode accepts only canonical padded input (length a
+ * multiple of 4, at most two '=' and only at the end); returns the decoded
+ * length, or 0 on invalid input, empty input or a too-small dst.  dst may
+ * equal src (in-place decoding is safe: output never overtakes input).
+ */
+size_t base64_encode(const unsigned char *src, size_t srclen,
+                     unsigned char *dst, size_t dstlen);
+size_t base64_decode(const unsigned char *src, size_t srclen,
+                     unsigned char *dst, size_t dstlen);
+
+/* Writes v in decimal at p (no NUL); returns the end.  Needs <= 20 bytes. */
+char *util_u64toa(uint64_t v, char *p);
+/* Same for signed values.  Needs <= 20 bytes. */
+char *util_i64toa(int64_t v, char *p);
+
+#endif
