@@ -12,20 +12,31 @@
  * buckets i and i + 2^(hashpower-1) share that stripe.
  *
  * When the number of items exceeds 1.5 x buckets, assoc_expand_step()
- * (maintainer thread) takes every stripe, allocates a table twice as big,
- * makes it primary and keeps the previous one as `old`.  Then, one bucket
- * at a time and holding only that bucket's stripe, it moves old bucket
- * `expand_bucket` into the new table and advances expand_bucket (atomic).
- * A lookup for hash hv uses old[hv & oldmask] if that bucket has not moved
- * yet (hv & oldmask >= expand_bucket), else primary[hv & mask].  The
- * comparison is stable for a reader holding its stripe: expand_bucket only
- * passes bucket b while b's stripe is held.  Finishing takes every stripe
- * again and frees the old table.  If no one calls assoc_expand_step() the
- * chains just grow longer; inserts always work.
+ * (maintainer thread) allocates a table twice as big and publishes a new
+ * table state {primary = new, old = previous, hashpower + 1, expanding}
+ * with one atomic pointer store.  Then, one bucket at a time and holding
+ * only that bucket's stripe, it moves old bucket `expand_bucket` into the
+ * new table and advances expand_bucket (atomic).  A lookup for hash hv
+ * uses old[hv & oldmask] if that bucket has not moved yet
+ * (hv & oldmask >= expand_bucket), else primary[hv & mask].
+ *
+ * Why no global lock is needed to start or finish: with expand_bucket = 0
+ * the expanding state sends every lookup to exactly the bucket the
+ * previous state did, and once expand_bucket reaches the old size the
+ * non-expanding state that finishes the resize sends every lookup where
+ * the expanding one did.  The comparison with expand_bucket is stable for
+ * a reader holding its stripe, because expand_bucket only passes bucket b
+ * while b's stripe is held; so the old table can be freed once every
+ * bucket has moved.  Table states live in a static array and are never
+ * freed, so a state pointer loaded by a reader stays valid.  (Taking all
+ * 2^ITEM_LOCK_POWER stripes would do the same but stalls every worker and
+ * defeats ThreadSanitizer's deadlock detector.)
+ *
+ * If no one calls assoc_expand_step() the chains just grow longer;
+ * inserts always work.
  *
  * Threads: assoc_find/insert/delete run with item_lock(hv) held.
- * Table pointers and hashpower change only with every stripe held.
- * assoc_expand_step() and assoc_stats() serialize on expand_lock.
+ * assoc_expand_step() serializes on expand_lock (maintainer thread).
  */
 #include "config.h"
 
@@ -42,10 +53,17 @@
 #define ASSOC_MIN_POWER (ITEM_LOCK_POWER + 1)
 #define ASSOC_MAX_POWER 32
 
-static item **primary;              /* all stripes to replace */
-static item **old_table;            /* all stripes to replace */
-static unsigned int hashpower;      /* all stripes to change */
-static bool expanding;              /* all stripes to change */
+struct assoc_table {
+    item **primary;         /* 2^hashpower buckets */
+    item **old;             /* 2^(hashpower-1) buckets while expanding */
+    unsigned int hashpower;
+    bool expanding;
+};
+
+/* Immutable once published; two per resize, never freed. */
+static struct assoc_table states[2 * ASSOC_MAX_POWER + 2];
+static int nstates;                 /* expand_lock */
+static struct assoc_table *cur;     /* atomic (acquire/release) */
 static uint64_t expand_bucket;      /* atomic; next old bucket to move */
 static uint64_t hash_items;         /* atomic */
 static pthread_mutex_t expand_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -53,12 +71,24 @@ static pthread_mutex_t expand_lock = PTHREAD_MUTEX_INITIALIZER;
 #define HASHSIZE(n) ((uint64_t)1 << (n))
 #define HASHMASK(n) (HASHSIZE(n) - 1)
 
-static void set_hash_bytes(void)
+static inline struct assoc_table *table_state(void)
 {
-    uint64_t b = HASHSIZE(hashpower) * sizeof(item *);
-    if (expanding)
-        b += HASHSIZE(hashpower - 1) * sizeof(item *);
+    return __atomic_load_n(&cur, __ATOMIC_ACQUIRE);
+}
+
+/* Publishes a new table state.  Caller holds expand_lock. */
+static void publish(item **primary, item **old, unsigned int hp, bool exp)
+{
+    struct assoc_table *t = &states[nstates++];
+    t->primary = primary;
+    t->old = old;
+    t->hashpower = hp;
+    t->expanding = exp;
+    uint64_t b = HASHSIZE(hp) * sizeof(item *);
+    if (exp)
+        b += HASHSIZE(hp - 1) * sizeof(item *);
     __atomic_store_n(&gstats.hash_bytes, b, __ATOMIC_RELAXED);
+    __atomic_store_n(&cur, t, __ATOMIC_RELEASE);
 }
 
 void assoc_init(int power)
@@ -67,31 +97,35 @@ void assoc_init(int power)
         power = ASSOC_MIN_POWER;
     if (power > ASSOC_MAX_POWER - 1)
         power = ASSOC_MAX_POWER - 1;
-    free(primary);
-    free(old_table);
-    old_table = NULL;
-    expanding = false;
+    pthread_mutex_lock(&expand_lock);
+    struct assoc_table *t = cur;
+    if (t != NULL) {
+        free(t->primary);
+        free(t->old);
+    }
+    nstates = 0;
     expand_bucket = 0;
     hash_items = 0;
-    hashpower = (unsigned int)power;
-    primary = calloc(HASHSIZE(hashpower), sizeof(item *));
+    item **primary = calloc(HASHSIZE(power), sizeof(item *));
     if (primary == NULL) {
-        fprintf(stderr, "assoc: cannot allocate hash table of 2^%u\n",
-                hashpower);
+        fprintf(stderr, "assoc: cannot allocate hash table of 2^%d\n",
+                power);
         exit(EXIT_FAILURE);
     }
-    set_hash_bytes();
+    publish(primary, NULL, (unsigned int)power, false);
+    pthread_mutex_unlock(&expand_lock);
 }
 
 /* The chain head for hv.  Caller holds hv's stripe. */
 static item **bucket_for(uint32_t hv)
 {
-    if (expanding) {
-        uint64_t ob = hv & HASHMASK(hashpower - 1);
+    struct assoc_table *t = table_state();
+    if (t->expanding) {
+        uint64_t ob = hv & HASHMASK(t->hashpower - 1);
         if (ob >= __atomic_load_n(&expand_bucket, __ATOMIC_ACQUIRE))
-            return &old_table[ob];
+            return &t->old[ob];
     }
-    return &primary[hv & HASHMASK(hashpower)];
+    return &t->primary[hv & HASHMASK(t->hashpower)];
 }
 
 item *assoc_find(const char *key, size_t nkey, uint32_t hv)
@@ -130,50 +164,36 @@ uint64_t assoc_count(void)
     return __atomic_load_n(&hash_items, __ATOMIC_RELAXED);
 }
 
-/* Starts a resize.  Caller holds expand_lock, not any stripe. */
-static void expand_start(void)
+/* Starts a resize.  Caller holds expand_lock. */
+static void expand_start(struct assoc_table *t)
 {
-    if (hashpower + 1 >= ASSOC_MAX_POWER)
+    if (t->hashpower + 1 >= ASSOC_MAX_POWER ||
+        nstates + 2 > (int)(sizeof(states) / sizeof(states[0])))
         return;
-    item **t = calloc(HASHSIZE(hashpower + 1), sizeof(item *));
-    if (t == NULL)
+    item **n = calloc(HASHSIZE(t->hashpower + 1), sizeof(item *));
+    if (n == NULL)
         return;     /* retried on the next step; lookups keep working */
-    item_lock_all();
-    old_table = primary;
-    primary = t;
-    hashpower++;
     __atomic_store_n(&expand_bucket, 0, __ATOMIC_RELEASE);
-    expanding = true;
-    set_hash_bytes();
-    item_unlock_all();
+    publish(n, t->primary, t->hashpower + 1, true);
     if (settings.verbose > 1)
-        fprintf(stderr, "assoc: expanding to 2^%u buckets\n", hashpower);
-}
-
-static void expand_finish(void)
-{
-    item_lock_all();
-    free(old_table);
-    old_table = NULL;
-    expanding = false;
-    set_hash_bytes();
-    item_unlock_all();
+        fprintf(stderr, "assoc: expanding to 2^%u buckets\n",
+                t->hashpower + 1);
 }
 
 /* Moves old bucket b into the new table.  Caller holds expand_lock. */
-static void expand_bucket_move(uint64_t b)
+static void expand_bucket_move(struct assoc_table *t, uint64_t b)
 {
     item_lock((uint32_t)b);
-    item *it = old_table[b];
+    item *it = t->old[b];
     while (it != NULL) {
         item *next = it->h_next;
         uint32_t hv = item_hash(ITEM_key(it), it->nkey);
-        item **nb = &primary[hv & HASHMASK(hashpower)];
+        item **nb = &t->primary[hv & HASHMASK(t->hashpower)];
         it->h_next = *nb;
         *nb = it;
         it = next;
     }
-    old_table[b] = NULL;
+    t->old[b] = NULL;
     __atomic_store_n(&expand_bucket, b + 1, __ATOMIC_RELEASE);
     item_unlock((uint32_t)b);
 }
@@ -181,37 +201,37 @@ static void expand_bucket_move(uint64_t b)
 bool assoc_expand_step(int budget)
 {
     pthread_mutex_lock(&expand_lock);
-    if (!expanding && assoc_count() > HASHSIZE(hashpower) * 3 / 2)
-        expand_start();
-    if (expanding) {
-        uint64_t oldsize = HASHSIZE(hashpower - 1);
+    struct assoc_table *t = cur;
+    if (!t->expanding && assoc_count() > HASHSIZE(t->hashpower) * 3 / 2) {
+        expand_start(t);
+        t = cur;
+    }
+    if (t->expanding) {
+        uint64_t oldsize = HASHSIZE(t->hashpower - 1);
         uint64_t b = __atomic_load_n(&expand_bucket, __ATOMIC_RELAXED);
         for (int n = 0; n < budget && b < oldsize; n++, b++)
-            expand_bucket_move(b);
-        if (b >= oldsize)
-            expand_finish();
+            expand_bucket_move(t, b);
+        if (b >= oldsize) {
+            publish(t->primary, NULL, t->hashpower, false);
+            free(t->old);
+            t = cur;
+        }
     }
-    bool busy = expanding;
+    bool busy = t->expanding;
     pthread_mutex_unlock(&expand_lock);
     return busy;
 }
 
 void assoc_stats(struct stat_sink *sink)
 {
-    pthread_mutex_lock(&expand_lock);
-    unsigned int hp = hashpower;
-    bool exp = expanding;
-    pthread_mutex_unlock(&expand_lock);
-    stat_printf(sink, "hash_power_level", "%u", hp);
+    struct assoc_table *t = table_state();
+    stat_printf(sink, "hash_power_level", "%u", t->hashpower);
     stat_printf(sink, "hash_bytes", "%llu",
                 (unsigned long long)STATS_GET(&gstats, hash_bytes));
-    stat_printf(sink, "hash_is_expanding", "%d", exp ? 1 : 0);
+    stat_printf(sink, "hash_is_expanding", "%d", t->expanding ? 1 : 0);
 }
 
 unsigned int assoc_hashpower(void)
 {
-    pthread_mutex_lock(&expand_lock);
-    unsigned int hp = hashpower;
-    pthread_mutex_unlock(&expand_lock);
-    return hp;
+    return table_state()->hashpower;
 }

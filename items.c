@@ -15,6 +15,8 @@
  *    bounded crawler (items_crawl_step) that walks each LRU from the tail
  *    with a placeholder item flagged ITEM_CRAWLER as its cursor; the
  *    placeholder is static and never in the index, so it cannot dangle.
+ *    LRU walkers recognise it by address, not by it_flags (which belong
+ *    to the item lock they do not hold).
  *  - Allocation failure falls back to the LRU tails of the class (own
  *    partition first, then neighbours): dead items are reclaimed, live
  *    unpinned ones evicted when evict_to_free is set (not with -M).  The
@@ -126,18 +128,6 @@ bool item_trylock(uint32_t hv)
     return pthread_mutex_trylock(&item_locks[hv & ITEM_LOCK_MASK]) == 0;
 }
 
-void item_lock_all(void)
-{
-    for (unsigned int i = 0; i < ITEM_LOCK_COUNT; i++)
-        pthread_mutex_lock(&item_locks[i]);
-}
-
-void item_unlock_all(void)
-{
-    for (unsigned int i = ITEM_LOCK_COUNT; i-- > 0;)
-        pthread_mutex_unlock(&item_locks[i]);
-}
-
 uint64_t item_next_cas(void)
 {
     if (!settings.use_cas)
@@ -208,7 +198,7 @@ static void lru_link_locked(struct lru *l, item *it)
     l->head = it;
     if (l->tail == NULL)
         l->tail = it;
-    if ((it->it_flags & ITEM_CRAWLER) == 0)
+    if (it != &crawler)
         l->count++;
 }
 
@@ -223,7 +213,7 @@ static void lru_unlink_locked(struct lru *l, item *it)
     else
         l->tail = it->prev;
     it->next = it->prev = NULL;
-    if ((it->it_flags & ITEM_CRAWLER) == 0)
+    if (it != &crawler)
         l->count--;
 }
 
@@ -237,7 +227,7 @@ static void lru_insert_before_locked(struct lru *l, item *pos, item *it)
     else
         l->head = it;
     pos->prev = it;
-    if ((it->it_flags & ITEM_CRAWLER) == 0)
+    if (it != &crawler)
         l->count++;
 }
 
@@ -421,7 +411,7 @@ static item *lru_pull_tail(unsigned int clsid, int p, bool may_evict)
     item *search = l->tail;
     for (int n = 0; search != NULL && got == NULL && n < LRU_SEARCH_DEPTH;) {
         item *prev = search->prev;
-        if ((search->it_flags & ITEM_CRAWLER) == 0) {
+        if (search != &crawler) {
             got = tail_take_locked(l, search, may_evict);
             n++;
         }
@@ -795,8 +785,11 @@ int items_crawl_step(int budget)
 {
     int checked = 0;
     pthread_mutex_lock(&crawl_lock);
-    unsigned int nlrus = slabs_nclasses() * (unsigned int)npart;
-    for (unsigned int visited = 0; checked < budget && visited <= nlrus;) {
+    /* At most one full cycle: every LRU once, plus the rest of the one
+     * the cursor sits in. */
+    unsigned int limit = slabs_nclasses() * (unsigned int)npart +
+                         (crawler_in_lru ? 1 : 0);
+    for (unsigned int visited = 0; checked < budget && visited < limit;) {
         if (crawl_cls < 1 || crawl_cls > slabs_nclasses())
             crawl_cls = 1;
         bool done = false;
@@ -826,7 +819,7 @@ static uint64_t class_count(unsigned int clsid, rel_time_t *oldest)
         pthread_mutex_lock(&l->lock);
         n += l->count;
         item *t = l->tail;
-        while (t != NULL && (t->it_flags & ITEM_CRAWLER))
+        while (t == &crawler)
             t = t->prev;
         if (t != NULL && t->time < *oldest)
             *oldest = t->time;

@@ -81,10 +81,6 @@ bool item_trylock(uint32_t hv);
 
 /* log2 of the number of item lock stripes (stripe = hv & mask). */
 #define ITEM_LOCK_POWER 12
-/* Takes / drops every stripe in ascending order (hash table resize only;
- * the caller holds no stripe). */
-void item_lock_all(void);
-void item_unlock_all(void);
 
 /* Next CAS id (never 0).  Returns 0 when CAS is disabled. */
 uint64_t item_next_cas(void);

@@ -372,8 +372,6 @@ int main(int argc, char **argv)
     }
 
     clock_update();
-    slabs_init();
-    assoc_init(settings.hashpower_init);
     items_init();
     workers_start(settings.num_threads, main_base);
 

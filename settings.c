@@ -250,6 +250,7 @@ static bool parse_size(const char *s, double *out)
     }
     if (tolower((unsigned char)*end) == 'b')
         end++;
+    *out = v;
     return *end == '\0';
 }
 

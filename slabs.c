@@ -20,9 +20,9 @@
  * one chunk from the neighbours p+1, p+2, ... in turn.
  *
  * Memory limit: a page is granted while total page bytes stay within -m.
- * Like memcached, a class's first page is always granted, so a tiny -m
- * still works for every class in use; -m is then exceeded by at most one
- * page per class.  With -L (prealloc) one block of -m bytes is malloc'd
+ * Like memcached, a class that has no page yet gets one even over -m, so a
+ * tiny -m still works for every class in use; -m is then exceeded by at
+ * most one page per class (each class gets this grace once).  With -L (prealloc) one block of -m bytes is malloc'd
  * up front and pages are carved from it.
  *
  * Threads: any thread.  Lock order: item lock -> partition LRU lock ->

@@ -128,6 +128,7 @@ void stats_reset(void)
     }
 #define ZERO_GLOBAL(name) __atomic_store_n(&gstats.name, 0, __ATOMIC_RELAXED);
     GLOBAL_COUNTER_FIELDS(ZERO_GLOBAL)
+    items_stats_reset();
 }
 
 /* ---- `stats` ------------------------------------------------------------ */

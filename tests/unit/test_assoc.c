@@ -1,0 +1,251 @@
+/*
+ * test_assoc.c - the hash index: insert/find/delete, incremental resize
+ * with lookups and deletes interleaved, no-resize fallback, concurrency.
+ */
+#include "config.h"
+
+#include <pthread.h>
+
+#include "assoc.h"
+#include "hash.h"
+#include "items.h"
+#include "memcached.h"
+#include "unit.h"
+
+static item *make(const char *key)
+{
+    size_t n = strlen(key);
+    item *it = calloc(1, sizeof(item) + n + 1);
+    CHECK(it != NULL);
+    it->nkey = (uint8_t)n;
+    memcpy(ITEM_key(it), key, n + 1);
+    return it;
+}
+
+static void keyname(char *buf, size_t len, int i)
+{
+    snprintf(buf, len, "key:%d:%x", i, (unsigned int)(i * 2654435761u));
+}
+
+static item *find(const char *key)
+{
+    uint32_t hv = item_hash(key, strlen(key));
+    item_lock(hv);
+    item *it = assoc_find(key, strlen(key), hv);
+    item_unlock(hv);
+    return it;
+}
+
+static void insert(item *it)
+{
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    item_lock(hv);
+    CHECK(assoc_find(ITEM_key(it), it->nkey, hv) == NULL);
+    assoc_insert(it, hv);
+    item_unlock(hv);
+}
+
+static void delete(const char *key)
+{
+    uint32_t hv = item_hash(key, strlen(key));
+    item_lock(hv);
+    assoc_delete(key, strlen(key), hv);
+    item_unlock(hv);
+}
+
+static void setup(int hashpower)
+{
+    settings_init();
+    settings.hashpower_init = hashpower;
+    settings.maxbytes = 2 * 1024 * 1024;
+    items_init();
+}
+
+static void test_hash_quality(void)
+{
+    /* Deterministic, and spreads sequential keys over buckets. */
+    CHECK_UEQ(hash_key("abc", 3), hash_key("abc", 3));
+    CHECK(hash_key("abc", 3) != hash_key("abd", 3));
+    CHECK(hash_key("", 0) != hash_key("a", 1));
+    enum { B = 1024, N = 64 * B };
+    static int buckets[B];
+    char k[64];
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        buckets[hash_key(k, strlen(k)) % B]++;
+    }
+    for (int i = 0; i < B; i++)
+        CHECK(buckets[i] > 64 / 2 && buckets[i] < 64 * 2);
+    /* Every output bit flips for some single-bit input change. */
+    uint32_t seen = 0, base = hash_key("0123456789abcdef", 16);
+    char buf[17] = "0123456789abcdef";
+    for (int byte = 0; byte < 16; byte++) {
+        for (int bit = 0; bit < 8; bit++) {
+            buf[byte] ^= (char)(1 << bit);
+            seen |= base ^ hash_key(buf, 16);
+            buf[byte] ^= (char)(1 << bit);
+        }
+    }
+    CHECK_UEQ(seen, 0xffffffffu);
+}
+
+static void test_basic(void)
+{
+    setup(16);
+    CHECK_EQ(assoc_hashpower(), 16);
+    item *a = make("alpha"), *b = make("beta");
+    insert(a);
+    insert(b);
+    CHECK(find("alpha") == a);
+    CHECK(find("beta") == b);
+    CHECK(find("gamma") == NULL);
+    CHECK(find("alph") == NULL);
+    CHECK_UEQ(assoc_count(), 2);
+    delete("alpha");
+    CHECK(find("alpha") == NULL);
+    CHECK(find("beta") == b);
+    delete("nothing");
+    CHECK_UEQ(assoc_count(), 1);
+    delete("beta");
+    CHECK_UEQ(assoc_count(), 0);
+    free(a);
+    free(b);
+    /* hashpower below the stripe bits is raised. */
+    setup(4);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 1);
+}
+
+/* Inserts many keys while resizing a few buckets at a time, deleting
+ * every third key, and checks every key after each phase. */
+static void test_incremental_resize(void)
+{
+    setup(ITEM_LOCK_POWER + 1);
+    enum { N = 120000 };
+    static item *items[N];
+    char k[64];
+    unsigned int hp0 = assoc_hashpower();
+    int steps_busy = 0;
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        items[i] = make(k);
+        insert(items[i]);
+        if (i % 7 == 0 && assoc_expand_step(3))
+            steps_busy++;
+        if (i % 3 == 2) {       /* deletes key i - 1, i.e. j % 3 == 1 */
+            keyname(k, sizeof(k), i - 1);
+            delete(k);
+        }
+        if (i % 5000 == 0) {
+            for (int j = 0; j <= i; j += 97) {
+                keyname(k, sizeof(k), j);
+                bool deleted = j % 3 == 1 && j + 1 <= i;
+                CHECK(find(k) == (deleted ? NULL : items[j]));
+            }
+        }
+    }
+    CHECK(steps_busy > 0);
+    while (assoc_expand_step(1000))
+        ;
+    CHECK(assoc_hashpower() > hp0);
+    CHECK(assoc_count() <= ((uint64_t)1 << assoc_hashpower()) * 3 / 2);
+    uint64_t live = 0;
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        bool deleted = i % 3 == 1 && i + 1 < N;
+        CHECK(find(k) == (deleted ? NULL : items[i]));
+        live += !deleted;
+    }
+    CHECK_UEQ(assoc_count(), live);
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        delete(k);
+        free(items[i]);
+    }
+    CHECK_UEQ(assoc_count(), 0);
+}
+
+static void test_no_resize_still_works(void)
+{
+    setup(ITEM_LOCK_POWER + 1);
+    enum { N = 60000 };     /* > 7 items per bucket */
+    static item *items[N];
+    char k[64];
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        items[i] = make(k);
+        insert(items[i]);
+    }
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 1);
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        CHECK(find(k) == items[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        keyname(k, sizeof(k), i);
+        delete(k);
+        free(items[i]);
+    }
+}
+
+/* Writers insert/find/delete their own keys while a resizer runs. */
+enum { MT_THREADS = 4, MT_KEYS = 20000 };
+static volatile int mt_stop;
+
+static void *mt_writer(void *p)
+{
+    int id = (int)(intptr_t)p;
+    static item *mine[MT_THREADS][MT_KEYS];
+    char k[64];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < MT_KEYS; i++) {
+            snprintf(k, sizeof(k), "t%d:%d", id, i);
+            mine[id][i] = make(k);
+            insert(mine[id][i]);
+            if (i % 3 == 0)
+                CHECK(find(k) == mine[id][i]);
+        }
+        for (int i = 0; i < MT_KEYS; i++) {
+            snprintf(k, sizeof(k), "t%d:%d", id, i);
+            CHECK(find(k) == mine[id][i]);
+            delete(k);
+            CHECK(find(k) == NULL);
+            free(mine[id][i]);
+        }
+    }
+    return NULL;
+}
+
+static void *mt_resizer(void *p)
+{
+    while (!__atomic_load_n(&mt_stop, __ATOMIC_RELAXED))
+        assoc_expand_step(16);
+    return NULL;
+}
+
+static void test_concurrent_resize(void)
+{
+    setup(ITEM_LOCK_POWER + 1);
+    pthread_t w[MT_THREADS], r;
+    mt_stop = 0;
+    pthread_create(&r, NULL, mt_resizer, NULL);
+    for (int i = 0; i < MT_THREADS; i++)
+        pthread_create(&w[i], NULL, mt_writer, (void *)(intptr_t)i);
+    for (int i = 0; i < MT_THREADS; i++)
+        pthread_join(w[i], NULL);
+    __atomic_store_n(&mt_stop, 1, __ATOMIC_RELAXED);
+    pthread_join(r, NULL);
+    CHECK_UEQ(assoc_count(), 0);
+    CHECK(assoc_hashpower() > ITEM_LOCK_POWER + 1);
+}
+
+int main(int argc, char **argv)
+{
+    unit_seed_init(argc, argv);
+    RUN_TEST(test_hash_quality);
+    RUN_TEST(test_basic);
+    RUN_TEST(test_incremental_resize);
+    RUN_TEST(test_no_resize_still_works);
+    RUN_TEST(test_concurrent_resize);
+    fprintf(stderr, "test_assoc: ok\n");
+    return 0;
+}
