@@ -41,6 +41,7 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <string.h>
 
 #include "assoc.h"
@@ -631,13 +632,17 @@ enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
 
 /* ---- incr / decr, delete. ------------------------------------------ */
 
-/* Parses a stored value as a decimal uint64: optional leading and
- * trailing spaces, at least one digit, no sign, no overflow. */
+/* Parses a stored value as a decimal uint64 the way memcached reads it:
+ * leading whitespace and an optional '+', at least one digit, no overflow,
+ * and the digits end at the end of the value or at a whitespace character
+ * (what follows it is ignored). */
 static bool parse_u64(const char *s, size_t len, uint64_t *out)
 {
     size_t i = 0;
     uint64_t v = 0;
-    while (i < len && s[i] == ' ')
+    while (i < len && isspace((unsigned char)s[i]))
+        i++;
+    if (i < len && s[i] == '+')
         i++;
     size_t start = i;
     for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
@@ -648,9 +653,7 @@ static bool parse_u64(const char *s, size_t len, uint64_t *out)
     }
     if (i == start)
         return false;
-    while (i < len && s[i] == ' ')
-        i++;
-    if (i != len)
+    if (i != len && !isspace((unsigned char)s[i]))
         return false;
     *out = v;
     return true;
@@ -669,6 +672,19 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
     else
         v = delta > v ? 0 : v - delta;
     int len = snprintf(out, 21, "%llu", (unsigned long long)v);
+
+    /* Like memcached: a result that fits the old value is written in
+     * place, padded with spaces, when nobody else holds the item (the
+     * index and this caller are the only references). */
+    if ((size_t)len + 2 <= it->nbytes && refcount_load(it) == 2 &&
+        it->tier == TIER_DRAM) {
+        memcpy(ITEM_data(it), out, (size_t)len);
+        memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);
+        it->cas = item_next_cas();
+        if (cas_out != NULL)
+            *cas_out = it->cas;
+        return DELTA_OK;
+    }
 
     item *n = item_alloc(ITEM_key(it), it->nkey, it->flags, it->exptime,
                          (size_t)len + 2, partition);

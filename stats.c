@@ -216,25 +216,37 @@ static const char *slab_field_name(const char *field)
     return strcmp(field, "set_cmds") == 0 ? "cmd_set" : field;
 }
 
-/* `stats slabs`: the allocator's view plus per-class command counters. */
+/* `stats slabs`: per class the allocator's view and the command counters of
+ * items in that class, then the totals, in memcached's order. */
 static void stats_slabs(struct stat_sink *s)
 {
     struct thread_stats ts;
     char key[64];
+    unsigned int active = 0;
     stats_aggregate(&ts);
-    slabs_stats(s);
     for (unsigned int c = 1; c <= slabs_nclasses() && c < MAX_SLAB_CLASSES; c++) {
-        const struct slab_stats *ss = &ts.slab[c];
-        uint64_t any = 0;
-#define ANY_FIELD(name) any |= ss->name;
-        SLAB_STATS_FIELDS(ANY_FIELD)
-        if (!any)
+        struct slabs_class_info info;
+        slabs_class_info(c, &info);
+        if (info.total_pages == 0)
             continue;
+        active++;
+#define PRINT_INFO(name, fmt, val) \
+        snprintf(key, sizeof(key), "%u:%s", c, name); \
+        stat_printf(s, key, fmt, val);
+        PRINT_INFO("chunk_size", "%zu", info.chunk_size)
+        PRINT_INFO("chunks_per_page", "%u", info.chunks_per_page)
+        PRINT_INFO("total_pages", "%llu", (unsigned long long)info.total_pages)
+        PRINT_INFO("total_chunks", "%llu", (unsigned long long)info.total_chunks)
+        PRINT_INFO("used_chunks", "%llu", (unsigned long long)info.used_chunks)
+        PRINT_INFO("free_chunks", "%llu", (unsigned long long)info.free_chunks)
+        PRINT_INFO("free_chunks_end", "%llu", (unsigned long long)info.free_chunks_end)
+        const struct slab_stats *ss = &ts.slab[c];
 #define PRINT_SLAB_FIELD(name) \
-        snprintf(key, sizeof(key), "%u:%s", c, slab_field_name(#name)); \
-        stat_printf(s, key, "%llu", (unsigned long long)ss->name);
+        PRINT_INFO(slab_field_name(#name), "%llu", (unsigned long long)ss->name)
         SLAB_STATS_FIELDS(PRINT_SLAB_FIELD)
     }
+    stat_printf(s, "active_slabs", "%u", active);
+    stat_printf(s, "total_malloced", "%zu", slabs_mem_malloced());
 }
 
 bool stats_run(const char *sub, struct stat_sink *sink)

@@ -38,14 +38,14 @@
 
 /* Per worker and per slab class (`stats slabs`); summed for `stats`. */
 #define SLAB_STATS_FIELDS(X) \
-    X(set_cmds)   \
     X(get_hits)   \
-    X(touch_hits) \
+    X(set_cmds)   \
     X(delete_hits) \
+    X(incr_hits)  \
+    X(decr_hits)  \
     X(cas_hits)   \
     X(cas_badval) \
-    X(incr_hits)  \
-    X(decr_hits)
+    X(touch_hits)
 
 #define STATS_DECLARE_FIELD(name) uint64_t name;
 

@@ -328,10 +328,10 @@ static void test_incr_decr(void)
     CHECK(has_value("n", "15"));
     CHECK_EQ(delta("n", false, 6, out), DELTA_OK);
     CHECK_STR_EQ(out, "9");
-    CHECK(has_value("n", "9"));         /* no padding */
+    CHECK(has_value("n", "9 "));        /* in place, space padded */
     CHECK_EQ(delta("n", false, 100, out), DELTA_OK);
     CHECK_STR_EQ(out, "0");             /* floor at 0 */
-    CHECK(has_value("n", "0"));
+    CHECK(has_value("n", "0 "));
 
     CHECK_EQ(store("w", "18446744073709551615", STORE_SET), STORE_STORED);
     CHECK_EQ(delta("w", true, 1, out), DELTA_OK);
@@ -359,7 +359,7 @@ static void test_incr_decr(void)
     item_release(it);
 
     const char *bad[] = { "abc", "12a", "", "-1", "18446744073709551616",
-                          "1 2", "0x10" };
+                          "0x10", "+-1" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         CHECK_EQ(store("bad", bad[i], STORE_SET), STORE_STORED);
         CHECK_EQ(delta("bad", true, 1, out), DELTA_NON_NUMERIC);
@@ -368,7 +368,15 @@ static void test_incr_decr(void)
     CHECK_EQ(store("sp", "  41 ", STORE_SET), STORE_STORED);
     CHECK_EQ(delta("sp", true, 1, out), DELTA_OK);
     CHECK_STR_EQ(out, "42");
-    CHECK(has_value("sp", "42"));
+    CHECK(has_value("sp", "42   "));
+    /* Digits end at whitespace; the rest is ignored, as in memcached. */
+    CHECK_EQ(store("ws", "7 junk", STORE_SET), STORE_STORED);
+    CHECK_EQ(delta("ws", true, 1, out), DELTA_OK);
+    CHECK_STR_EQ(out, "8");
+    /* A longer result needs a new item. */
+    CHECK_EQ(store("grow", "9", STORE_SET), STORE_STORED);
+    CHECK_EQ(delta("grow", true, 1, out), DELTA_OK);
+    CHECK(has_value("grow", "10"));
 }
 
 /* Fills a 2-page cache with ~1 KB items. */
