@@ -88,12 +88,36 @@ static const char *const state_names[conn_max_state] = {
     "conn_closing", "conn_closed",
 };
 
+/* Listening sockets, shown first by `stats conns` as memcached does.
+ * Written by the main thread before the workers serve anything. */
+#define LISTENERS_MAX 16
+static struct { int fd; char name[80]; } listen_info[LISTENERS_MAX];
+static int nlisten_info;
+
+void conn_stats_add_listener(int fd, const char *name)
+{
+    pthread_mutex_lock(&conn_registry_lock);
+    if (nlisten_info < LISTENERS_MAX) {
+        listen_info[nlisten_info].fd = fd;
+        snprintf(listen_info[nlisten_info].name,
+                 sizeof(listen_info[nlisten_info].name), "%s", name);
+        nlisten_info++;
+    }
+    pthread_mutex_unlock(&conn_registry_lock);
+}
+
 void conn_stats(struct stat_sink *sink)
 {
     char key[64];
     rel_time_t now = mc_now();
 
     pthread_mutex_lock(&conn_registry_lock);
+    for (int i = 0; i < nlisten_info; i++) {
+        snprintf(key, sizeof(key), "%d:addr", listen_info[i].fd);
+        stat_printf(sink, key, "%s", listen_info[i].name);
+        snprintf(key, sizeof(key), "%d:state", listen_info[i].fd);
+        stat_printf(sink, key, "conn_listening");
+    }
     for (int fd = 0; fd < conn_registry_size; fd++) {
         conn *c = conn_registry[fd];
         if (!c)

@@ -201,5 +201,7 @@ void proto_bin_complete_nread(conn *c);
 /* `stats conns`. */
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
+/* Records a listening socket ("tcp:127.0.0.1:11211") for `stats conns`. */
+void conn_stats_add_listener(int fd, const char *name);
 
 #endif

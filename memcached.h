@@ -24,6 +24,15 @@
 #define MAX_PARTITIONS 64
 #define SLAB_PAGE_SIZE (1024 * 1024)
 
+/*
+ * What VERSION and `stats` report.  Clients read the memcached release out
+ * of it to pick features (libmemcached treats 1.6+ differently), so it
+ * leads with the memcached release whose behaviour this server follows,
+ * then names this server's own version.
+ */
+#define MEMCACHED_COMPAT_VERSION "1.6.18"
+#define SERVER_VERSION MEMCACHED_COMPAT_VERSION "-tac-" PACKAGE_VERSION
+
 /* Seconds since process start, as the server clock sees them. */
 typedef uint32_t rel_time_t;
 

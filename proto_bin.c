@@ -233,8 +233,10 @@ static void bin_update(conn *c, const char *key, uint16_t nkey,
                           c->thread->partition);
     if (!it) {
         if (!item_size_ok(nkey, (size_t)vlen + 2)) {
+            STATS_INCR(&c->thread->stats, store_too_large);
             bin_error(c, ST_E2BIG, vlen);
         } else {
+            STATS_INCR(&c->thread->stats, store_no_memory);
             bin_error(c, ST_ENOMEM, vlen);
         }
         /* A failed set must not leave the old value readable. */
@@ -552,9 +554,9 @@ static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
         conn_set_state(c, conn_write);
         break;
     case OP_VERSION: {
-        size_t len = strlen(PACKAGE_VERSION);
+        size_t len = strlen(SERVER_VERSION);
         struct resp *r = bin_response(c, ST_SUCCESS, NULL, 0, NULL, 0, len, 0);
-        if (r && !resp_add_iov(r, PACKAGE_VERSION, len))
+        if (r && !resp_add_iov(r, SERVER_VERSION, len))
             conn_set_state(c, conn_closing);
         break;
     }

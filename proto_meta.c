@@ -560,6 +560,10 @@ static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
     item *it = item_alloc(key, nkey, of.client_flags, of.exptime, nbytes,
                           c->thread->partition);
     if (it == NULL) {
+        if (item_size_ok(nkey, nbytes))
+            STATS_INCR(&c->thread->stats, store_no_memory);
+        else
+            STATS_INCR(&c->thread->stats, store_too_large);
         ms_refuse(c, item_size_ok(nkey, nbytes)
                          ? "SERVER_ERROR out of memory storing object"
                          : "SERVER_ERROR object too large for cache",
@@ -623,10 +627,12 @@ void proto_meta_complete_set(conn *c)
         return;
     }
     enum store_result ret;
-    if (c->nr.meta_flags & (PT_MS_STALE | PT_MS_EXPLICIT))
+    bool cas_never = op == STORE_CAS &&
+                     (c->nr.req_cas == 0 || !settings.use_cas);
+    if ((c->nr.meta_flags & (PT_MS_STALE | PT_MS_EXPLICIT)) && !cas_never)
         ret = ms_store_locked(c, it, op, &cas);
     else
-        ret = item_store(it, op, c->nr.req_cas, &cas, c->thread->partition);
+        ret = pt_store(c, it, op, c->nr.req_cas, &cas);
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -851,6 +857,7 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
                            of.has_cas ? of.req_cas : 0, num, NULL,
                            c->thread->partition)) {
     case DELTA_OK:
+        pt_count_delta_hit(c, nkey, num, incr);
         ma_reply(c, tok, ntok, &of, num, false, c->noreply);
         return;
     case DELTA_NON_NUMERIC:

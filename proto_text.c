@@ -34,9 +34,6 @@
 #include "thread.h"
 #include "util.h"
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "unknown"
-#endif
 
 /* A line without '\n' longer than this is refused (memcached: 2048),
  * unless it is a multi-key retrieval, which may be any length. */
@@ -104,6 +101,17 @@ static void pt_count_miss_reason(conn *c, enum item_miss why)
         STATS_INCR(PT_STATS(c), get_expired);
     else if (why == MISS_FLUSHED)
         STATS_INCR(PT_STATS(c), get_flushed);
+}
+
+void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)
+{
+    /* item_add_delta does not report the item's class; it is the class
+     * of an item holding the value just written. */
+    unsigned int cls = slabs_clsid(item_make_size(nkey, strlen(num) + 2));
+    if (incr)
+        SLAB_STATS_INCR(PT_STATS(c), cls, incr_hits);
+    else
+        SLAB_STATS_INCR(PT_STATS(c), cls, decr_hits);
 }
 
 /* ---- Retrieval ------------------------------------------------------ */
@@ -228,10 +236,13 @@ static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
     item *it = item_alloc(tok[1].value, tok[1].length, flags,
                           realtime(exptime), nbytes, c->thread->partition);
     if (it == NULL) {
-        if (!item_size_ok(tok[1].length, nbytes))
+        if (!item_size_ok(tok[1].length, nbytes)) {
+            STATS_INCR(&c->thread->stats, store_too_large);
             out_string(c, "SERVER_ERROR object too large for cache");
-        else
+        } else {
+            STATS_INCR(&c->thread->stats, store_no_memory);
             out_string(c, "SERVER_ERROR out of memory storing object");
+        }
         c->sbytes = nbytes;
         conn_set_state(c, conn_swallow);
         /* A failed set must not leave the old value readable. */
@@ -249,6 +260,22 @@ static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
     conn_set_state(c, conn_nread);
 }
 
+enum store_result pt_store(conn *c, item *it, enum store_op op,
+                           uint64_t req_cas, uint64_t *cas_out)
+{
+    /* memcached: a cas whose unique is 0 (always, with -C) never matches;
+     * the answer is EXISTS, or NOT_FOUND if the key is missing. */
+    if (op == STORE_CAS && (req_cas == 0 || !settings.use_cas)) {
+        enum item_miss why;
+        item *old = item_get(ITEM_key(it), it->nkey, &why, false);
+        if (old == NULL)
+            return STORE_NOT_FOUND;
+        item_release(old);
+        return STORE_EXISTS;
+    }
+    return item_store(it, op, req_cas, cas_out, c->thread->partition);
+}
+
 static void pt_complete_classic(conn *c, item *it)
 {
     enum store_op op = PT_NREAD_OP(c->nr.cmd);
@@ -260,8 +287,7 @@ static void pt_complete_classic(conn *c, item *it)
         out_string(c, "CLIENT_ERROR bad data chunk");
         return;
     }
-    enum store_result ret = item_store(it, op, c->nr.req_cas, NULL,
-                                       c->thread->partition);
+    enum store_result ret = pt_store(c, it, op, c->nr.req_cas, NULL);
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -332,17 +358,10 @@ static void pt_process_arith(conn *c, struct util_token *tok, size_t ntok,
     }
     switch (item_add_delta(tok[1].value, tok[1].length, incr, delta, 0, out,
                            NULL, c->thread->partition)) {
-    case DELTA_OK: {
-        /* The item's class, from the size of the value just written. */
-        unsigned int cls = slabs_clsid(item_make_size(tok[1].length,
-                                                      strlen(out) + 2));
-        if (incr)
-            SLAB_STATS_INCR(PT_STATS(c), cls, incr_hits);
-        else
-            SLAB_STATS_INCR(PT_STATS(c), cls, decr_hits);
+    case DELTA_OK:
+        pt_count_delta_hit(c, tok[1].length, out, incr);
         out_string(c, out);
         break;
-    }
     case DELTA_NON_NUMERIC:
         out_string(c, "CLIENT_ERROR cannot increment or decrement "
                       "non-numeric value");
@@ -567,7 +586,7 @@ static void pt_process_stats(conn *c, struct util_token *tok, size_t ntok)
 
 static void pt_process_version(conn *c)
 {
-    out_string(c, "VERSION " PACKAGE_VERSION);
+    out_string(c, "VERSION " SERVER_VERSION);
 }
 
 /* ---- Dispatch -------------------------------------------------------- */
@@ -581,17 +600,18 @@ enum pt_cmd {
 };
 
 /* Token counts (command included) each command accepts; a count outside
- * the range is answered "ERROR", as memcached does. */
+ * the range is answered "ERROR", as memcached does.  PT_ANY: no limit. */
+#define PT_ANY 255
 static const struct pt_cmd_def {
     const char *name;
     enum pt_cmd cmd;
     unsigned char min, max;
 } pt_cmds[] = {
-    { "get",            CMD_GET,       2, PT_MAX_TOKENS },
-    { "gets",           CMD_GETS,      2, PT_MAX_TOKENS },
-    { "gat",            CMD_GAT,       2, PT_MAX_TOKENS },
-    { "gats",           CMD_GATS,      2, PT_MAX_TOKENS },
-    { "bget",           CMD_BGET,      2, PT_MAX_TOKENS },
+    { "get",            CMD_GET,       2, PT_ANY },
+    { "gets",           CMD_GETS,      2, PT_ANY },
+    { "gat",            CMD_GAT,       2, PT_ANY },
+    { "gats",           CMD_GATS,      2, PT_ANY },
+    { "bget",           CMD_BGET,      2, PT_ANY },
     { "set",            CMD_SET,       5, 6 },
     { "add",            CMD_ADD,       5, 6 },
     { "replace",        CMD_REPLACE,   5, 6 },
@@ -603,10 +623,10 @@ static const struct pt_cmd_def {
     { "delete",         CMD_DELETE,    2, 4 },
     { "touch",          CMD_TOUCH,     3, 4 },
     { "flush_all",      CMD_FLUSH_ALL, 1, 3 },
-    { "version",        CMD_VERSION,   1, PT_MAX_TOKENS },
-    { "quit",           CMD_QUIT,      1, PT_MAX_TOKENS },
-    { "shutdown",       CMD_SHUTDOWN,  1, PT_MAX_TOKENS },
-    { "stats",          CMD_STATS,     1, PT_MAX_TOKENS },
+    { "version",        CMD_VERSION,   1, PT_ANY },
+    { "quit",           CMD_QUIT,      1, PT_ANY },
+    { "shutdown",       CMD_SHUTDOWN,  1, PT_ANY },
+    { "stats",          CMD_STATS,     1, PT_ANY },
     { "verbosity",      CMD_VERBOSITY, 2, 3 },
     { "cache_memlimit", CMD_MEMLIMIT,  2, 3 },
 };
@@ -664,7 +684,7 @@ static void pt_process_line(conn *c, char *line)
         if (strcmp(tok[0].value, d->name) != 0)
             continue;
         c->last_cmd = d->name;
-        /* More tokens than the tokenizer holds counts as too many. */
+        /* More tokens than one tokenizer pass holds: memcached's count. */
         size_t n = rest != NULL ? PT_MAX_TOKENS + 1 : ntok;
         if (n < d->min || n > d->max)
             out_string(c, "ERROR");

@@ -46,6 +46,14 @@ void pt_out_buf(conn *c, const char *buf, size_t len, bool skip);
 /* Appends base64 or raw key to p, returns the new end. */
 char *pt_put_key(char *p, const char *key, size_t nkey, bool binary);
 
+/* item_store with memcached's rule that a zero or disabled CAS never
+ * matches (EXISTS / NOT_FOUND). */
+enum store_result pt_store(conn *c, item *it, enum store_op op,
+                           uint64_t req_cas, uint64_t *cas_out);
+
+/* Counts a successful incr/decr (incr_hits/decr_hits) for its class. */
+void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr);
+
 /* Meta dispatch for a 2-char command "m?"; tokens[0] is the command. */
 void proto_meta_process(conn *c, struct util_token *tokens, size_t ntok,
                         char *rest);

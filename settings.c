@@ -362,7 +362,7 @@ static void usage_line(const char *left, const char *help)
 
 void settings_usage(void)
 {
-    printf("tac-memcached %s\n", PACKAGE_VERSION);
+    printf("tac-memcached %s\n", SERVER_VERSION);
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
         if (o->extended || !o->help)
@@ -393,7 +393,7 @@ static void handle_action(char flag, const char *arg)
         settings_usage();
         exit(EXIT_SUCCESS);
     case 'V':
-        printf("tac-memcached %s\n", PACKAGE_VERSION);
+        printf("tac-memcached %s\n", SERVER_VERSION);
         exit(EXIT_SUCCESS);
     case 'i':
         printf("tac-memcached %s: see the LICENSE file of the source tree.\n",

@@ -146,7 +146,7 @@ static void stats_general(struct stat_sink *s)
     stat_printf(s, "pid", "%ld", (long)getpid());
     stat_printf(s, "uptime", "%u", now);
     stat_printf(s, "time", "%ld", (long)(process_started + now));
-    stat_printf(s, "version", "%s", PACKAGE_VERSION);
+    stat_printf(s, "version", "%s", SERVER_VERSION);
     stat_printf(s, "libevent", "%s", event_get_version());
     stat_printf(s, "pointer_size", "%d", (int)(8 * sizeof(void *)));
     stat_printf(s, "rusage_user", "%ld.%06ld", (long)usage.ru_utime.tv_sec,
@@ -182,6 +182,8 @@ static void stats_general(struct stat_sink *s)
     stat_printf(s, "cas_badval", "%llu", (unsigned long long)tot.cas_badval);
     stat_printf(s, "touch_hits", "%llu", (unsigned long long)tot.touch_hits);
     stat_printf(s, "touch_misses", "%llu", (unsigned long long)ts.touch_misses);
+    stat_printf(s, "store_too_large", "%llu", (unsigned long long)ts.store_too_large);
+    stat_printf(s, "store_no_memory", "%llu", (unsigned long long)ts.store_no_memory);
     stat_printf(s, "bytes_read", "%llu", (unsigned long long)ts.bytes_read);
     stat_printf(s, "bytes_written", "%llu", (unsigned long long)ts.bytes_written);
     stat_printf(s, "limit_maxbytes", "%zu", settings.maxbytes);
@@ -249,6 +251,26 @@ static void stats_slabs(struct stat_sink *s)
     stat_printf(s, "total_malloced", "%zu", slabs_mem_malloced());
 }
 
+/* `stats tiers`: one group of lines per storage tier.  Only DRAM exists
+ * until the NVM and SSD tiers are configured. */
+static void stats_tiers(struct stat_sink *s)
+{
+    struct thread_stats ts;
+    struct slab_stats tot;
+    stats_aggregate(&ts);
+    stats_slab_totals(&ts, &tot);
+    stat_printf(s, "tiers", "dram");
+    stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
+    stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
+    stat_printf(s, "dram_bytes", "%llu",
+                (unsigned long long)STATS_GET(&gstats, bytes));
+    stat_printf(s, "dram_items", "%llu",
+                (unsigned long long)STATS_GET(&gstats, curr_items));
+    stat_printf(s, "get_hits_dram", "%llu", (unsigned long long)tot.get_hits);
+    stat_printf(s, "evictions_dram", "%llu",
+                (unsigned long long)STATS_GET(&gstats, evictions));
+}
+
 bool stats_run(const char *sub, struct stat_sink *sink)
 {
     if (!sub || !*sub)
@@ -263,6 +285,8 @@ bool stats_run(const char *sub, struct stat_sink *sink)
         items_stats_sizes(sink);
     else if (strcmp(sub, "conns") == 0)
         conn_stats(sink);
+    else if (strcmp(sub, "tiers") == 0)
+        stats_tiers(sink);
     else
         return false;
     return true;

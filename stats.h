@@ -30,6 +30,8 @@
     X(incr_misses)       \
     X(decr_misses)       \
     X(cas_misses)        \
+    X(store_too_large)   \
+    X(store_no_memory)   \
     X(flush_cmds)        \
     X(meta_cmds)         \
     X(bytes_read)        \

@@ -1,0 +1,205 @@
+/*
+ * test_util.c - unit tests for util.c (number parsing with memcached's
+ * acceptance rules, base64) and the text protocol tokenizer.
+ *
+ * Randomized base64 round trips print their seed (unit_seed_init); rerun
+ * with UNIT_SEED=<n> to replay.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "util.h"
+#include "unit.h"
+
+/* proto_text.h: tokens per tokenizer pass. */
+#define PT_MAX_TOKENS 23
+
+static void test_strtoull(void)
+{
+    uint64_t v = 7;
+    CHECK(safe_strtoull("0", &v) && v == 0);
+    CHECK(safe_strtoull("18446744073709551615", &v));
+    CHECK_UEQ(v, UINT64_MAX);
+    CHECK(!safe_strtoull("18446744073709551616", &v));   /* overflow */
+    CHECK(!safe_strtoull("-1", &v));
+    CHECK(!safe_strtoull("-18446744073709551615", &v));
+    CHECK(safe_strtoull("+5", &v) && v == 5);
+    CHECK(safe_strtoull("12 ", &v) && v == 12);           /* ends at space */
+    CHECK(!safe_strtoull("12x", &v));
+    CHECK(!safe_strtoull("", &v));
+    CHECK(!safe_strtoull("x", &v));
+    CHECK(!safe_strtoull(" ", &v));
+    CHECK(!safe_strtoull("0x10", &v));
+    CHECK(safe_strtoull("007", &v) && v == 7);
+}
+
+static void test_strtoll(void)
+{
+    int64_t v;
+    CHECK(safe_strtoll("-9223372036854775808", &v) && v == INT64_MIN);
+    CHECK(safe_strtoll("9223372036854775807", &v) && v == INT64_MAX);
+    CHECK(!safe_strtoll("9223372036854775808", &v));
+    CHECK(!safe_strtoll("1.5", &v));
+    CHECK(!safe_strtoll("-", &v));
+    CHECK(safe_strtoll("-42", &v) && v == -42);
+}
+
+static void test_strtoul_strtol(void)
+{
+    uint32_t u;
+    int32_t l;
+    CHECK(safe_strtoul("4294967295", &u) && u == UINT32_MAX);
+    /* memcached 1.6.18 truncates to 32 bits on 64-bit hosts. */
+    CHECK(safe_strtoul("4294967296", &u) && u == 0);
+    CHECK(safe_strtoul("4294967297", &u) && u == 1);
+    CHECK(!safe_strtoul("-1", &u));
+    CHECK(safe_strtoul("-0", &u) && u == 0);
+    CHECK(!safe_strtoul("1a", &u));
+    CHECK(safe_strtol("-1", &l) && l == -1);
+    CHECK(safe_strtol("2147483647", &l) && l == INT32_MAX);
+    CHECK(safe_strtol("2147483648", &l) && l == INT32_MIN);
+    CHECK(safe_strtol("4294967297", &l) && l == 1);
+    CHECK(!safe_strtol("abc", &l) && l == 0);
+    CHECK(!safe_strtol("99999999999999999999", &l));
+}
+
+static void check_b64(const char *plain, const char *enc)
+{
+    unsigned char buf[128];
+    size_t n = base64_encode((const unsigned char *)plain, strlen(plain),
+                             buf, sizeof(buf));
+    CHECK_EQ(n, strlen(enc));
+    CHECK_MEM_EQ(buf, enc, n);
+    size_t m = base64_decode(buf, n, buf, sizeof(buf));
+    CHECK_EQ(m, strlen(plain));
+    CHECK_MEM_EQ(buf, plain, m);
+}
+
+static void test_base64_vectors(void)
+{
+    /* RFC 4648 section 10. */
+    check_b64("f", "Zg==");
+    check_b64("fo", "Zm8=");
+    check_b64("foo", "Zm9v");
+    check_b64("foob", "Zm9vYg==");
+    check_b64("fooba", "Zm9vYmE=");
+    check_b64("foobar", "Zm9vYmFy");
+}
+
+static void test_base64_invalid(void)
+{
+    unsigned char out[64];
+    static const char *const bad[] = {
+        "", "Z", "Zm", "Zm8", "Zm9vYg", "Zm9vYg=", "Zm9v*g==", "====",
+        "Zg=a", "Zm9=vYmFy", "Zm9v\nYg==", "Z===", "Zh==", "Zm9=",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t n = base64_decode((const unsigned char *)bad[i], strlen(bad[i]),
+                                 out, sizeof(out));
+        if (n != 0)
+            fprintf(stderr, "    accepted \"%s\"\n", bad[i]);
+        CHECK_EQ(n, 0);
+    }
+    /* Destination too small on both sides. */
+    CHECK_EQ(base64_decode((const unsigned char *)"Zm9v", 4, out, 2), 0);
+    CHECK_EQ(base64_encode((const unsigned char *)"foo", 3, out, 3), 0);
+}
+
+static void test_base64_random(void)
+{
+    unsigned char src[300], enc[400], dec[300];
+    for (int round = 0; round < 2000; round++) {
+        size_t len = 1 + unit_rand() % 250;
+        for (size_t i = 0; i < len; i++)
+            src[i] = (unsigned char)unit_rand();
+        size_t n = base64_encode(src, len, enc, sizeof(enc));
+        CHECK_EQ(n, BASE64_ENCODED_LEN(len));
+        size_t m = base64_decode(enc, n, dec, sizeof(dec));
+        CHECK_EQ(m, len);
+        CHECK_MEM_EQ(dec, src, len);
+        /* In place, as the meta parser does it. */
+        m = base64_decode(enc, n, enc, n);
+        CHECK_EQ(m, len);
+        CHECK_MEM_EQ(enc, src, len);
+    }
+}
+
+static void test_itoa(void)
+{
+    char buf[32];
+    char *e = util_u64toa(UINT64_MAX, buf);
+    *e = '\0';
+    CHECK_STR_EQ(buf, "18446744073709551615");
+    e = util_u64toa(0, buf);
+    *e = '\0';
+    CHECK_STR_EQ(buf, "0");
+    e = util_i64toa(INT64_MIN, buf);
+    *e = '\0';
+    CHECK_STR_EQ(buf, "-9223372036854775808");
+    e = util_i64toa(-1, buf);
+    *e = '\0';
+    CHECK_STR_EQ(buf, "-1");
+}
+
+static void test_tokenizer(void)
+{
+    struct util_token tok[PT_MAX_TOKENS];
+    char *rest;
+    char l1[] = "  get  a   b ";
+    size_t n = util_tokenize(l1, tok, PT_MAX_TOKENS, &rest);
+    CHECK_EQ(n, 3);
+    CHECK(rest == NULL);
+    CHECK_STR_EQ(tok[0].value, "get");
+    CHECK_STR_EQ(tok[1].value, "a");
+    CHECK_STR_EQ(tok[2].value, "b");
+    CHECK_EQ(tok[2].length, 1);
+
+    char l2[] = "";
+    CHECK_EQ(util_tokenize(l2, tok, PT_MAX_TOKENS, &rest), 0);
+    char l3[] = "     ";
+    CHECK_EQ(util_tokenize(l3, tok, PT_MAX_TOKENS, &rest), 0);
+
+    /* Tabs are not separators (memcached splits on ' ' only). */
+    char l4[] = "get\ta";
+    CHECK_EQ(util_tokenize(l4, tok, PT_MAX_TOKENS, &rest), 1);
+    CHECK_EQ(tok[0].length, 5);
+
+    /* More tokens than fit: the rest is handed back untouched. */
+    char l5[200];
+    strcpy(l5, "get");
+    for (int i = 0; i < 30; i++)
+        strcat(l5, " k");
+    n = util_tokenize(l5, tok, PT_MAX_TOKENS, &rest);
+    CHECK_EQ(n, PT_MAX_TOKENS);
+    CHECK(rest != NULL);
+    size_t more = util_tokenize(rest, tok, PT_MAX_TOKENS, &rest);
+    CHECK_EQ(more, 31 - PT_MAX_TOKENS);
+    CHECK(rest == NULL);
+
+    /* Exactly max tokens: no rest. */
+    char l6[200] = "a";
+    for (int i = 1; i < PT_MAX_TOKENS; i++)
+        strcat(l6, " b");
+    CHECK_EQ(util_tokenize(l6, tok, PT_MAX_TOKENS, &rest), PT_MAX_TOKENS);
+    CHECK(rest == NULL);
+
+    /* Binary garbage with high bytes stays inside tokens. */
+    char l7[] = "\xff\xfe \x01\x02";
+    CHECK_EQ(util_tokenize(l7, tok, PT_MAX_TOKENS, &rest), 2);
+    CHECK_EQ(tok[1].length, 2);
+}
+
+int main(int argc, char **argv)
+{
+    unit_seed_init(argc, argv);
+    RUN_TEST(test_strtoull);
+    RUN_TEST(test_strtoll);
+    RUN_TEST(test_strtoul_strtol);
+    RUN_TEST(test_base64_vectors);
+    RUN_TEST(test_base64_invalid);
+    RUN_TEST(test_base64_random);
+    RUN_TEST(test_itoa);
+    RUN_TEST(test_tokenizer);
+    fprintf(stderr, "test_util: ok\n");
+    return 0;
+}
