@@ -242,6 +242,8 @@ bool resp_add_owned(struct resp *r, void *buf, size_t len)
 
 static void out_line(conn *c, const char *str)
 {
+    if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED) > 1)
+        fprintf(stderr, ">%d %s\n", c->sfd, str);
     struct resp *r = resp_new(c);
     size_t len = strlen(str);
     if (!r || !resp_add_text(r, str, len) || !resp_add_text(r, "\r\n", 2)) {

@@ -459,20 +459,69 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
         CLS_INCR(clsid, outofmemory);
         return NULL;
     }
-    memset(it, 0, sizeof(*it));
+    /* Every field but refcount is written first, and refcount last with
+     * release order: the slab page mover pins chunks by refcount and then
+     * reads the key (item_evict_chunk). */
+    it->next = it->prev = it->h_next = NULL;
     it->time = mc_now();
     it->exptime = exptime;
     it->nbytes = (uint32_t)nbytes;
     it->flags = flags;
-    it->refcount = 1;
+    it->it_flags = 0;
     it->slabs_clsid = (uint8_t)clsid;
     it->partition = (uint8_t)p;
     it->tier = TIER_DRAM;
     it->nkey = (uint8_t)nkey;
+    it->cas = 0;
     llru_init_access(it, it->time);
     memcpy(ITEM_key(it), key, nkey);
     ITEM_key(it)[nkey] = '\0';
+    __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     return it;
+}
+
+/* ---- Slab page mover support. -------------------------------------- */
+
+static item_evict_hook_fn evict_hook;
+
+void items_set_evict_hook(item_evict_hook_fn fn)
+{
+    evict_hook = fn;
+}
+
+/* Pins a chunk unless it is free (refcount 0).  Returns false for a free
+ * chunk. */
+static bool chunk_pin(item *it)
+{
+    uint16_t r = __atomic_load_n(&it->refcount, __ATOMIC_ACQUIRE);
+    do {
+        if (r == 0)
+            return false;
+    } while (!__atomic_compare_exchange_n(&it->refcount, &r, (uint16_t)(r + 1),
+                                          false, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    return true;
+}
+
+enum chunk_evict_result item_evict_chunk(void *chunk)
+{
+    item *it = chunk;
+    if (!chunk_pin(it))
+        return CHUNK_FREE;
+    /* Pinned: key and nkey stay fixed until the chunk is freed. */
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    enum chunk_evict_result res = CHUNK_BUSY;
+    if (item_trylock(hv)) {
+        if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
+            if (evict_hook == NULL || !evict_hook(it, hv))
+                stats_evicted(it, it->slabs_clsid);
+            do_item_unlink(it, hv);
+            res = CHUNK_EVICTED;
+        }
+        item_unlock(hv);
+    }
+    item_release(it);
+    return res;
 }
 
 /* ---- Lookups. -------------------------------------------------------- */

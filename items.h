@@ -191,6 +191,34 @@ enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
                                 uint64_t *cas_out, uint32_t hv,
                                 int partition);
 
+/* ---- Slab page mover support. ----------------------------------------- */
+
+enum chunk_evict_result {
+    CHUNK_FREE,     /* the chunk holds no item (free, or freed meanwhile) */
+    CHUNK_EVICTED,  /* its item was unlinked; the chunk is freed once the
+                       last reference goes */
+    CHUNK_BUSY,     /* allocated but not linked yet, referenced by a reader,
+                       or its stripe is busy: try again later */
+};
+
+/*
+ * Called by slabs.c's page mover for every used chunk of a page it is
+ * emptying.  Never blocks: takes the item lock with trylock only, and
+ * evicts only a linked item nobody else references.  The chunk returns to
+ * slabs.c through slabs_free() when its last reference is dropped.  Call
+ * with no lock held.
+ */
+enum chunk_evict_result item_evict_chunk(void *chunk);
+
+/*
+ * A hook that gets a chance to keep an item the page mover evicts (the tier
+ * policy demotes it to a lower tier).  Called with item_lock(hv) held,
+ * before the item is unlinked; returns true if the item was kept elsewhere
+ * (then it is not counted as an eviction).
+ */
+typedef bool (*item_evict_hook_fn)(item *it, uint32_t hv);
+void items_set_evict_hook(item_evict_hook_fn fn);
+
 /* ---- Background and stats. ------------------------------------------- */
 
 /*

@@ -437,8 +437,10 @@ static void bin_stat_append(struct bin_stat_buf *b, const char *key, const char 
     wr16(p + 2, (uint16_t)klen);
     wr32(p + 8, (uint32_t)(klen + vlen));
     memcpy(p + 12, &b->c->bin.opaque, 4);
-    memcpy(p + BIN_HEADER_LEN, key, klen);
-    memcpy(p + BIN_HEADER_LEN + klen, val, vlen);
+    if (klen)
+        memcpy(p + BIN_HEADER_LEN, key, klen);
+    if (vlen)
+        memcpy(p + BIN_HEADER_LEN + klen, val, vlen);
     b->len += need;
 }
 

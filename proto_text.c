@@ -735,8 +735,10 @@ enum proto_result proto_text_try_command(conn *c)
     *el = '\0';
 
     c->noreply = false;
-    c->last_cmd_time = mc_now();
+    __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED);
     char *line = c->rcurr;
+    if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED) > 1)
+        fprintf(stderr, "<%d %s\n", c->sfd, line);
     c->rbytes -= (size_t)(next - c->rcurr);
     c->rcurr = next;
     pt_process_line(c, line);

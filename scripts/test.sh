@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Full test run: set-up + build, `make check` (unit tests + integration suite
+# against ./tac-memcached), then an ASan+UBSan build in build-asan/ and the
+# integration suite again against it. Ends with "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && ! sudo -n true 2>/dev/null; then
+    echo "test.sh: setup may ask for your sudo password to install packages" >&2
+fi
+
+RESULTS=$(mktemp -d /tmp/tac-test.XXXXXX)
+failed_steps=()
+
+summary() {
+    "$REPO/.venv/bin/python" - "$RESULTS" "${#failed_steps[@]}" <<'PY' 2>/dev/null || echo "0 passed, $(( ${#failed_steps[@]} > 0 ? ${#failed_steps[@]} : 1 )) failed"
+import glob, os, sys
+import xml.etree.ElementTree as ET
+res, steps = sys.argv[1], int(sys.argv[2])
+p = f = s = 0
+for x in sorted(glob.glob(os.path.join(res, "*.xml"))):
+    for ts in ET.parse(x).getroot().iter("testsuite"):
+        t, fl, er, sk = (int(ts.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+        p += t - fl - er - sk; f += fl + er; s += sk
+for trs in glob.glob(os.path.join(res, "unit", "*.trs")):
+    for line in open(trs):
+        if line.startswith(":test-result:"):
+            r = line.split()[1]
+            if r in ("PASS", "XFAIL"): p += 1
+            elif r == "SKIP": s += 1
+            else: f += 1
+# a failed step that produced no failing test (a build, say) still counts
+print("%d passed, %d failed, %d skipped" % (p, max(f, steps), s))
+PY
+}
+
+finish() {
+    echo
+    if [ ${#failed_steps[@]} -gt 0 ]; then
+        echo "test.sh: failed steps: ${failed_steps[*]}"
+    fi
+    summary
+    [ ${#failed_steps[@]} -eq 0 ]
+    exit $?
+}
+
+echo "== setup and build"
+if ! ./scripts/setup.sh; then
+    failed_steps+=(setup/build)
+    finish
+fi
+
+echo "== make check (unit tests + integration suite against ./tac-memcached)"
+if ! TAC_JUNIT_DIR="$RESULTS" TAC_JUNIT_NAME=default make -j2 check VERBOSE=1; then
+    failed_steps+=("make-check")
+fi
+mkdir -p "$RESULTS/unit"
+cp tests/unit/*.trs "$RESULTS/unit/" 2>/dev/null || true
+
+echo "== ASan+UBSan build in build-asan/"
+# configure refuses an out-of-tree build of an already configured source dir,
+# so build-asan/src is a mirror of the sources (mtimes kept: rebuilds are incremental).
+asan_ok=1
+mkdir -p build-asan/src
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard \
+        | rsync -a --from0 --files-from=- ./ build-asan/src/ || asan_ok=0
+else
+    rsync -a --exclude=/build-asan/ --exclude=/build/ --exclude=/.venv/ --exclude='*.o' --exclude='*.a' \
+        --exclude=.deps/ --exclude=/config.status --exclude=/config.h --exclude=/Makefile \
+        --exclude=/tac-memcached ./ build-asan/src/ || asan_ok=0
+fi
+if [ $asan_ok = 1 ]; then
+    (
+        set -e
+        cd build-asan/src
+        if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
+            autoreconf -fi
+        fi
+        if [ ! -f Makefile ] || [ configure -nt config.status ]; then
+            ./configure --enable-sanitizers
+        fi
+        make -j2 tac-memcached
+    ) || asan_ok=0
+fi
+if [ $asan_ok = 1 ]; then
+    ln -sf src/tac-memcached build-asan/tac-memcached
+    echo "== integration suite against build-asan/tac-memcached"
+    if ! TAC_SERVER="$REPO/build-asan/tac-memcached" TAC_START_TIMEOUT=30 \
+         ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+         TAC_JUNIT_DIR="$RESULTS" TAC_JUNIT_NAME=asan tests/run-integration.sh; then
+        failed_steps+=("asan-integration")
+    fi
+else
+    failed_steps+=("asan-build")
+fi
+finish
