@@ -41,6 +41,7 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <ctype.h>
 #include <string.h>
 
@@ -88,7 +89,10 @@ struct lru {
 } __attribute__((aligned(64)));
 
 static pthread_mutex_t item_locks[ITEM_LOCK_COUNT];
-static struct lru lrus[MAX_SLAB_CLASSES][MAX_PARTITIONS];
+/* lrus[TIER_DRAM][slab class][partition] hold DRAM items; the lower tiers'
+ * sets hold their meta tuples by the class of their lower-tier slot. */
+static struct lru lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
+static const struct item_tier_ops *tier_ops;   /* set before threads start */
 static struct lru_stats cls_stats[MAX_SLAB_CLASSES];
 static bool locks_ready;
 static int npart = 1;               /* set at init */
@@ -101,6 +105,7 @@ static uint64_t oldest_cas;         /* atomic; 0 = none */
  * links are protected by the lock of the LRU it sits in. */
 static pthread_mutex_t crawl_lock = PTHREAD_MUTEX_INITIALIZER;
 static item crawler;
+static unsigned int crawl_tier;        /* TIER_DRAM, then the lower tiers */
 static unsigned int crawl_cls = 1;
 static int crawl_part;
 static bool crawler_in_lru;
@@ -156,17 +161,21 @@ void items_init(void)
     if (!locks_ready) {
         for (unsigned int i = 0; i < ITEM_LOCK_COUNT; i++)
             pthread_mutex_init(&item_locks[i], NULL);
-        for (int c = 0; c < MAX_SLAB_CLASSES; c++)
-            for (int p = 0; p < MAX_PARTITIONS; p++)
-                pthread_mutex_init(&lrus[c][p].lock, NULL);
+        for (int t = 0; t < TIER_COUNT; t++)
+            for (int c = 0; c < MAX_SLAB_CLASSES; c++)
+                for (int p = 0; p < MAX_PARTITIONS; p++)
+                    pthread_mutex_init(&lrus[t][c][p].lock, NULL);
         locks_ready = true;
     }
-    for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
-        for (int p = 0; p < MAX_PARTITIONS; p++) {
-            lrus[c][p].head = lrus[c][p].tail = NULL;
-            lrus[c][p].count = 0;
+    for (int t = 0; t < TIER_COUNT; t++) {
+        for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+            for (int p = 0; p < MAX_PARTITIONS; p++) {
+                lrus[t][c][p].head = lrus[t][c][p].tail = NULL;
+                lrus[t][c][p].count = 0;
+            }
         }
     }
+    tier_ops = NULL;
     memset(cls_stats, 0, sizeof(cls_stats));
     cas_id = 0;
     oldest_live = 0;
@@ -187,7 +196,19 @@ void items_init(void)
 
 static inline struct lru *lru_of(const item *it)
 {
-    return &lrus[it->slabs_clsid][it->partition];
+    if (it->tier != TIER_DRAM)
+        return &lrus[it->tier][it->lru_cls][it->partition];
+    return &lrus[TIER_DRAM][it->slabs_clsid][it->partition];
+}
+
+void items_set_tier_ops(const struct item_tier_ops *ops)
+{
+    tier_ops = ops;
+}
+
+bool items_tiered(void)
+{
+    return tier_ops != NULL;
 }
 
 static void lru_link_locked(struct lru *l, item *it)
@@ -238,6 +259,12 @@ static void item_free(item *it)
 {
     assert((it->it_flags & ITEM_LINKED) == 0);
     assert(refcount_load(it) == 0);
+    if (it->it_flags & ITEM_TRANSIENT) {
+        free(it);
+        return;
+    }
+    if ((it->it_flags & ITEM_META) && tier_ops != NULL)
+        tier_ops->release(it);
     slabs_free(it, it->slabs_clsid, it->partition);
 }
 
@@ -300,9 +327,11 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
 {
     assert((it->it_flags & (ITEM_LINKED | ITEM_SLABBED)) == 0);
     it->it_flags |= ITEM_LINKED;
-    it->time = mc_now();
-    if (!keep_cas)
+    if (!keep_cas) {
+        /* A new version; a tier move (keep_cas) keeps time and CAS. */
+        it->time = mc_now();
         it->cas = item_next_cas();
+    }
     assoc_insert(it, hv);
 
     struct lru *l = lru_of(it);
@@ -342,6 +371,12 @@ void do_item_replace(item *old, item *new_it, uint32_t hv)
 {
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, false);
+}
+
+void do_item_move(item *old, item *new_it, uint32_t hv)
+{
+    do_item_unlink(old, hv);
+    do_item_link(new_it, hv, true);
 }
 
 /* ---- Eviction and allocation. --------------------------------------- */
@@ -404,9 +439,10 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
     return got;
 }
 
-static item *lru_pull_tail(unsigned int clsid, int p, bool may_evict)
+static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
+                           bool may_evict)
 {
-    struct lru *l = &lrus[clsid][p];
+    struct lru *l = &lrus[tier][clsid][p];
     item *got = NULL;
     pthread_mutex_lock(&l->lock);
     item *search = l->tail;
@@ -422,19 +458,69 @@ static item *lru_pull_tail(unsigned int clsid, int p, bool may_evict)
     return got;
 }
 
-static item *alloc_chunk(unsigned int clsid, int p)
+/* A chunk of class clsid: a free one, else the LRU tail's (a dead item's,
+ * or with may_evict a live one's).  With a lower tier, live DRAM items are
+ * demoted by the evictors instead of dropped here. */
+static item *alloc_chunk(unsigned int clsid, int p, bool may_evict)
 {
     for (int tries = 0; tries < ALLOC_TRIES; tries++) {
         item *it = slabs_alloc(clsid, p);
         if (it != NULL)
             return it;
         for (int i = 0; i < npart; i++) {
-            it = lru_pull_tail(clsid, (p + i) % npart, settings.evict_to_free);
+            it = lru_pull_tail(TIER_DRAM, clsid, (p + i) % npart, may_evict);
             if (it != NULL)
                 return it;
         }
     }
     return NULL;
+}
+
+/* Fills every field of a new item except refcount. */
+static void item_init_fields(item *it, const char *key, size_t nkey,
+                             uint32_t flags, rel_time_t exptime, size_t nbytes,
+                             unsigned int clsid, int p)
+{
+    it->next = it->prev = it->h_next = NULL;
+    it->time = mc_now();
+    it->exptime = exptime;
+    it->nbytes = (uint32_t)nbytes;
+    it->flags = flags;
+    it->it_flags = 0;
+    it->slabs_clsid = (uint8_t)clsid;
+    it->partition = (uint8_t)p;
+    it->tier = TIER_DRAM;
+    it->nkey = (uint8_t)nkey;
+    it->lru_cls = 0;
+    it->cas = 0;
+    llru_init_access(it, it->time);
+    memcpy(ITEM_key(it), key, nkey);
+    ITEM_key(it)[nkey] = '\0';
+}
+
+item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls,
+                      uint64_t ref, int partition)
+{
+    unsigned int clsid = slabs_clsid(item_meta_size(src->nkey));
+    int p = part_index(partition);
+    if (clsid == 0)
+        return NULL;
+    /* Never drops a live DRAM item to make room for a meta tuple. */
+    item *it = alloc_chunk(clsid, p, false);
+    if (it == NULL)
+        return NULL;
+    item_init_fields(it, ITEM_key(src), src->nkey, src->flags, src->exptime,
+                     src->nbytes, clsid, p);
+    it->time = src->time;
+    it->cas = src->cas;
+    it->access = __atomic_load_n(&src->access, __ATOMIC_RELAXED);
+    it->it_flags = ITEM_META | (src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
+                                                 ITEM_TOKEN_SENT | ITEM_STALE));
+    it->tier = (uint8_t)tier;
+    it->lru_cls = (uint8_t)lru_cls;
+    item_set_meta_ref(it, ref);
+    __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
+    return it;
 }
 
 bool item_size_ok(size_t nkey, size_t nbytes)
@@ -453,7 +539,19 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
     unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
     int p = part_index(partition);
 
-    item *it = alloc_chunk(clsid, p);
+    item *it = alloc_chunk(clsid, p, settings.evict_to_free && tier_ops == NULL);
+    if (it == NULL && tier_ops != NULL) {
+        /* DRAM is full: wake the evictors, and take the value in a staging
+         * item that item_store() puts into a lower tier (TaC 4.1). */
+        tier_ops->dram_pressure(clsid, p);
+        it = malloc(item_make_size(nkey, nbytes));
+        if (it != NULL) {
+            item_init_fields(it, key, nkey, flags, exptime, nbytes, 0, p);
+            it->it_flags = ITEM_TRANSIENT | ITEM_STAGING;
+            __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
+            return it;
+        }
+    }
     if (it == NULL) {
         GSTATS_INCR(outofmemory);
         CLS_INCR(clsid, outofmemory);
@@ -462,22 +560,79 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
     /* Every field but refcount is written first, and refcount last with
      * release order: the slab page mover pins chunks by refcount and then
      * reads the key (item_evict_chunk). */
-    it->next = it->prev = it->h_next = NULL;
-    it->time = mc_now();
-    it->exptime = exptime;
-    it->nbytes = (uint32_t)nbytes;
-    it->flags = flags;
-    it->it_flags = 0;
-    it->slabs_clsid = (uint8_t)clsid;
-    it->partition = (uint8_t)p;
-    it->tier = TIER_DRAM;
-    it->nkey = (uint8_t)nkey;
-    it->cas = 0;
-    llru_init_access(it, it->time);
-    memcpy(ITEM_key(it), key, nkey);
-    ITEM_key(it)[nkey] = '\0';
+    item_init_fields(it, key, nkey, flags, exptime, nbytes, clsid, p);
     __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     return it;
+}
+
+/* ---- Tier moves (driven by tac/). ------------------------------------ */
+
+/* Pins the coldest movable item of l (alive or dead, unreferenced) and
+ * returns it with its item lock held; NULL if none among the last
+ * LRU_SEARCH_DEPTH. */
+static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
+{
+    item *got = NULL;
+    int seen = 0;
+    pthread_mutex_lock(&l->lock);
+    for (item *t = l->tail; t != NULL && seen < LRU_SEARCH_DEPTH; t = t->prev) {
+        if (t == &crawler)
+            continue;
+        seen++;
+        uint32_t hv = item_hash(ITEM_key(t), t->nkey);
+        if (!item_trylock(hv))
+            continue;
+        if (refcount_load(t) == 1 && (t->it_flags & ITEM_LINKED)) {
+            refcount_incr(t);
+            *hvp = hv;
+            got = t;
+            break;
+        }
+        item_unlock(hv);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return got;
+}
+
+int items_demote_tail(unsigned int clsid, int p, int max,
+                      item_evict_hook_fn demote)
+{
+    struct lru *l = &lrus[TIER_DRAM][clsid][p];
+    int moved = 0;
+    while (moved < max) {
+        /* The LRU lock is let go before the move: relinking takes it. */
+        uint32_t hv;
+        item *it = lru_pin_tail(l, &hv);
+        if (it == NULL)
+            break;
+        bool ok = true;
+        if (item_is_dead(it, NULL))
+            do_item_unlink(it, hv);
+        else
+            ok = demote(it, hv);
+        item_unlock(hv);
+        item_release(it);
+        if (!ok)
+            break;
+        moved++;
+    }
+    return moved;
+}
+
+bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p)
+{
+    if (tier == TIER_DRAM || cls >= MAX_SLAB_CLASSES)
+        return false;
+    for (int i = 0; i < npart; i++) {
+        item *it = lru_pull_tail(tier, cls, (p + i) % npart, true);
+        if (it != NULL) {
+            /* Unlinked and ours: the last reference frees the meta tuple
+             * and its lower-tier slot. */
+            item_release(it);
+            return true;
+        }
+    }
+    return false;
 }
 
 /* ---- Slab page mover support. -------------------------------------- */
@@ -567,6 +722,17 @@ item *do_item_get(const char *key, size_t nkey, uint32_t hv,
     return it;
 }
 
+item *item_value_take(item *it)
+{
+    if (it == NULL || !(it->it_flags & ITEM_META))
+        return it;
+    /* The reference pins the meta tuple, and with it its lower-tier
+     * tuple (freed only when the meta tuple is). */
+    item *copy = tier_ops != NULL ? tier_ops->materialize(it) : NULL;
+    item_release(it);
+    return copy;
+}
+
 item *item_get(const char *key, size_t nkey, enum item_miss *why,
                bool do_update)
 {
@@ -574,7 +740,7 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, why, do_update);
     item_unlock(hv);
-    return it;
+    return item_value_take(it);
 }
 
 item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
@@ -586,10 +752,36 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
     if (it != NULL)
         it->exptime = exptime;
     item_unlock(hv);
-    return it;
+    return item_value_take(it);
 }
 
 /* ---- Stores. --------------------------------------------------------- */
+
+/*
+ * The item to link for `it`: `it` itself with a new reference, or for a
+ * staging item (DRAM was full) a meta tuple whose value the tier policy
+ * wrote to a lower tier.  NULL when no tier has room.  Caller holds the
+ * item lock.
+ */
+static item *store_ready(item *it, int partition)
+{
+    if (!(it->it_flags & ITEM_STAGING)) {
+        refcount_incr(it);
+        return it;
+    }
+    return tier_ops != NULL ? tier_ops->stage(it, partition) : NULL;
+}
+
+/* Holds a value-bearing version of `it` (itself, or a copy of a lower-tier
+ * value); NULL on failure.  Caller holds a reference to `it`. */
+static item *value_peek(item *it)
+{
+    if (!(it->it_flags & ITEM_META)) {
+        refcount_incr(it);
+        return it;
+    }
+    return tier_ops != NULL ? tier_ops->materialize(it) : NULL;
+}
 
 /* Builds old+add (append) or add+old (prepend) as a new item and swaps it
  * in.  *cas_out gets its CAS.  Caller holds the item lock. */
@@ -602,19 +794,30 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     size_t nbytes = (size_t)old->nbytes + add->nbytes - 2;
     if (!item_size_ok(old->nkey, nbytes))
         return STORE_TOO_LARGE;
+    item *oldv = value_peek(old);
+    if (oldv == NULL)
+        return STORE_NO_MEMORY;
     item *n = item_alloc(ITEM_key(old), old->nkey, old->flags, old->exptime,
                          nbytes, partition);
-    if (n == NULL)
+    if (n == NULL) {
+        item_release(oldv);
         return STORE_NO_MEMORY;
+    }
 
-    const item *first = append ? old : add;
-    const item *second = append ? add : old;
+    const item *first = append ? oldv : add;
+    const item *second = append ? add : oldv;
     memcpy(ITEM_data(n), ITEM_data(first), first->nbytes - 2);
     memcpy(ITEM_data(n) + first->nbytes - 2, ITEM_data(second),
            second->nbytes);
-    do_item_replace(old, n, hv);
-    *cas_out = n->cas;
+    item_release(oldv);
+    item *linked = store_ready(n, partition);
     item_release(n);
+    if (linked == NULL)
+        return STORE_NO_MEMORY;
+    linked->it_flags |= old->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
+    do_item_replace(old, linked, hv);
+    *cas_out = linked->cas;
+    item_release(linked);
     return STORE_STORED;
 }
 
@@ -654,11 +857,17 @@ enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
             res = do_item_concat(old, it, op == STORE_APPEND, hv, partition,
                                  &new_cas);
         } else {
-            if (old != NULL)
-                do_item_replace(old, it, hv);
-            else
-                do_item_link(it, hv, false);
-            new_cas = it->cas;
+            item *linked = store_ready(it, partition);
+            if (linked == NULL) {
+                res = STORE_NO_MEMORY;
+            } else {
+                if (old != NULL)
+                    do_item_replace(old, linked, hv);
+                else
+                    do_item_link(linked, hv, false);
+                new_cas = linked->cas;
+                item_release(linked);
+            }
         }
     }
     if (res == STORE_STORED && cas_out != NULL)
@@ -714,7 +923,13 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
                                         uint32_t hv, int partition)
 {
     uint64_t v;
-    if (it->nbytes < 2 || !parse_u64(ITEM_data(it), it->nbytes - 2, &v))
+    item *val = value_peek(it);
+    if (val == NULL)
+        return DELTA_NO_MEMORY;
+    bool numeric = val->nbytes >= 2 &&
+                   parse_u64(ITEM_data(val), val->nbytes - 2, &v);
+    item_release(val);
+    if (!numeric)
         return DELTA_NON_NUMERIC;
     if (incr)
         v += delta;                 /* wraps mod 2^64 */
@@ -741,11 +956,15 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
         return DELTA_NO_MEMORY;
     memcpy(ITEM_data(n), out, (size_t)len);
     memcpy(ITEM_data(n) + len, "\r\n", 2);
-    n->it_flags |= it->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
-    do_item_replace(it, n, hv);
-    if (cas_out != NULL)
-        *cas_out = n->cas;
+    item *linked = store_ready(n, partition);
     item_release(n);
+    if (linked == NULL)
+        return DELTA_NO_MEMORY;
+    linked->it_flags |= it->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
+    do_item_replace(it, linked, hv);
+    if (cas_out != NULL)
+        *cas_out = linked->cas;
+    item_release(linked);
     return DELTA_OK;
 }
 
@@ -851,20 +1070,30 @@ int items_crawl_step(int budget)
     int checked = 0;
     pthread_mutex_lock(&crawl_lock);
     /* At most one full cycle: every LRU once, plus the rest of the one
-     * the cursor sits in. */
-    unsigned int limit = slabs_nclasses() * (unsigned int)npart +
-                         (crawler_in_lru ? 1 : 0);
+     * the cursor sits in.  Lower-tier sets are crawled only when tiers
+     * exist; their classes are those of the lower tier's slots. */
+    unsigned int ntiers = tier_ops != NULL ? TIER_COUNT : 1;
+    unsigned int ncls[TIER_COUNT] = { slabs_nclasses(), MAX_SLAB_CLASSES - 1,
+                                      MAX_SLAB_CLASSES - 1 };
+    unsigned int limit = (crawler_in_lru ? 1 : 0);
+    for (unsigned int t = 0; t < ntiers; t++)
+        limit += ncls[t] * (unsigned int)npart;
     for (unsigned int visited = 0; checked < budget && visited < limit;) {
-        if (crawl_cls < 1 || crawl_cls > slabs_nclasses())
+        if (crawl_tier >= ntiers)
+            crawl_tier = 0;
+        if (crawl_cls < 1 || crawl_cls > ncls[crawl_tier])
             crawl_cls = 1;
         bool done = false;
-        checked += crawl_lru(&lrus[crawl_cls][crawl_part], budget - checked,
-                             &done);
+        checked += crawl_lru(&lrus[crawl_tier][crawl_cls][crawl_part],
+                             budget - checked, &done);
         if (done) {
             visited++;
             if (++crawl_part >= npart) {
                 crawl_part = 0;
-                crawl_cls++;
+                if (++crawl_cls > ncls[crawl_tier]) {
+                    crawl_cls = 1;
+                    crawl_tier = (crawl_tier + 1) % ntiers;
+                }
             }
         }
     }
@@ -880,7 +1109,7 @@ static uint64_t class_count(unsigned int clsid, rel_time_t *oldest)
     uint64_t n = 0;
     *oldest = mc_now();
     for (int p = 0; p < npart; p++) {
-        struct lru *l = &lrus[clsid][p];
+        struct lru *l = &lrus[TIER_DRAM][clsid][p];
         pthread_mutex_lock(&l->lock);
         n += l->count;
         item *t = l->tail;

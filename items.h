@@ -33,9 +33,18 @@
 #define ITEM_TOKEN_SENT 0x0020  /* meta: a win token was handed out */
 #define ITEM_STALE      0x0040  /* meta: invalidated, served as stale */
 #define ITEM_CRAWLER    0x0080  /* expiry crawler's placeholder in an LRU */
+#define ITEM_TRANSIENT  0x0100  /* malloc'd copy outside the index and -m:
+                                   a lower-tier value copied out for a
+                                   reader, or a staging item (below) */
+#define ITEM_STAGING    0x0200  /* transient item taking a new value when
+                                   DRAM is full; stored into a lower tier */
 
-/* Tier of the item's value (DESIGN.md 3).  Only TIER_DRAM exists so far. */
-enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2 };
+/* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
+ * value; an item of a lower tier is a meta tuple (ITEM_META): the same
+ * header and key, then an 8-byte reference to the tuple in that tier.  Its
+ * nbytes, flags, exptime and CAS describe the value, so every check that
+ * needs only metadata stays in DRAM. */
+enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
 
 typedef struct item item;
 struct item {
@@ -53,13 +62,42 @@ struct item {
     uint8_t partition;      /* partition whose LRU/free list holds it */
     uint8_t tier;           /* enum item_tier */
     uint8_t nkey;           /* key length, <= KEY_MAX_LENGTH */
+    uint8_t lru_cls;        /* meta tuple: class of its lower-tier slot,
+                               which picks its LRU; fixed while linked */
+    uint8_t unused[3];
     uint64_t cas;           /* 0 when CAS is disabled (-C) */
     char data[];            /* key, '\0', value (nbytes, ends "\r\n") */
 };
 
 #define ITEM_key(it)    ((it)->data)
 #define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
-#define ITEM_ntotal(it) (sizeof(item) + (it)->nkey + 1 + (it)->nbytes)
+
+/* Size of a meta tuple's DRAM chunk for a key of nkey bytes. */
+static inline size_t item_meta_size(size_t nkey)
+{
+    return sizeof(item) + nkey + 1 + sizeof(uint64_t);
+}
+
+/* Bytes an item occupies in DRAM (its chunk's payload). */
+static inline size_t ITEM_ntotal(const item *it)
+{
+    if (it->it_flags & ITEM_META)
+        return item_meta_size(it->nkey);
+    return sizeof(item) + it->nkey + 1 + it->nbytes;
+}
+
+/* The lower-tier reference of a meta tuple (stored unaligned after the
+ * key). */
+static inline uint64_t item_meta_ref(const item *it)
+{
+    uint64_t ref;
+    __builtin_memcpy(&ref, ITEM_data(it), sizeof(ref));
+    return ref;
+}
+static inline void item_set_meta_ref(item *it, uint64_t ref)
+{
+    __builtin_memcpy(ITEM_data(it), &ref, sizeof(ref));
+}
 
 /* Total size an item of this key and value length would take. */
 static inline size_t item_make_size(size_t nkey, size_t nbytes)
@@ -101,6 +139,17 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
 
 /* Drops one reference; frees the item when it is unlinked and unused. */
 void item_release(item *it);
+
+/*
+ * Turns a reference to any item into a reference to an item holding its
+ * value: a DRAM item comes back as is; for a meta tuple the tier policy
+ * copies the value out of its tier into a transient item (ITEM_TRANSIENT,
+ * outside -m, freed by its last item_release) and the reference to the
+ * meta tuple is dropped.  NULL if the copy fails.  item_get() and
+ * item_get_and_touch() already do this; code that reads values after a
+ * do_item_get() must call it.
+ */
+item *item_value_take(item *it);
 
 /* Why a lookup missed. */
 enum item_miss { MISS_NONE = 0, MISS_NOT_FOUND, MISS_EXPIRED, MISS_FLUSHED };
@@ -184,6 +233,9 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas);
 void do_item_unlink(item *it, uint32_t hv);
 /* Atomically swaps old for new_it in the index (assigns new CAS). */
 void do_item_replace(item *old, item *new_it, uint32_t hv);
+/* Swaps in another copy of the same version (a tier move): new_it keeps
+ * the CAS and access time it was given. */
+void do_item_move(item *old, item *new_it, uint32_t hv);
 /* Records an access: time, access field, FETCHED/ACTIVE, LRU bump. */
 void do_item_touch_access(item *it);
 /* item_store with the lock already held. */
@@ -218,6 +270,51 @@ enum chunk_evict_result item_evict_chunk(void *chunk);
  */
 typedef bool (*item_evict_hook_fn)(item *it, uint32_t hv);
 void items_set_evict_hook(item_evict_hook_fn fn);
+
+/* ---- Lower tiers (the tier policy in tac/ plugs in here). ------------ */
+
+struct item_tier_ops {
+    /* Copies a meta tuple's value into a new transient item (refcount 1);
+     * NULL on failure.  The caller holds a reference to the meta tuple. */
+    item *(*materialize)(item *meta);
+    /* Puts a staging item's value into a lower tier and returns an
+     * unlinked meta tuple for it (refcount 1), or NULL when no tier has
+     * room.  Called with the key's item lock held. */
+    item *(*stage)(item *staging, int partition);
+    /* The last reference to a meta tuple is gone: free its tuple. */
+    void (*release)(item *meta);
+    /* A DRAM allocation of class clsid failed in partition p. */
+    void (*dram_pressure)(unsigned int clsid, int partition);
+};
+
+/* Registers the tier policy; NULL (the default) means DRAM only.  Called
+ * before any worker runs. */
+void items_set_tier_ops(const struct item_tier_ops *ops);
+bool items_tiered(void);
+
+/*
+ * Allocates an unlinked meta tuple (refcount 1) describing `src`: same key,
+ * flags, exptime, nbytes, CAS, access time and fetch flags, pointing at
+ * `ref` in `tier`, kept in that tier's LRU of class lru_cls.  Never evicts
+ * a live DRAM item to find room; NULL when DRAM has no chunk for it.
+ */
+item *item_alloc_meta(const item *src, enum item_tier tier,
+                      unsigned int lru_cls, uint64_t ref, int partition);
+
+/*
+ * Moves up to `max` of the coldest unreferenced items of DRAM class clsid,
+ * partition p, by calling demote(it, hv) with the item locked and pinned;
+ * demote publishes the new copy with do_item_move() and returns true, or
+ * returns false to stop.  Dead items met on the way are reclaimed.
+ * Returns the number of items moved or reclaimed.
+ */
+int items_demote_tail(unsigned int clsid, int p, int max,
+                      item_evict_hook_fn demote);
+
+/* Drops the coldest meta tuple of a lower tier's class cls (partition p
+ * first, then the others), freeing its slot: cache semantics when that
+ * tier is full.  Returns false if nothing could be dropped. */
+bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
 
 /* ---- Background and stats. ------------------------------------------- */
 

@@ -67,6 +67,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.reqs 2>/dev/null || true)" != "$
     echo "$PY_REQS" > .venv/.reqs
 fi
 
+# Java (spymemcached) and Node (memjs) clients for the client matrix.
+bash tests/clients/install-toolchains.sh
+
 # Build (in-tree; the sanitizer build lives in build-asan/, see scripts/test.sh).
 if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ] \
    || [ ! -f Makefile.in ] || [ Makefile.am -nt Makefile.in ]; then

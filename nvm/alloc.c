@@ -1,0 +1,348 @@
+/*
+ * alloc.c - the NVM slab allocator: classes, pages, partitioned free lists.
+ *
+ * Owns: the assignment of the region's pages to classes and partitions, and
+ * every slot's allocated/free state.  It never reads or writes the mapping.
+ *
+ * Design.  The region after the header is cut into npages pages of
+ * page_size bytes.  Slot sizes are multiples of 256 B (see nvm.h for how
+ * classes grow); a page handed to a class is cut into per_page slots from
+ * its first byte, so every slot is 256 B-aligned.  Pages are handed out in
+ * address order by bumping next_page and are never returned while the
+ * region is open (as in memcached without slab rebalancing).
+ *
+ * Each class has P partitions.  A partition owns the pages it took; its
+ * free list is a DRAM stack of slot references, and its "end" is the
+ * uncarved tail of its newest page, so a fresh page is not walked or
+ * touched when taken.  A freed slot goes back to the partition that owns
+ * its page (page_owner[]), whoever allocated it, so a partition's stack
+ * never holds more than the slots of its own pages: the stack is reserved
+ * to that size when a page is taken, and nvm_free cannot fail.  Reserved
+ * but unused stack entries are virtual memory only: pages of the array are
+ * faulted in as the stack grows, so resident DRAM follows the number of
+ * free slots (at most 8 B per 256 B slot, 3%, when all are free and small).
+ *
+ * nvm_alloc: own stack, own end, new page for the own partition, then one
+ * slot stolen from the stack or end of p+1, p+2, ... (no new page for them).
+ *
+ * Threads: any.  Each partition lock protects that partition's fields (see
+ * internal.h); the locks are leaves and at most one is held at a time.
+ * Page handout is a lock-free CAS on next_page.  Counters are relaxed
+ * atomics: each stays exact, snapshots of several may be skewed.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvm/internal.h"
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+enum nvm_status nvm_classes_init(struct nvm_region *r, double factor,
+                                 uint64_t slot_max)
+{
+    uint64_t max = round_up(slot_max, NVM_SLOT_ALIGN);
+    uint64_t size = NVM_SLOT_ALIGN;
+    unsigned n = 0;
+
+    if (max > r->page_size)
+        return NVM_ERR_ARG;
+    for (;;) {
+        if (size > max)
+            size = max;
+        if (++n > NVM_MAX_CLASSES)
+            return NVM_ERR_ARG;
+        r->classes[n].slot_size = size;
+        r->classes[n].per_page = (uint32_t)(r->page_size / size);
+        if (size == max)
+            break;
+        uint64_t next = round_up((uint64_t)((double)size * factor),
+                                 NVM_SLOT_ALIGN);
+        size = next > size ? next : size + NVM_SLOT_ALIGN;
+    }
+    r->nclasses = n;
+    return NVM_OK;
+}
+
+enum nvm_status nvm_alloc_init(struct nvm_region *r)
+{
+    size_t parts_bytes = sizeof(struct nvm_part) * (size_t)r->nparts;
+
+    r->page_class = calloc(r->npages, 1);
+    r->page_owner = calloc(r->npages, 1);
+    if (r->page_class == NULL || r->page_owner == NULL)
+        return NVM_ERR_NOMEM;
+    r->dram_bytes = 2 * r->npages;
+    for (unsigned c = 1; c <= r->nclasses; c++) {
+        struct nvm_part *parts = aligned_alloc(64, parts_bytes);
+        if (parts == NULL)
+            return NVM_ERR_NOMEM;
+        memset(parts, 0, parts_bytes);
+        for (int i = 0; i < r->nparts; i++)
+            parts[i].lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        r->classes[c].parts = parts;
+        r->dram_bytes += parts_bytes;
+    }
+    return NVM_OK;
+}
+
+void nvm_alloc_destroy(struct nvm_region *r)
+{
+    for (unsigned c = 1; c <= r->nclasses; c++) {
+        struct nvm_part *parts = r->classes[c].parts;
+        if (parts == NULL)
+            continue;
+        for (int i = 0; i < r->nparts; i++) {
+            pthread_mutex_destroy(&parts[i].lock);
+            free(parts[i].stack);
+        }
+        free(parts);
+        r->classes[c].parts = NULL;
+    }
+    free(r->page_class);
+    free(r->page_owner);
+    r->page_class = r->page_owner = NULL;
+}
+
+/* ---- Partition internals: do_ = caller holds p->lock -------------------- */
+
+static uint64_t do_part_pop(const struct nvm_class *c, struct nvm_part *p)
+{
+    if (p->nfree > 0) {
+        NVM_STORE(&p->nfree, p->nfree - 1);
+        return p->stack[p->nfree];
+    }
+    if (p->end_free > 0) {
+        uint64_t ref = p->end_ref;
+        p->end_ref += c->slot_size;
+        NVM_STORE(&p->end_free, p->end_free - 1);
+        return ref;
+    }
+    return 0;
+}
+
+/* Makes room on p's stack for want entries; false if out of DRAM. */
+static bool do_stack_reserve(struct nvm_region *r, struct nvm_part *p,
+                             uint64_t want, uint64_t limit)
+{
+    if (p->cap >= want)
+        return true;
+    uint64_t cap = p->cap * 2 > want ? p->cap * 2 : want;
+    if (cap > limit)
+        cap = limit;
+    uint64_t *s = realloc(p->stack, cap * sizeof(*s));
+    if (s == NULL)
+        return false;
+    NVM_ADD(&r->dram_bytes, (cap - p->cap) * sizeof(*s));
+    p->stack = s;
+    p->cap = cap;
+    return true;
+}
+
+/* Hands the next never-used page to (cls, part); false when none is left. */
+static bool page_take(struct nvm_region *r, unsigned cls, int part,
+                      uint64_t *page)
+{
+    uint64_t n = NVM_LOAD(&r->next_page);
+    do {
+        if (n >= r->npages)
+            return false;
+    } while (!__atomic_compare_exchange_n(&r->next_page, &n, n + 1, false,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    NVM_STORE(&r->page_owner[n], (uint8_t)part);
+    NVM_STORE(&r->page_class[n], (uint8_t)cls);
+    *page = n;
+    return true;
+}
+
+/* Gives partition part of cls a new page and carves one slot from it. */
+static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
+{
+    struct nvm_class *c = &r->classes[cls];
+    struct nvm_part *p = &c->parts[part];
+    uint64_t page;
+
+    assert(p->nfree == 0 && p->end_free == 0);
+    if (!do_stack_reserve(r, p, p->owned + c->per_page,
+                          r->npages * c->per_page))
+        return 0;
+    if (!page_take(r, cls, part, &page))
+        return 0;
+    p->owned += c->per_page;
+    p->end_ref = nvm_page_ref(r, page);
+    NVM_STORE(&p->end_free, (uint64_t)c->per_page);
+    NVM_ADD(&c->pages, 1);
+    return do_part_pop(c, p);
+}
+
+/* ---- Exported ----------------------------------------------------------- */
+
+static int part_index(const struct nvm_region *r, int partition)
+{
+    return (int)((unsigned)partition % (unsigned)r->nparts);
+}
+
+/* One slot from another partition's stack or end, p+1, p+2, ... */
+static uint64_t steal(struct nvm_region *r, struct nvm_class *c, int part)
+{
+    for (int i = 1; i < r->nparts; i++) {
+        struct nvm_part *q = &c->parts[(part + i) % r->nparts];
+        if (NVM_LOAD(&q->nfree) == 0 && NVM_LOAD(&q->end_free) == 0)
+            continue;               /* cheap skip; rechecked under the lock */
+        pthread_mutex_lock(&q->lock);
+        uint64_t ref = do_part_pop(c, q);
+        pthread_mutex_unlock(&q->lock);
+        if (ref != 0) {
+            NVM_ADD(&c->steals, 1);
+            return ref;
+        }
+    }
+    return 0;
+}
+
+uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition)
+{
+    if (cls == 0 || cls > r->nclasses)
+        return 0;
+    struct nvm_class *c = &r->classes[cls];
+    int part = part_index(r, partition);
+    struct nvm_part *p = &c->parts[part];
+
+    pthread_mutex_lock(&p->lock);
+    uint64_t ref = do_part_pop(c, p);
+    if (ref == 0)
+        ref = do_part_grow(r, cls, part);
+    pthread_mutex_unlock(&p->lock);
+    if (ref == 0)
+        ref = steal(r, c, part);
+    if (ref == 0) {
+        NVM_ADD(&c->fails, 1);
+        return 0;
+    }
+    NVM_ADD(&c->used, 1);
+    NVM_ADD(&r->bytes_used, c->slot_size);
+    return ref;
+}
+
+uint64_t nvm_alloc(struct nvm_region *r, size_t size, int partition)
+{
+    return nvm_alloc_class(r, nvm_class_of_size(r, size), partition);
+}
+
+void nvm_free(struct nvm_region *r, uint64_t ref)
+{
+    if (ref == 0)
+        return;
+    unsigned cls = nvm_class_of_ref(r, ref);
+    assert(cls != 0);
+    if (cls == 0)
+        return;
+    struct nvm_class *c = &r->classes[cls];
+    uint64_t page = (ref - NVM_DATA_OFFSET) / r->page_size;
+    struct nvm_part *p = &c->parts[NVM_LOAD(&r->page_owner[page])];
+
+    pthread_mutex_lock(&p->lock);
+    assert(p->nfree < p->cap);      /* more frees than slots: a double free */
+    bool ok = p->nfree < p->cap;
+    if (ok) {
+        p->stack[p->nfree] = ref;
+        NVM_STORE(&p->nfree, p->nfree + 1);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (ok) {
+        NVM_SUB(&c->used, 1);
+        NVM_SUB(&r->bytes_used, c->slot_size);
+    }
+}
+
+unsigned nvm_class_of_size(const struct nvm_region *r, size_t size)
+{
+    unsigned lo = 1, hi = r->nclasses;
+
+    if (size > r->classes[hi].slot_size)
+        return 0;
+    while (lo < hi) {               /* first class with slot_size >= size */
+        unsigned mid = (lo + hi) / 2;
+        if (r->classes[mid].slot_size >= size)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+unsigned nvm_class_of_ref(const struct nvm_region *r, uint64_t ref)
+{
+    if (ref < NVM_DATA_OFFSET || ref % NVM_SLOT_ALIGN != 0)
+        return 0;
+    uint64_t page = (ref - NVM_DATA_OFFSET) / r->page_size;
+    if (page >= r->npages)
+        return 0;
+    unsigned cls = NVM_LOAD(&r->page_class[page]);
+    if (cls == 0)
+        return 0;
+    const struct nvm_class *c = &r->classes[cls];
+    uint64_t in = ref - nvm_page_ref(r, page);
+    if (in % c->slot_size != 0 || in / c->slot_size >= c->per_page)
+        return 0;
+    return cls;
+}
+
+unsigned nvm_nclasses(const struct nvm_region *r)
+{
+    return r->nclasses;
+}
+
+int nvm_partitions(const struct nvm_region *r)
+{
+    return r->nparts;
+}
+
+size_t nvm_class_slot_size(const struct nvm_region *r, unsigned cls)
+{
+    return cls == 0 || cls > r->nclasses ? 0 : r->classes[cls].slot_size;
+}
+
+size_t nvm_slot_size(const struct nvm_region *r, uint64_t ref)
+{
+    return nvm_class_slot_size(r, nvm_class_of_ref(r, ref));
+}
+
+uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition)
+{
+    if (cls == 0 || cls > r->nclasses)
+        return 0;
+    const struct nvm_part *p = &r->classes[cls].parts[part_index(r, partition)];
+    return NVM_LOAD(&p->nfree) + NVM_LOAD(&p->end_free);
+}
+
+uint64_t nvm_free_pages(const struct nvm_region *r)
+{
+    uint64_t used = NVM_LOAD(&r->next_page);
+    return used < r->npages ? r->npages - used : 0;
+}
+
+void nvm_class_info(const struct nvm_region *r, unsigned cls,
+                    struct nvm_class_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (cls == 0 || cls > r->nclasses)
+        return;
+    const struct nvm_class *c = &r->classes[cls];
+    out->slot_size = c->slot_size;
+    out->slots_per_page = c->per_page;
+    out->pages = NVM_LOAD(&c->pages);
+    out->slots_used = NVM_LOAD(&c->used);
+    out->steals = NVM_LOAD(&c->steals);
+    out->alloc_fails = NVM_LOAD(&c->fails);
+    for (int i = 0; i < r->nparts; i++)
+        out->slots_free += nvm_free_slots(r, cls, i);
+}

@@ -1,0 +1,92 @@
+/*
+ * internal.h - struct nvm_region, shared by nvm/region.c (mapping, header,
+ * access, latency) and nvm/alloc.c (slab allocator).  Not for use outside
+ * nvm/.
+ *
+ * Locking: the only locks are the partition locks (struct nvm_part.lock).
+ * They are leaves: no other lock is taken while one is held, and at most
+ * one is held at a time.  Fields marked "set at open" are written before
+ * nvm_open returns and read-only afterwards.  Fields marked "atomic" are
+ * accessed with __atomic builtins only (relaxed unless noted).
+ */
+#ifndef NVM_INTERNAL_H
+#define NVM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nvm/format.h"
+#include "nvm/nvm.h"
+
+#define NVM_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define NVM_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define NVM_ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+#define NVM_SUB(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_RELAXED)
+
+/* One free list of one class.  Aligned so partitions do not share lines. */
+struct nvm_part {
+    pthread_mutex_t lock;
+    uint64_t *stack;        /* free slot refs, LIFO; lock */
+    uint64_t cap;           /* entries in stack; lock */
+    uint64_t owned;         /* slots in pages this partition owns; lock */
+    uint64_t end_ref;       /* next uncarved slot of the newest page; lock */
+    uint64_t nfree;         /* entries on stack; lock + atomic */
+    uint64_t end_free;      /* uncarved slots at end_ref; lock + atomic */
+} __attribute__((aligned(64)));
+
+struct nvm_class {
+    uint64_t slot_size;     /* set at open */
+    uint32_t per_page;      /* slots per page; set at open */
+    uint64_t pages;         /* atomic */
+    uint64_t used;          /* atomic: allocated, not yet freed */
+    uint64_t steals;        /* atomic */
+    uint64_t fails;         /* atomic */
+    struct nvm_part *parts; /* [nparts]; set at open */
+};
+
+struct nvm_region {
+    /* Mapping; set at open. */
+    char *base;
+    size_t mapped_len;      /* what mmap/pmem_map_file returned */
+    size_t capacity;        /* bytes used as the region (<= mapped_len) */
+    const char *backing;    /* static string */
+    char *path;             /* malloc'd copy */
+    bool is_pmem;
+    bool is_anon;           /* numa:N: munmap, nothing to make durable */
+    int numa_node;
+    enum nvm_prev_state prev_state;
+    unsigned read_ns, write_ns;
+
+    /* Geometry; set at open. */
+    uint64_t page_size;
+    uint64_t npages;
+    unsigned nclasses;
+    int nparts;
+    struct nvm_class classes[NVM_MAX_CLASSES + 1];   /* [1..nclasses] */
+
+    /* Pages. */
+    uint64_t next_page;     /* atomic: pages [0, next_page) are handed out */
+    uint8_t *page_class;    /* [npages]; atomic; 0 = not handed out */
+    uint8_t *page_owner;    /* [npages]; atomic; owning partition */
+
+    /* Stats. */
+    uint64_t bytes_used;    /* atomic */
+    uint64_t dram_bytes;    /* atomic: metadata malloc'd (stacks reserved) */
+};
+
+static inline uint64_t nvm_page_ref(const struct nvm_region *r, uint64_t page)
+{
+    return NVM_DATA_OFFSET + page * r->page_size;
+}
+
+/* alloc.c, called by nvm_open/nvm_close in region.c.
+ * nvm_classes_init: fills classes[] from r->page_size, before mapping.
+ * nvm_alloc_init: DRAM metadata for r->npages pages and r->nparts parts.
+ * nvm_alloc_destroy: frees what nvm_alloc_init made (safe on a partial one). */
+enum nvm_status nvm_classes_init(struct nvm_region *r, double factor,
+                                 uint64_t slot_max);
+enum nvm_status nvm_alloc_init(struct nvm_region *r);
+void nvm_alloc_destroy(struct nvm_region *r);
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * nvm.h - the NVM tier: a byte-addressable region with a 256 B-aligned
+ * slab allocator.  This header is the whole interface.
+ *
+ * A region is a file (on a DAX file system, tmpfs or an ordinary disk), a
+ * device-dax character device, or anonymous memory bound to a NUMA node
+ * (a CXL expander or a far socket).  Files and device-dax are mapped with
+ * PMDK libpmem.  The region begins with a self-describing header (see
+ * nvm/format.h); slots live in fixed-size pages after it.
+ *
+ * A slot is named by a reference: its byte offset in the region, always a
+ * multiple of NVM_SLOT_ALIGN.  Reference 0 is never a slot (the header
+ * lives there) and means "none".  References stay meaningful while the
+ * region is open; they are 8 bytes, so a meta tuple can store one as is.
+ *
+ * All allocator metadata (free lists, the page -> class map, counters) is
+ * kept in DRAM.  The allocator never writes to the mapping: allocating or
+ * freeing a slot leaves its bytes untouched, so NVM write bandwidth goes to
+ * tuples only.  The header is written at open and close, nowhere else.
+ *
+ * Threads: every function may be called from any thread at the same time,
+ * except nvm_open and nvm_close, which must not race with any other call
+ * on the same region.  Different threads may read and write different
+ * slots concurrently; concurrent access to the same slot is the caller's
+ * business (the cache pins a tuple with a reference count).
+ *
+ * This library includes no server header and uses no server global.
+ */
+#ifndef NVM_NVM_H
+#define NVM_NVM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NVM_SLOT_ALIGN 256u          /* slot size and reference granule */
+#define NVM_MAX_PARTITIONS 64
+#define NVM_MAX_CLASSES 200          /* class ids are 1..nclasses */
+#define NVM_DEFAULT_PAGE_SIZE (1024u * 1024u)
+#define NVM_DEFAULT_FACTOR 1.25
+
+struct nvm_region;                   /* opaque */
+
+enum nvm_status {
+    NVM_OK = 0,
+    NVM_ERR_ARG,     /* bad configuration (size too small, bad path syntax...) */
+    NVM_ERR_OPEN,    /* the backing path cannot be opened or created */
+    NVM_ERR_MAP,     /* mmap/pmem_map_file/msync failed */
+    NVM_ERR_NUMA,    /* NUMA node missing, without memory, or mbind failed */
+    NVM_ERR_NOMEM,   /* DRAM for the allocator metadata, or space for the file */
+    NVM_ERR_FORMAT,  /* the mapped region cannot hold a header and one page */
+};
+
+/* Static text for st; never NULL. */
+const char *nvm_strerror(enum nvm_status st);
+
+struct nvm_config {
+    /* "numa:N" (anonymous memory bound to node N), a device-dax character
+     * device (/dev/daxX.Y), or any other path: a file, created if absent. */
+    const char *path;
+    /* Bytes.  A file is created or resized to this size.  0 maps an existing
+     * file or a whole device-dax as it is; numa:N needs a size. */
+    size_t size;
+    /* Emulated extra latency, in ns, per 256 B block touched by nvm_read /
+     * nvm_write (and nvm_charge_*).  0 (default) costs nothing. */
+    unsigned read_ns, write_ns;
+    int partitions;      /* free-list partitions per class, 1..64; 0 = 1 */
+    size_t slot_max;     /* largest slot needed; 0 = page_size */
+    double factor;       /* slot size growth, > 1.0; 0 = 1.25 */
+    size_t page_size;    /* multiple of 256; 0 = 1 MB; raised to fit slot_max */
+};
+
+/*
+ * Maps cfg->path and formats a fresh region (nothing stored before is kept:
+ * restart recovery is not implemented, but the old header is inspected and
+ * reported as nvm_info.prev_state).  The header is marked dirty until
+ * nvm_close.  cfg and cfg->path are copied; the caller may free them.
+ * On success *out owns the region; on failure *out is NULL and errno holds
+ * the cause of the failing system call, if any.
+ */
+enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out);
+
+/*
+ * Makes every write durable (pmem_drain when is_pmem, msync for a non-pmem
+ * file), clears the dirty flag, unmaps and frees r.  On pmem, writes made
+ * by other threads must have been drained by those threads (nvm_drain).  If msync fails the
+ * dirty flag stays set, so a future restart will reject the contents.
+ * Every reference and pointer into r dies with it.  NULL is a no-op.
+ */
+void nvm_close(struct nvm_region *r);
+
+/* ---- Allocation ---------------------------------------------------------
+ * Classes are numbered 1..nvm_nclasses(r).  Slot sizes start at 256 B,
+ * each next class is max(prev + 256, prev * factor) rounded up to 256 B,
+ * and the last class is slot_max rounded up to 256 B.  A class takes whole
+ * pages; a page never changes class while the region is open.
+ *
+ * nvm_alloc looks in the partition's free list, then the uncarved rest of
+ * its newest page, then takes a new page for that partition, and only then
+ * steals one slot from partitions partition+1, partition+2, ... in turn.
+ * partition is taken modulo the partition count.  Returns 0 when size is
+ * too large or the class has no free slot anywhere: the caller then evicts.
+ * The slot's bytes are whatever was there before.
+ */
+uint64_t nvm_alloc(struct nvm_region *r, size_t size, int partition);
+uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition);
+
+/* Returns ref to the free list of the partition that owns its page.
+ * Writes nothing to the mapping.  ref 0 is a no-op; ref must otherwise come
+ * from nvm_alloc on r and not be freed twice. */
+void nvm_free(struct nvm_region *r, uint64_t ref);
+
+/* Smallest class whose slot holds size bytes; 0 when size > slot_max. */
+unsigned nvm_class_of_size(const struct nvm_region *r, size_t size);
+/* Class of the page holding ref; 0 when ref is not the start of a slot in
+ * a page that was handed to a class. */
+unsigned nvm_class_of_ref(const struct nvm_region *r, uint64_t ref);
+unsigned nvm_nclasses(const struct nvm_region *r);
+int nvm_partitions(const struct nvm_region *r);
+/* Slot size of class cls; 0 when cls is out of range. */
+size_t nvm_class_slot_size(const struct nvm_region *r, unsigned cls);
+/* Slot size of the slot at ref; 0 when nvm_class_of_ref(r, ref) is 0. */
+size_t nvm_slot_size(const struct nvm_region *r, uint64_t ref);
+
+/* ---- Access -------------------------------------------------------------
+ * off + len must stay within the slot.
+ */
+
+/* Pointer to byte 0 of the slot inside the mapping (not a copy).  Valid
+ * while the slot stays allocated and the region open.  Loads and stores
+ * through it bypass latency emulation (see nvm_charge_*) and, on pmem,
+ * are not durable until flushed by the caller. */
+void *nvm_ptr(const struct nvm_region *r, uint64_t ref);
+
+/* Copies len bytes from src into the slot at off: pmem_memcpy_nodrain when
+ * is_pmem, memcpy otherwise; then charges write latency.  Not ordered or
+ * durable until nvm_drain. */
+void nvm_write(struct nvm_region *r, uint64_t ref, size_t off,
+               const void *src, size_t len);
+
+/* One drain per batch of nvm_write calls: pmem_drain when is_pmem, a store
+ * fence otherwise.  Ordering only: a non-pmem file is made durable by
+ * nvm_close (msync), never per write. */
+void nvm_drain(struct nvm_region *r);
+
+/* Copies len bytes at off of the slot into dst, then charges read latency. */
+void nvm_read(struct nvm_region *r, uint64_t ref, size_t off,
+              void *dst, size_t len);
+
+/* Charge the emulated latency of touching [off, off+len) of the slot, for
+ * callers that read or write through nvm_ptr (e.g. zero-copy sends). */
+void nvm_charge_read(struct nvm_region *r, uint64_t ref, size_t off, size_t len);
+void nvm_charge_write(struct nvm_region *r, uint64_t ref, size_t off, size_t len);
+
+/* ---- Info and stats -----------------------------------------------------
+ * Counters are relaxed atomics: each is exact, but a snapshot of several
+ * may mix moments while other threads allocate.
+ */
+
+/* What the header at offset 0 said before nvm_open reformatted it. */
+enum nvm_prev_state {
+    NVM_PREV_NONE = 0,   /* no valid header: new, foreign or another version */
+    NVM_PREV_CLEAN,      /* closed cleanly by nvm_close */
+    NVM_PREV_DIRTY,      /* still marked open: the previous owner crashed */
+};
+
+struct nvm_info {
+    const char *backing;   /* "pmem-file", "devdax", "file", "tmpfs-file" or
+                              "numa"; static string */
+    const char *path;      /* copy owned by r; valid until nvm_close */
+    bool is_pmem;          /* pmem_is_pmem() over the whole mapping */
+    int numa_node;         /* node of the first page; -1 if unknown */
+    enum nvm_prev_state prev_state;
+    size_t capacity;       /* mapped bytes, header included */
+    size_t page_size;
+    size_t data_offset;    /* offset of page 0 */
+    uint64_t pages_total, pages_used;
+    uint64_t slots_used;
+    uint64_t bytes_used;   /* sum of allocated slot sizes */
+    size_t dram_bytes;     /* DRAM held by the allocator metadata (reserved) */
+    unsigned read_ns, write_ns;
+    unsigned nclasses;
+    int partitions;
+};
+void nvm_get_info(const struct nvm_region *r, struct nvm_info *out);
+
+struct nvm_class_info {
+    size_t slot_size;          /* 0 when cls is out of range (all zero then) */
+    unsigned slots_per_page;
+    uint64_t pages;            /* pages handed to this class */
+    uint64_t slots_used;       /* allocated, not yet freed */
+    uint64_t slots_free;       /* in free lists or uncarved in its pages */
+    uint64_t steals;           /* slots taken from another partition */
+    uint64_t alloc_fails;      /* nvm_alloc calls that returned 0 */
+};
+void nvm_class_info(const struct nvm_region *r, unsigned cls,
+                    struct nvm_class_info *out);
+
+/* Slots partition of cls can hand out without a new page (for watermarks).
+ * 0 for a bad cls; partition is taken modulo the partition count. */
+uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition);
+
+/* Pages not yet handed to any class. */
+uint64_t nvm_free_pages(const struct nvm_region *r);
+
+#endif
