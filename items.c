@@ -738,9 +738,9 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
 {
     uint32_t hv = item_hash(key, nkey);
     item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, why, do_update);
+    item *it = item_value_take(do_item_get(key, nkey, hv, why, do_update));
     item_unlock(hv);
-    return item_value_take(it);
+    return it;
 }
 
 item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
@@ -751,8 +751,9 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
     item *it = do_item_get(key, nkey, hv, why, true);
     if (it != NULL)
         it->exptime = exptime;
+    it = item_value_take(it);
     item_unlock(hv);
-    return item_value_take(it);
+    return it;
 }
 
 /* ---- Stores. --------------------------------------------------------- */

@@ -145,9 +145,10 @@ void item_release(item *it);
  * value: a DRAM item comes back as is; for a meta tuple the tier policy
  * copies the value out of its tier into a transient item (ITEM_TRANSIENT,
  * outside -m, freed by its last item_release) and the reference to the
- * meta tuple is dropped.  NULL if the copy fails.  item_get() and
+ * meta tuple is dropped.  NULL if the copy fails.  Call with the key's
+ * item lock held (the copy reads the meta tuple's fields).  item_get() and
  * item_get_and_touch() already do this; code that reads values after a
- * do_item_get() must call it.
+ * do_item_get() must call it before item_unlock().
  */
 item *item_value_take(item *it);
 

@@ -37,6 +37,7 @@
 #include "memcached.h"
 #include "slabs.h"
 #include "stats.h"
+#include "tac/tac.h"
 #include "thread.h"
 
 #define MAX_LISTENERS 16
@@ -402,7 +403,10 @@ int main(int argc, char **argv)
 
     clock_update();
     items_init();
+    if (!tac_init())
+        exit(EX_CONFIG);
     workers_start(settings.num_threads, main_base);
+    tac_start();
 
     bool ok;
     if (settings.socketpath) {
@@ -430,6 +434,8 @@ int main(int argc, char **argv)
             close(listeners[i].fd);
     }
     workers_stop();
+    tac_stop();
+    tac_close();
     if (settings.socketpath)
         unlink(settings.socketpath);
     if (settings.pid_file)

@@ -68,6 +68,11 @@ struct settings {
     int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
     char prefix_delimiter;  /* -D */
     bool meta_base64_ok;    /* always true; kept for stats settings */
+    char *nvm_path;         /* -o nvm_path=PATH:SIZE (NULL = no NVM tier) */
+    char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS */
+    int evict_threads;      /* -o evict_threads (0 = half the cores) */
+    int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
+    int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
 };
 
 extern struct settings settings;

@@ -321,9 +321,16 @@ static item *meta_vivify(conn *c, const char *key, size_t nkey, uint32_t hv,
         item_release(nit);
         return it;
     }
-    do_item_link(nit, hv, false);
-    *created = true;
-    return nit;
+    /* Stored rather than linked: with DRAM full, nit is a staging item
+     * that the store puts into a lower tier. */
+    enum store_result res = do_item_store(nit, STORE_ADD, 0, NULL, hv,
+                                          c->thread->partition);
+    item_release(nit);
+    if (res != STORE_STORED)
+        return NULL;
+    it = do_item_get(key, nkey, hv, &why, false);
+    *created = it != NULL;
+    return it;
 }
 
 /* Hit: builds the flags of an mg reply; returns whether a token was won. */
@@ -445,14 +452,22 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     ml_end(&m);
     if (!of.no_update)
         do_item_touch_access(it);
+    unsigned int clsid = it->slabs_clsid;
+    /* A lower-tier value is copied out while the key is still locked. */
+    if (of.value)
+        it = item_value_take(it);
     item_unlock(hv);
 
     if (ttl_set) {
         STATS_INCR(PT_STATS(c), touch_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
+        SLAB_STATS_INCR(PT_STATS(c), clsid, touch_hits);
     } else {
         STATS_INCR(PT_STATS(c), get_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, get_hits);
+        SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
+    }
+    if (of.value && it == NULL) {
+        out_errstring(c, "SERVER_ERROR out of memory writing get response");
+        return;
     }
     if (of.value) {
         meta_send(c, &m, it, false);

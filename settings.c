@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include "memcached.h"
 #include "stats.h"
@@ -205,6 +206,17 @@ static const struct option_def options[] = {
       "hashpower_init", "<num>", "initial hash table size as a power of two (default: 16)" },
     { 0, "crawler_interval", OPT_INT, S(crawler_interval), 1, 3600, true,
       "crawler_interval", "<secs>", "seconds between expiry crawler steps (default: 1)" },
+    { 0, "nvm_path", OPT_STRING, S(nvm_path), 0, 0, true, "nvm_path",
+      "<path:size>", "NVM tier: a DAX file, /dev/daxX.Y, a plain file (emulation)\n"
+      "                          or numa:N, and its size, e.g. /dev/shm/tac-nvm:4g" },
+    { 0, "nvm_latency", OPT_STRING, S(nvm_latency), 0, 0, true, "nvm_latency",
+      "<rd:wr>", "emulated NVM latency in ns per 256 B block read/written (default: 0:0)" },
+    { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
+      "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
+    { 0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
+      "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
+    { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
+      "nvm_free_watermark", "<bytes>", "NVM kept free for new tuples (default: 1% of the tier)" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
@@ -463,6 +475,10 @@ bool settings_finalize(void)
 {
     if (settings.partitions == 0)
         settings.partitions = settings.num_threads;
+    if (settings.evict_threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        settings.evict_threads = cores > 2 ? (int)(cores / 2) : 1;
+    }
     if (settings.partitions > MAX_PARTITIONS)
         settings.partitions = MAX_PARTITIONS;
     if (settings.item_size_max > SLAB_PAGE_SIZE)

@@ -24,6 +24,7 @@
 #include "items.h"
 #include "slabs.h"
 #include "stats.h"
+#include "tac/tac.h"
 #include "thread.h"
 
 struct global_stats gstats;
@@ -129,6 +130,7 @@ void stats_reset(void)
 #define ZERO_GLOBAL(name) __atomic_store_n(&gstats.name, 0, __ATOMIC_RELAXED);
     GLOBAL_COUNTER_FIELDS(ZERO_GLOBAL)
     items_stats_reset();
+    tac_stats_reset();
 }
 
 /* ---- `stats` ------------------------------------------------------------ */
@@ -259,24 +261,30 @@ static void stats_tiers(struct stat_sink *s)
     struct slab_stats tot;
     stats_aggregate(&ts);
     stats_slab_totals(&ts, &tot);
-    stat_printf(s, "tiers", "dram");
+    unsigned long long lower = tac_lower_hits();
+    stat_printf(s, "tiers", "%s", tac_active() ? "dram,nvm" : "dram");
     stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
     stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
     stat_printf(s, "dram_bytes", "%llu",
                 (unsigned long long)STATS_GET(&gstats, bytes));
-    stat_printf(s, "dram_items", "%llu",
-                (unsigned long long)STATS_GET(&gstats, curr_items));
-    stat_printf(s, "get_hits_dram", "%llu", (unsigned long long)tot.get_hits);
-    stat_printf(s, "evictions_dram", "%llu",
+    unsigned long long items = STATS_GET(&gstats, curr_items);
+    unsigned long long metas = tac_meta_tuples();
+    stat_printf(s, "dram_items", "%llu", items > metas ? items - metas : 0);
+    stat_printf(s, "get_hits_dram", "%llu",
+                tot.get_hits > lower ? (unsigned long long)tot.get_hits - lower : 0);
+    stat_printf(s, "evictions", "%llu",
                 (unsigned long long)STATS_GET(&gstats, evictions));
+    tac_stats_tiers(s);
 }
 
 bool stats_run(const char *sub, struct stat_sink *sink)
 {
     if (!sub || !*sub)
         stats_general(sink);
-    else if (strcmp(sub, "settings") == 0)
+    else if (strcmp(sub, "settings") == 0) {
         settings_stats(sink);
+        tac_stats_settings(sink);
+    }
     else if (strcmp(sub, "items") == 0)
         items_stats(sink);
     else if (strcmp(sub, "slabs") == 0)

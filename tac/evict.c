@@ -1,0 +1,187 @@
+/*
+ * tac/evict.c - evictor threads: keep free DRAM above its watermark by
+ * demoting the coldest DRAM items to NVM (TaC 5.3).
+ *
+ * Design.  DRAM is "tight" once the -m page budget left unassigned falls
+ * below the watermark (-o dram_free_watermark).  From then on each slab
+ * class should keep a reserve of free chunks, its share of the watermark in
+ * proportion to its pages.  Evictor e owns the DRAM partitions p with
+ * p mod E == e; for every class short of its reserve it demotes items from
+ * the cold end of its partitions' LRUs until the class has twice its
+ * reserve.  A class whose items would need a meta tuple of the same class
+ * gains nothing from demotion and is skipped.
+ *
+ * Bounded work: one round handles at most EVICT_BATCH items per (class,
+ * partition); an evictor sleeps EVICT_IDLE_MS when a round did nothing, and
+ * is woken early by a worker whose DRAM allocation failed.
+ *
+ * Threads: E evictor threads; tac_evictors_wake from any worker.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "memcached.h"
+#include "slabs.h"
+#include "tac/internal.h"
+
+#define EVICT_BATCH 64
+#define EVICT_IDLE_MS 10
+
+struct evictor {
+    pthread_t tid;
+    int id;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool wake;                  /* lock */
+};
+
+static struct evictor *evictors;
+static int nevictors;
+static int stopping;            /* atomic */
+static int backlog;             /* atomic: classes short of free chunks */
+
+/* True while the unassigned page budget is below the watermark. */
+static bool dram_tight(void)
+{
+    size_t limit = slabs_mem_limit();
+    size_t used = slabs_mem_malloced();
+    return used + tac.dram_free_wm >= limit;
+}
+
+/* The free chunks class cls should keep, its share of the watermark. */
+static uint64_t class_reserve(const struct slabs_class_info *ci,
+                              uint64_t total_pages)
+{
+    if (ci->total_pages == 0 || total_pages == 0 || ci->chunk_size == 0)
+        return 0;
+    uint64_t share = (uint64_t)tac.dram_free_wm * ci->total_pages / total_pages;
+    uint64_t chunks = share / ci->chunk_size;
+    return chunks > 0 ? chunks : 1;
+}
+
+/* One round over every class for this evictor's partitions.  Returns the
+ * number of items moved. */
+static int evict_round(struct evictor *e)
+{
+    if (!dram_tight()) {
+        __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
+        return 0;
+    }
+    unsigned int ncls = slabs_nclasses();
+    uint64_t total_pages = 0;
+    for (unsigned int c = 1; c <= ncls; c++) {
+        struct slabs_class_info ci;
+        slabs_class_info(c, &ci);
+        total_pages += ci.total_pages;
+    }
+    int moved = 0, short_classes = 0;
+    for (unsigned int c = 1; c <= ncls; c++) {
+        struct slabs_class_info ci;
+        slabs_class_info(c, &ci);
+        uint64_t reserve = class_reserve(&ci, total_pages);
+        uint64_t free_now = ci.free_chunks + ci.free_chunks_end;
+        if (reserve == 0 || free_now >= reserve)
+            continue;
+        /* Demoting into a meta tuple of the same class frees nothing. */
+        if (slabs_clsid(item_meta_size(1)) >= c)
+            continue;
+        short_classes++;
+        for (int p = e->id; p < settings.partitions; p += nevictors)
+            moved += items_demote_tail(c, p, EVICT_BATCH, tac_demote_to_nvm);
+    }
+    if (e->id == 0)
+        __atomic_store_n(&backlog, short_classes, __ATOMIC_RELAXED);
+    return moved;
+}
+
+static void evictor_sleep(struct evictor *e)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += EVICT_IDLE_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->lock);
+    while (!e->wake && !__atomic_load_n(&stopping, __ATOMIC_RELAXED)) {
+        if (pthread_cond_timedwait(&e->cond, &e->lock, &ts) == ETIMEDOUT)
+            break;
+    }
+    e->wake = false;
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void *evictor_main(void *arg)
+{
+    struct evictor *e = arg;
+    while (!__atomic_load_n(&stopping, __ATOMIC_RELAXED)) {
+        TAC_INCR(evictor_runs);
+        if (evict_round(e) == 0)
+            evictor_sleep(e);
+    }
+    return NULL;
+}
+
+void tac_evictors_wake(int partition)
+{
+    if (nevictors == 0)
+        return;
+    struct evictor *e = &evictors[(partition < 0 ? 0 : partition) % nevictors];
+    pthread_mutex_lock(&e->lock);
+    if (!e->wake) {
+        e->wake = true;
+        TAC_INCR(evictor_wakeups);
+        pthread_cond_signal(&e->cond);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+int tac_evict_backlog(void)
+{
+    return __atomic_load_n(&backlog, __ATOMIC_RELAXED);
+}
+
+void tac_evictors_start(void)
+{
+    int n = tac.evict_threads;
+    if (n <= 0)
+        n = 1;
+    if (n > settings.partitions)
+        n = settings.partitions;
+    evictors = calloc((size_t)n, sizeof(*evictors));
+    if (evictors == NULL) {
+        fprintf(stderr, "out of memory starting evictors\n");
+        exit(EXIT_FAILURE);
+    }
+    nevictors = n;
+    tac.evict_threads = n;
+    for (int i = 0; i < n; i++) {
+        struct evictor *e = &evictors[i];
+        e->id = i;
+        pthread_mutex_init(&e->lock, NULL);
+        pthread_cond_init(&e->cond, NULL);
+        if (pthread_create(&e->tid, NULL, evictor_main, e) != 0) {
+            fprintf(stderr, "cannot start evictor thread %d\n", i);
+            exit(EXIT_FAILURE);
+        }
+    }
+}
+
+void tac_evictors_stop(void)
+{
+    __atomic_store_n(&stopping, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < nevictors; i++) {
+        pthread_mutex_lock(&evictors[i].lock);
+        pthread_cond_signal(&evictors[i].cond);
+        pthread_mutex_unlock(&evictors[i].lock);
+    }
+    for (int i = 0; i < nevictors; i++)
+        pthread_join(evictors[i].tid, NULL);
+    nevictors = 0;
+}

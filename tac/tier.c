@@ -1,0 +1,361 @@
+/*
+ * tac/tier.c - the tier operations items.c calls, NVM placement, and the
+ * tier statistics.
+ *
+ * Design.  An item leaves DRAM in one of two ways: an evictor demotes a
+ * cold DRAM item (tac_demote_to_nvm), or a set arrives while DRAM is full
+ * and its staging item is written straight to NVM (tier_stage, TaC 4.1).
+ * Either way the value goes into a 256 B-aligned NVM slot as a tuple
+ * (tuple.h) and a DRAM meta tuple takes the item's place in the index,
+ * published under the item lock.  A read of an NVM item copies the value
+ * out (tier_materialize) while a reference pins the meta tuple: the slot is
+ * freed only when the meta tuple's last reference goes (tier_release), so a
+ * copy never races a free.  When NVM is full and there is no lower tier,
+ * the coldest NVM tuple of the needed class is dropped (cache semantics),
+ * or with -M nothing is dropped and the store fails.
+ *
+ * Threads: workers (materialize, stage), evictors (demote), any thread
+ * (release).  Locks: callers hold the item lock of the key being moved;
+ * dropping an NVM tuple takes other item locks only with trylock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memcached.h"
+#include "nvm/nvm.h"
+#include "slabs.h"
+#include "tac/internal.h"
+#include "tac/tac.h"
+#include "tac/tuple.h"
+
+struct tac_state tac;
+
+/* NVM slot allocation attempts (each after dropping one cold tuple). */
+#define NVM_ALLOC_TRIES 8
+
+bool tac_active(void)
+{
+    return tac.nvm != NULL;
+}
+
+/* ---- NVM placement ------------------------------------------------------ */
+
+/* A slot for a tuple of `size` bytes; drops cold NVM tuples of the class
+ * to make room unless -M.  0 when none can be had. */
+static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
+{
+    unsigned cls = nvm_class_of_size(tac.nvm, size);
+    if (cls == 0 || cls >= MAX_SLAB_CLASSES)
+        return 0;
+    *cls_out = cls;
+    for (int tries = 0; tries < NVM_ALLOC_TRIES; tries++) {
+        uint64_t ref = nvm_alloc_class(tac.nvm, cls, partition);
+        if (ref != 0)
+            return ref;
+        if (!settings.evict_to_free ||
+            !items_lower_drop_tail(TIER_NVM, cls, partition))
+            break;
+        TAC_INCR(nvm_evictions);
+    }
+    TAC_INCR(nvm_alloc_failures);
+    return 0;
+}
+
+/* Writes the value of `it` as a tuple at ref, owned by `meta`. */
+static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
+{
+    struct tac_tuple_hdr hdr;
+    tac_tuple_fill(&hdr, it, meta);
+    nvm_write(tac.nvm, ref, 0, &hdr, sizeof(hdr));
+    nvm_write(tac.nvm, ref, sizeof(hdr), ITEM_key(it), it->nkey);
+    nvm_write(tac.nvm, ref, sizeof(hdr) + it->nkey, ITEM_data(it), it->nbytes);
+    nvm_drain(tac.nvm);
+}
+
+/* Copies `it` (a DRAM or staging item) into NVM and returns its new,
+ * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room. */
+static item *nvm_store_copy(const item *it, int partition)
+{
+    unsigned cls = 0;
+    uint64_t ref = nvm_place(tac_tuple_size(it->nkey, it->nbytes), partition, &cls);
+    if (ref == 0)
+        return NULL;
+    item *meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition);
+    if (meta == NULL) {
+        TAC_INCR(meta_alloc_failures);
+        nvm_free(tac.nvm, ref);
+        return NULL;
+    }
+    nvm_put_tuple(ref, it, meta);
+    return meta;
+}
+
+bool tac_demote_to_nvm(item *it, uint32_t hv)
+{
+    if (tac.nvm == NULL || (it->it_flags & (ITEM_META | ITEM_TRANSIENT)))
+        return false;
+    item *meta = nvm_store_copy(it, it->partition);
+    if (meta == NULL)
+        return false;
+    do_item_move(it, meta, hv);
+    item_release(meta);
+    TAC_INCR(evict_dram_to_nvm);
+    return true;
+}
+
+/* ---- The operations items.c calls ------------------------------------- */
+
+static item *tier_materialize(item *meta)
+{
+    if (meta->tier != TIER_NVM || tac.nvm == NULL)
+        return NULL;
+    uint64_t ref = item_meta_ref(meta);
+    struct tac_tuple_hdr hdr;
+    char key[KEY_MAX_LENGTH];
+    nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
+    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
+        hdr.rev_ptr != (uint64_t)(uintptr_t)meta) {
+        TAC_INCR(nvm_read_errors);
+        return NULL;
+    }
+    nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
+
+    size_t total = item_make_size(meta->nkey, meta->nbytes);
+    item *copy = malloc(total);
+    if (copy == NULL)
+        return NULL;
+    /* The caller holds the meta tuple's item lock: its fields are stable. */
+    memset(copy, 0, sizeof(item));
+    copy->time = meta->time;
+    copy->exptime = meta->exptime;
+    copy->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
+    copy->nbytes = meta->nbytes;
+    copy->flags = meta->flags;
+    copy->it_flags = ITEM_TRANSIENT;
+    copy->partition = meta->partition;
+    copy->tier = TIER_DRAM;
+    copy->nkey = meta->nkey;
+    copy->cas = meta->cas;
+    copy->refcount = 1;
+    memcpy(ITEM_key(copy), ITEM_key(meta), meta->nkey + 1);
+    nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, ITEM_data(copy), hdr.nbytes);
+    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
+        tac_tuple_checksum(&hdr, key, ITEM_data(copy)) != hdr.checksum) {
+        TAC_INCR(nvm_read_errors);
+        free(copy);
+        return NULL;
+    }
+    TAC_INCR(get_hits_nvm);
+    return copy;
+}
+
+static item *tier_stage(item *staging, int partition)
+{
+    if (tac.nvm == NULL)
+        return NULL;
+    item *meta = nvm_store_copy(staging, partition);
+    if (meta != NULL)
+        TAC_INCR(set_fallback_nvm);
+    return meta;
+}
+
+static void tier_release(item *meta)
+{
+    if (meta->tier == TIER_NVM && tac.nvm != NULL)
+        nvm_free(tac.nvm, item_meta_ref(meta));
+}
+
+static void tier_dram_pressure(unsigned int clsid, int partition)
+{
+    (void)clsid;
+    tac_evictors_wake(partition);
+}
+
+static const struct item_tier_ops tier_ops = {
+    .materialize = tier_materialize,
+    .stage = tier_stage,
+    .release = tier_release,
+    .dram_pressure = tier_dram_pressure,
+};
+
+/* ---- Set-up ------------------------------------------------------------- */
+
+/* "PATH:SIZE" -> path (malloc'd) and bytes.  The size follows the last
+ * colon, so "numa:0:1g" is node 0 with 1 GB. */
+static bool parse_path_size(const char *spec, char **path, size_t *size)
+{
+    const char *colon = strrchr(spec, ':');
+    if (colon == NULL || colon == spec)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(colon + 1, &end);
+    if (errno || end == colon + 1 || v <= 0)
+        return false;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; end++; break;
+    case 'm': case 'M': v *= 1024 * 1024; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end != '\0')
+        return false;
+    *path = strndup(spec, (size_t)(colon - spec));
+    *size = (size_t)v;
+    return *path != NULL;
+}
+
+static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
+{
+    char *end;
+    unsigned long r = strtoul(spec, &end, 10);
+    if (end == spec || *end != ':')
+        return false;
+    const char *w = end + 1;
+    unsigned long wv = strtoul(w, &end, 10);
+    if (end == w || *end != '\0' || r > 1000000 || wv > 1000000)
+        return false;
+    *rd = (unsigned)r;
+    *wr = (unsigned)wv;
+    return true;
+}
+
+bool tac_init(void)
+{
+    memset(&tac, 0, sizeof(tac));
+    if (settings.nvm_path == NULL)
+        return true;
+
+    struct nvm_config cfg = { 0 };
+    char *path = NULL;
+    if (!parse_path_size(settings.nvm_path, &path, &cfg.size)) {
+        fprintf(stderr, "-o nvm_path=%s: expected PATH:SIZE, e.g. "
+                "/dev/shm/tac-nvm:4g or numa:1:16g\n", settings.nvm_path);
+        return false;
+    }
+    if (settings.nvm_latency != NULL &&
+        !parse_latency(settings.nvm_latency, &cfg.read_ns, &cfg.write_ns)) {
+        fprintf(stderr, "-o nvm_latency=%s: expected READ_NS:WRITE_NS, e.g. "
+                "300:1000\n", settings.nvm_latency);
+        free(path);
+        return false;
+    }
+    cfg.path = path;
+    cfg.partitions = settings.partitions;
+    cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max);
+    enum nvm_status st = nvm_open(&cfg, &tac.nvm);
+    if (st != NVM_OK) {
+        fprintf(stderr, "cannot open the NVM tier at %s: %s (%s)\n", path,
+                nvm_strerror(st), strerror(errno));
+        free(path);
+        return false;
+    }
+    free(path);
+    if (nvm_nclasses(tac.nvm) >= MAX_SLAB_CLASSES) {
+        fprintf(stderr, "NVM tier: too many slot classes (%u)\n",
+                nvm_nclasses(tac.nvm));
+        return false;
+    }
+
+    /* Defaults scale with the tier: keep 2% of DRAM (at least two pages)
+     * and 1% of NVM free. */
+    tac.dram_free_wm = settings.dram_free_watermark > 0
+        ? (size_t)settings.dram_free_watermark
+        : settings.maxbytes / 50 > 2 * SLAB_PAGE_SIZE ? settings.maxbytes / 50
+                                                      : 2 * SLAB_PAGE_SIZE;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    tac.nvm_free_wm = settings.nvm_free_watermark > 0
+        ? (size_t)settings.nvm_free_watermark : info.capacity / 100;
+    tac.evict_threads = settings.evict_threads;
+    items_set_tier_ops(&tier_ops);
+    items_set_evict_hook(tac_demote_to_nvm);
+    if (settings.verbose)
+        fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
+                info.is_pmem ? ", pmem" : "", info.capacity >> 20);
+    return true;
+}
+
+void tac_start(void)
+{
+    if (tac.nvm != NULL)
+        tac_evictors_start();
+}
+
+void tac_stop(void)
+{
+    if (tac.nvm != NULL)
+        tac_evictors_stop();
+}
+
+void tac_close(void)
+{
+    if (tac.nvm != NULL) {
+        nvm_close(tac.nvm);
+        tac.nvm = NULL;
+    }
+}
+
+/* ---- Stats -------------------------------------------------------------- */
+
+unsigned long long tac_meta_tuples(void)
+{
+    if (tac.nvm == NULL)
+        return 0;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    return info.slots_used;
+}
+
+unsigned long long tac_lower_hits(void)
+{
+    return STATS_GET(&tac.stats, get_hits_nvm);
+}
+
+void tac_stats_reset(void)
+{
+#define TAC_ZERO(name) __atomic_store_n(&tac.stats.name, 0, __ATOMIC_RELAXED);
+    TAC_STATS_FIELDS(TAC_ZERO)
+}
+
+void tac_stats_tiers(struct stat_sink *s)
+{
+    if (tac.nvm == NULL)
+        return;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    stat_printf(s, "nvm_capacity", "%zu", info.capacity);
+    stat_printf(s, "nvm_bytes", "%llu", (unsigned long long)info.bytes_used);
+    stat_printf(s, "nvm_items", "%llu", (unsigned long long)info.slots_used);
+    stat_printf(s, "meta_tuples", "%llu", (unsigned long long)info.slots_used);
+    stat_printf(s, "nvm_pages_used", "%llu", (unsigned long long)info.pages_used);
+    stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
+    stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
+#define TAC_PRINT(name) \
+    stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&tac.stats, name));
+    TAC_STATS_FIELDS(TAC_PRINT)
+    stat_printf(s, "evictor_threads", "%d", tac.evict_threads);
+    stat_printf(s, "evictor_backlog", "%d", tac_evict_backlog());
+}
+
+void tac_stats_settings(struct stat_sink *s)
+{
+    if (tac.nvm == NULL) {
+        stat_printf(s, "nvm_backing", "none");
+        return;
+    }
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    stat_printf(s, "nvm_backing", "%s", info.backing);
+    stat_printf(s, "nvm_is_pmem", "%s", info.is_pmem ? "yes" : "no");
+    stat_printf(s, "nvm_capacity", "%zu", info.capacity);
+    stat_printf(s, "nvm_read_ns", "%u", info.read_ns);
+    stat_printf(s, "nvm_write_ns", "%u", info.write_ns);
+    stat_printf(s, "dram_free_watermark_bytes", "%zu", tac.dram_free_wm);
+    stat_printf(s, "nvm_free_watermark_bytes", "%zu", tac.nvm_free_wm);
+}

@@ -1,0 +1,61 @@
+/*
+ * tac/tuple.h - the lower-tier tuple format, shared by NVM and SSD (so a
+ * move from NVM to SSD is a plain copy), and the validity check that fetch
+ * and defrag use instead of a hash lookup (TaC 5.4).
+ *
+ * Layout, in the tier's slot:
+ *   struct tac_tuple_hdr | key (nkey bytes) | value (nbytes, ends "\r\n")
+ *
+ * The header's flags, exptime, CAS and time are a snapshot taken when the
+ * tuple was written; the DRAM meta tuple is authoritative for all of them
+ * (touch and gat change only the meta tuple).  The checksum covers the
+ * header (with checksum = 0), the key and the value.
+ */
+#ifndef TAC_TUPLE_H
+#define TAC_TUPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "items.h"
+
+struct tac_tuple_hdr {
+    uint64_t rev_ptr;       /* the meta tuple (a DRAM address) */
+    uint64_t cas;
+    uint32_t nbytes;        /* value length, "\r\n" included */
+    uint32_t flags;
+    uint32_t exptime;
+    uint32_t time;          /* last access when written */
+    uint32_t checksum;
+    uint8_t nkey;
+    uint8_t version;        /* TAC_TUPLE_VERSION */
+    uint8_t pad[2];
+};
+
+#define TAC_TUPLE_VERSION 1
+
+static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
+{
+    return sizeof(struct tac_tuple_hdr) + nkey + nbytes;
+}
+
+/* Fills hdr from the item whose value is stored (it) and its meta tuple. */
+void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta);
+
+/* Checksum of header (checksum field as 0), key and value. */
+uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
+                            const char *value);
+
+/*
+ * The validity check (DESIGN.md 3): the tuple at `ref` in `tier`, whose
+ * header and key are given, is live iff its revPtr is set, the meta tuple
+ * it points to is linked, of that tier, has the same key, and points back
+ * at `ref`.  The caller holds item_lock(item_hash(key)).  Reading the meta
+ * tuple through revPtr is safe because DRAM slab chunks are never unmapped;
+ * a chunk reused for another item fails the key or reference check.
+ */
+bool tac_tuple_valid(const struct tac_tuple_hdr *hdr, const char *key,
+                     enum item_tier tier, uint64_t ref);
+
+#endif
