@@ -403,7 +403,7 @@ static void stats_evicted(const item *it, unsigned int clsid)
 /*
  * Tries to take the tail item `it` of l for reuse: reclaims it if dead,
  * evicts it if live and may_evict.  Skips it if its stripe is busy or
- * someone else holds a reference.  Returns it (refcount 1, unlinked, now
+ * someone else holds a reference.  Returns it (refcount 0, unlinked, now
  * owned by the caller) or NULL.  Caller holds l->lock.
  */
 static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
@@ -414,7 +414,13 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
         return NULL;
 
     item *got = NULL;
-    if (refcount_load(it) > 1) {
+    uint16_t one = 1;
+    /* Claim the index's reference by taking refcount 1 -> 0: the page
+     * mover's pin (item_evict_chunk) refuses a zero refcount, so nobody
+     * reads the chunk while the caller reinitializes it. */
+    if (refcount_load(it) > 1 ||
+        !__atomic_compare_exchange_n(&it->refcount, &one, 0, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
         /* Pinned by a reader: move it to the head so that a long-held
          * reference does not block this tail. */
         GSTATS_INCR(lrutail_reflocked);
@@ -432,6 +438,8 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
     } else if (may_evict) {
         stats_evicted(it, clsid);
         got = it;
+    } else {
+        __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     }
     if (got != NULL)
         unlink_locked(l, it, hv);
@@ -461,10 +469,11 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
 /* A chunk of class clsid: a free one, else the LRU tail's (a dead item's,
  * or with may_evict a live one's).  With a lower tier, live DRAM items are
  * demoted by the evictors instead of dropped here. */
-static item *alloc_chunk(unsigned int clsid, int p, bool may_evict)
+static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
+                         bool reserved)
 {
     for (int tries = 0; tries < ALLOC_TRIES; tries++) {
-        item *it = slabs_alloc(clsid, p);
+        item *it = slabs_alloc_ex(clsid, p, reserved);
         if (it != NULL)
             return it;
         for (int i = 0; i < npart; i++) {
@@ -505,8 +514,9 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
     int p = part_index(partition);
     if (clsid == 0)
         return NULL;
-    /* Never drops a live DRAM item to make room for a meta tuple. */
-    item *it = alloc_chunk(clsid, p, false);
+    /* Never drops a live DRAM item to make room for a meta tuple; may use
+     * the slab reserve, so that a move down a tier can always proceed. */
+    item *it = alloc_chunk(clsid, p, false, true);
     if (it == NULL)
         return NULL;
     item_init_fields(it, ITEM_key(src), src->nkey, src->flags, src->exptime,
@@ -539,7 +549,8 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
     unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
     int p = part_index(partition);
 
-    item *it = alloc_chunk(clsid, p, settings.evict_to_free && tier_ops == NULL);
+    item *it = alloc_chunk(clsid, p, settings.evict_to_free && tier_ops == NULL,
+                           false);
     if (it == NULL && tier_ops != NULL) {
         /* DRAM is full: wake the evictors, and take the value in a staging
          * item that item_store() puts into a lower tier (TaC 4.1). */
@@ -628,7 +639,7 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p)
         if (it != NULL) {
             /* Unlinked and ours: the last reference frees the meta tuple
              * and its lower-tier slot. */
-            item_release(it);
+            item_free(it);
             return true;
         }
     }

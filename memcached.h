@@ -68,6 +68,8 @@ struct settings {
     int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
     char prefix_delimiter;  /* -D */
     bool meta_base64_ok;    /* always true; kept for stats settings */
+    bool slab_reassign;     /* -o slab_reassign / no_slab_reassign */
+    int slab_automove;      /* -o slab_automove=0|1 */
     char *nvm_path;         /* -o nvm_path=PATH:SIZE (NULL = no NVM tier) */
     char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS */
     int evict_threads;      /* -o evict_threads (0 = half the cores) */

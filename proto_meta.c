@@ -937,11 +937,17 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
     }
     STATS_INCR(PT_STATS(c), meta_cmds);
     enum item_miss why;
-    item *it = item_get(key, nkey, &why, false);
+    /* The item itself, not a copy of its value: me reports where it is. */
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
     if (it == NULL) {
+        item_unlock(hv);
         out_string(c, "EN");
         return;
     }
+    static const char *const tier_names[] = { "dram", "nvm", "ssd" };
+    const char *tier = it->tier < 3 ? tier_names[it->tier] : "?";
     struct meta_line m;
     ml_init(&m, "ME ");
     m.p = pt_put_key(m.p, ITEM_key(it), it->nkey, binary);
@@ -949,11 +955,14 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
     /* memcached prints now - exptime here (negative while alive). */
     int exp = it->exptime == 0 ? -1 : (int)(now - it->exptime);
     m.p += snprintf(m.p, sizeof(m.buf) - ml_len(&m),
-                    " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%zu\r\n",
+                    " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%zu"
+                    " tier=%s\r\n",
                     exp, (unsigned long long)(uint32_t)(now - it->time),
                     (unsigned long long)it->cas,
                     (it->it_flags & ITEM_FETCHED) ? "yes" : "no",
-                    (unsigned)it->slabs_clsid, (size_t)ITEM_ntotal(it));
+                    (unsigned)it->slabs_clsid,
+                    (size_t)item_make_size(it->nkey, it->nbytes), tier);
+    item_unlock(hv);
     item_release(it);
     pt_out_buf(c, m.buf, ml_len(&m), false);
 }

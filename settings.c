@@ -54,6 +54,8 @@ void settings_init(void)
     settings.crawler_interval = 1;
     settings.prefix_delimiter = ':';
     settings.meta_base64_ok = true;
+    settings.slab_reassign = true;
+    settings.slab_automove = 1;
 
     /* Start the clock at 2 so that "already expired" (1) is in the past. */
     process_started = time(NULL) - 2;
@@ -206,6 +208,12 @@ static const struct option_def options[] = {
       "hashpower_init", "<num>", "initial hash table size as a power of two (default: 16)" },
     { 0, "crawler_interval", OPT_INT, S(crawler_interval), 1, 3600, true,
       "crawler_interval", "<secs>", "seconds between expiry crawler steps (default: 1)" },
+    { 0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
+      NULL, "let the page mover move slab pages between classes (default: on)" },
+    { 0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,
+      NULL, "keep slab pages in the class that first took them" },
+    { 0, "slab_automove", OPT_INT, S(slab_automove), 0, 2, true, "slab_automove",
+      "<0|1>", "move pages to classes that run short automatically (default: 1)" },
     { 0, "nvm_path", OPT_STRING, S(nvm_path), 0, 0, true, "nvm_path",
       "<path:size>", "NVM tier: a DAX file, /dev/daxX.Y, a plain file (emulation)\n"
       "                          or numa:N, and its size, e.g. /dev/shm/tac-nvm:4g" },
@@ -221,8 +229,7 @@ static const struct option_def options[] = {
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
     { 0, "no_modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "slab_reassign", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "slab_automove", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
+
     { 0, "lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
     { 0, "no_lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
     { 0, "lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },

@@ -1,10 +1,12 @@
 /*
- * slabs.h - the DRAM slab allocator (interface; see slabs.c for design).
+ * slabs.h - the DRAM slab allocator and its page mover (interface; see
+ * slabs.c for design).
  *
  * slabs.c owns every DRAM page that holds items and meta tuples.  Memory is
  * cut into slab classes of growing chunk size (-n, -f); each class has P
  * partitions (-o partitions) with a free list and lock each.  Pages are
- * taken from the -m budget on demand.
+ * taken from the -m budget on demand, and the page mover hands a page from
+ * one class to another (or back to the global pool) while the server runs.
  */
 #ifndef SLABS_H
 #define SLABS_H
@@ -14,7 +16,8 @@
 #include <stdint.h>
 
 /* Builds the class table from settings (chunk_size, factor,
- * item_size_max, partitions, maxbytes, prealloc). */
+ * item_size_max, partitions, maxbytes, prealloc, slab_page_size).  Calling
+ * it again frees every page (tests); no other thread may use slabs then. */
 void slabs_init(void);
 
 /* Class id for an item of `size` bytes, 0 if too large. */
@@ -26,16 +29,27 @@ unsigned int slabs_nclasses(void);
 
 /*
  * Takes a free chunk of class `clsid` from `partition`'s free list; when
- * empty, grabs a new page within -m, then steals from neighbouring
- * partitions.  Returns NULL when the class has no free chunk anywhere
- * (the caller then evicts).  The chunk is zeroed only in its header.
+ * empty, grabs a new page within -m (a pooled page first), then steals
+ * from neighbouring partitions.  Returns NULL when the class has no free
+ * chunk anywhere (the caller then evicts); that failure is counted for the
+ * automover.  The chunk is zeroed only in its header, refcount is 0.
  */
 void *slabs_alloc(unsigned int clsid, int partition);
 
-/* Returns a chunk to the free list of (clsid, partition). */
+/*
+ * slabs_alloc that may also take pages from the reserve: the last
+ * slabs_set_reserve() bytes of -m, which plain allocations leave alone.
+ * The tier policy allocates meta tuples this way, so that moving an item
+ * to a lower tier can always get its meta tuple and frees DRAM.
+ */
+void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved);
+void slabs_set_reserve(size_t bytes);
+
+/* Returns a chunk to the free list of (clsid, partition), or to the page
+ * mover if its page is being drained. */
 void slabs_free(void *ptr, unsigned int clsid, int partition);
 
-/* Bytes of -m handed out as pages so far. */
+/* Bytes of -m handed out as pages so far (pooled pages not included). */
 size_t slabs_mem_malloced(void);
 
 /* Number of partitions per class in use (settings.partitions, clamped). */
@@ -43,8 +57,8 @@ int slabs_npartitions(void);
 /* The -m budget in bytes (0 = unlimited). */
 size_t slabs_mem_limit(void);
 
-/* Snapshot of one class (stats, tests).  used + free + free_end equals
- * total_chunks when no allocation is in flight. */
+/* Snapshot of one class (stats, tests).  used + free + free_end + moving
+ * equals total_chunks when no allocation is in flight. */
 struct slabs_class_info {
     size_t chunk_size;
     size_t page_size;
@@ -54,6 +68,9 @@ struct slabs_class_info {
     uint64_t used_chunks;
     uint64_t free_chunks;       /* on free lists */
     uint64_t free_chunks_end;   /* never handed out yet */
+    uint64_t moving_chunks;     /* free chunks of the page being drained */
+    uint64_t alloc_fails;       /* slabs_alloc() returned NULL */
+    bool movable;               /* its pages can be moved (see slabs.c) */
 };
 void slabs_class_info(unsigned int clsid, struct slabs_class_info *out);
 
@@ -61,5 +78,81 @@ struct stat_sink;
 /* `stats slabs` (chunk sizes, pages, used/free chunks, per-class
  * command counters aggregated by stats.c). */
 void slabs_stats(struct stat_sink *sink);
+
+/* ---- Page mover. --------------------------------------------------------
+ *
+ * One move at a time.  slabs_reassign_start(), slabs_reassign_step() and
+ * slabs_automove_step() belong to the mover's thread (the maintainer): they
+ * serialize on the mover's own lock, may take a while (bounded by their
+ * budget) and call item_evict_chunk(), so no worker and no code holding an
+ * item, LRU or slab lock may call them.  slabs_reassign_request() and the
+ * stats functions are cheap and callable from any thread.
+ */
+
+/* Answers of slabs_reassign_request(), in `slabs reassign` terms. */
+enum slabs_reassign_result {
+    SLABS_REASSIGN_OK = 0,      /* queued; "OK" */
+    SLABS_REASSIGN_RUNNING,     /* a move is running or queued; "BUSY ..." */
+    SLABS_REASSIGN_BADCLASS,    /* unknown or unmovable class; "BADCLASS" */
+    SLABS_REASSIGN_NOSPARE,     /* src has fewer than 2 pages; "NOSPARE" */
+    SLABS_REASSIGN_SAME,        /* src == dst; "SAME" */
+};
+
+/*
+ * Starts moving one page of class src to class dst (dst 0 = the global
+ * pool: the page's bytes go back to -m for any class).  Picks src's page
+ * with the fewest used chunks and marks it draining: its free chunks leave
+ * the free lists, and no chunk of it is handed out again.  False if a move
+ * is already running, a class is invalid or not movable, src == dst, or
+ * src has fewer than 2 pages.  Mover thread only.
+ */
+bool slabs_reassign_start(unsigned int src, unsigned int dst);
+
+/*
+ * Advances the running move (starting a queued request first): visits at
+ * most `budget` chunks of the draining page (a run of 64 already free
+ * chunks costs 1), asking item_evict_chunk() to evict each one in use.
+ * Completes the move when every chunk is free; undoes it after
+ * SLABS_MOVE_MAX_PASSES passes over the page (a pass ends a step, so that
+ * is at least that many steps).  Returns the budget used, 0 when idle.
+ * Mover thread only.
+ */
+#define SLABS_MOVE_MAX_PASSES 100
+int slabs_reassign_step(int budget);
+
+/* Queues a move for the next slabs_reassign_step() (`slabs reassign`).
+ * Any thread; never blocks on the mover. */
+enum slabs_reassign_result slabs_reassign_request(unsigned int src,
+                                                  unsigned int dst);
+
+/*
+ * The automove policy, one decision per call (the maintainer calls it
+ * every ~50 ms, and slabs_reassign_step() to carry moves out).  Bounded:
+ * O(classes x partitions) work, at most one move started.  See slabs.c.
+ * Mover thread only.
+ */
+void slabs_automove_step(void);
+
+/* Mover state and counters (tests, stats). */
+struct slabs_mover_info {
+    bool running;
+    unsigned int src, dst;      /* of the running move */
+    void *page;                 /* base of the page being drained */
+    uint64_t moved;             /* moves completed (slabs_moved) */
+    uint64_t moved_to_pool;     /* of which to the global pool */
+    uint64_t aborted;           /* moves undone after too many passes */
+    uint64_t evictions;         /* items evicted by the mover */
+    uint64_t busy_items;        /* chunks found busy, retried later */
+    uint64_t automoves;         /* moves started by the automover */
+    uint64_t pool_pages;        /* pages in the global pool */
+};
+void slabs_mover_info(struct slabs_mover_info *out);
+
+/* Mover lines of general `stats`: slab_reassign_running, slabs_moved,
+ * slab_reassign_to_pool, slab_reassign_aborted,
+ * slab_reassign_evictions_nomem (items the mover evicted; it never
+ * rescues them into another chunk, so there is no slab_reassign_rescues),
+ * slab_reassign_busy_items, slab_automove_moves, slab_global_page_pool. */
+void slabs_mover_stats(struct stat_sink *sink);
 
 #endif

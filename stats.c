@@ -212,6 +212,7 @@ static void stats_general(struct stat_sink *s)
     PRINT_GLOBAL(crawler_items_checked)
     PRINT_GLOBAL(lrutail_reflocked)
     PRINT_GLOBAL(outofmemory)
+    slabs_mover_stats(s);
 }
 
 /* Wire name of a per-class counter (memcached calls set_cmds cmd_set). */

@@ -9,8 +9,9 @@
  * hands each datagram to whichever worker reads first) and a one-second
  * timer that closes idle connections.
  *
- * The maintainer thread does the bounded background work: a step of hash
- * table resizing and a step of the expiry crawler every tick.
+ * The maintainer thread does the bounded background work: every tick a
+ * step of hash table resizing, of the expiry crawler, and of the slab page
+ * mover (with its automove policy).
  *
  * Threads and locks.  queue_lock protects a worker's hand-off queue and is
  * never held with any other lock.  workers[] is written before the workers
@@ -31,6 +32,7 @@
 #include "assoc.h"
 #include "conn.h"
 #include "items.h"
+#include "slabs.h"
 #include "thread.h"
 
 /* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
@@ -38,6 +40,7 @@
 #define MAINT_TICK_MS 50
 #define MAINT_EXPAND_BUDGET 4096
 #define MAINT_CRAWL_BUDGET 2000
+#define MAINT_SLAB_MOVE_BUDGET 4096
 
 struct conn_queue_item {
     struct conn_queue_item *next;
@@ -148,6 +151,11 @@ static void *maintainer_main(void *arg)
         assoc_expand_step(MAINT_EXPAND_BUDGET);
         if (crawl_every <= 1 || ticks % crawl_every == 0)
             items_crawl_step(MAINT_CRAWL_BUDGET);
+        if (settings.slab_reassign) {
+            if (settings.slab_automove)
+                slabs_automove_step();
+            slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET);
+        }
         ticks++;
         nanosleep(&tick, NULL);
     }

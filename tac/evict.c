@@ -50,7 +50,7 @@ static bool dram_tight(void)
 {
     size_t limit = slabs_mem_limit();
     size_t used = slabs_mem_malloced();
-    return used + tac.dram_free_wm >= limit;
+    return used + tac.dram_free_wm + 2 * (size_t)settings.slab_page_size >= limit;
 }
 
 /* The free chunks class cls should keep, its share of the watermark. */

@@ -34,6 +34,8 @@
 
 struct tac_state tac;
 
+/* Pages of -m kept for meta tuples (see tac_init). */
+#define TAC_META_RESERVE_PAGES 2
 /* NVM slot allocation attempts (each after dropping one cold tuple). */
 #define NVM_ALLOC_TRIES 8
 
@@ -273,6 +275,10 @@ bool tac_init(void)
     tac.nvm_free_wm = settings.nvm_free_watermark > 0
         ? (size_t)settings.nvm_free_watermark : info.capacity / 100;
     tac.evict_threads = settings.evict_threads;
+    /* Meta tuples may use the last pages of -m that data items may not,
+     * so that demotion always finds room for its meta tuple; the page
+     * mover then moves freed data pages over to the meta tuples' class. */
+    slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size);
     items_set_tier_ops(&tier_ops);
     items_set_evict_hook(tac_demote_to_nvm);
     if (settings.verbose)

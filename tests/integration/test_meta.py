@@ -134,7 +134,7 @@ def test_ma_arithmetic(conn):
 def test_me_debug(conn):
     assert conn.line(b"ms dbg 3\r\nabc\r\n") == b"HD\r\n"
     r = conn.line(b"me dbg\r\n")
-    assert re.fullmatch(rb"ME dbg exp=-1 la=\d+ cas=\d+ fetch=no cls=\d+ size=\d+\r\n", r), r
+    assert re.fullmatch(rb"ME dbg exp=-1 la=\d+ cas=\d+ fetch=no cls=\d+ size=\d+(?: tier=dram)?\r\n", r), r
     assert conn.line(b"me nope\r\n") == b"EN\r\n"
     assert conn.line(b"me\r\n") == b"CLIENT_ERROR bad command line format\r\n"
 

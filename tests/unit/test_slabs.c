@@ -1,5 +1,7 @@
 /*
- * test_slabs.c - slab classes, -m accounting, partitions and stealing.
+ * test_slabs.c - slab classes, -m accounting, partitions and stealing,
+ * page alignment and the page mover on raw chunks (pool, dst class,
+ * draining, give-up).
  */
 #include "config.h"
 
@@ -41,6 +43,11 @@ static const char *stat_find(struct capture *c, const char *key, char *out)
         }
     }
     return NULL;
+}
+
+static char *page_of(const void *p)
+{
+    return (char *)((uintptr_t)p & ~(uintptr_t)(MB - 1));
 }
 
 static void setup(size_t maxbytes, int partitions)
@@ -351,6 +358,198 @@ static void test_threads(void)
     CHECK(slabs_mem_malloced() <= 8 * MB);
 }
 
+/* ---- Page mover at the slab level (real items: test_mover.c). -------- */
+
+static void check_accounting_moving(unsigned int clsid)
+{
+    struct slabs_class_info ci;
+    slabs_class_info(clsid, &ci);
+    CHECK_UEQ(ci.used_chunks + ci.free_chunks + ci.free_chunks_end +
+              ci.moving_chunks, ci.total_chunks);
+}
+
+static void test_pages_aligned(void)
+{
+    setup(64 * MB, 2);
+    for (unsigned int c = 1; c <= 10; c++) {
+        struct slabs_class_info ci;
+        slabs_class_info(c, &ci);
+        CHECK(ci.movable);
+        item *it = slabs_alloc(c, (int)c % 2);
+        CHECK(it != NULL);
+        /* The first chunk of a fresh page is the page itself. */
+        CHECK(((uintptr_t)it & (MB - 1)) == 0);
+        slabs_free(it, c, (int)c % 2);
+    }
+    /* One-chunk pages bigger than slab_page_size are not movable. */
+    settings_init();
+    settings.item_size_max = 4 * MB;
+    settings.maxbytes = 64 * MB;
+    slabs_init();
+    struct slabs_class_info ci;
+    slabs_class_info(slabs_nclasses(), &ci);
+    CHECK(!ci.movable);
+    CHECK(!slabs_reassign_start(slabs_nclasses(), 1));
+    CHECK_EQ(slabs_reassign_request(slabs_nclasses(), 1),
+             SLABS_REASSIGN_BADCLASS);
+    /* -L: pages carved from the preallocated block are aligned too. */
+    settings_init();
+    settings.maxbytes = 3 * MB;
+    settings.prealloc = true;
+    slabs_init();
+    for (unsigned int c = 1; c <= 3; c++) {
+        void *p = slabs_alloc(c, 0);
+        CHECK(p != NULL && ((uintptr_t)p & (MB - 1)) == 0);
+    }
+}
+
+/* Fills `pages` pages of cls in partition 0; returns the chunks. */
+static item **fill_class(unsigned int cls, unsigned int pages, size_t *n)
+{
+    struct slabs_class_info ci;
+    slabs_class_info(cls, &ci);
+    *n = (size_t)pages * ci.chunks_per_page;
+    item **v = calloc(*n, sizeof(*v));
+    CHECK(v != NULL);
+    for (size_t i = 0; i < *n; i++) {
+        v[i] = slabs_alloc(cls, 0);
+        CHECK(v[i] != NULL);
+    }
+    return v;
+}
+
+static void test_move_free_page_to_pool(void)
+{
+    setup(4 * MB, 2);
+    size_t n;
+    item **v = fill_class(3, 3, &n);
+    struct slabs_class_info ci;
+    slabs_class_info(3, &ci);
+    CHECK_UEQ(ci.total_pages, 3);
+    CHECK_UEQ(slabs_mem_malloced(), 3 * MB);
+    /* Empty the second page only: it is the least used one. */
+    char *second = page_of(v[ci.chunks_per_page]);
+    for (size_t i = 0; i < n; i++)
+        if (page_of(v[i]) == second)
+            slabs_free(v[i], 3, (int)(i % 2));
+
+    CHECK(slabs_reassign_start(3, 0));
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    CHECK(mi.running && mi.page == second);
+    /* Its free chunks left the free lists at once. */
+    slabs_class_info(3, &ci);
+    CHECK_UEQ(ci.free_chunks, 0);
+    CHECK_UEQ(ci.moving_chunks, ci.chunks_per_page);
+    check_accounting_moving(3);
+    CHECK(slabs_reassign_step(10) > 0);
+    slabs_mover_info(&mi);
+    CHECK(!mi.running);
+    CHECK_UEQ(mi.moved, 1);
+    CHECK_UEQ(mi.pool_pages, 1);
+    CHECK_UEQ(slabs_mem_malloced(), 2 * MB);
+    slabs_class_info(3, &ci);
+    CHECK_UEQ(ci.total_pages, 2);
+    CHECK_UEQ(ci.moving_chunks, 0);
+    check_accounting_moving(3);
+
+    /* Another class gets the pooled page back, zeroed, before any new
+     * memory: the -m budget counts it again. */
+    item *it = slabs_alloc(7, 1);
+    CHECK((char *)it == second);
+    CHECK_UEQ(it->refcount, 0);
+    slabs_mover_info(&mi);
+    CHECK_UEQ(mi.pool_pages, 0);
+    CHECK_UEQ(slabs_mem_malloced(), 3 * MB);
+    for (size_t i = 0; i < n; i++)
+        if (page_of(v[i]) != second)
+            slabs_free(v[i], 3, 0);
+    slabs_free(it, 7, 1);
+    free(v);
+}
+
+static void test_move_to_class_and_drain_frees(void)
+{
+    setup(2 * MB, 1);
+    size_t n;
+    item **v = fill_class(2, 2, &n);
+    /* A few chunks of the first page stay used until the page drains. */
+    char *first = page_of(v[0]);
+    for (size_t i = 0; i < n; i++)
+        if (page_of(v[i]) == first && i % 10 != 0)
+            slabs_free(v[i], 2, 0);
+    CHECK(slabs_reassign_start(2, 9));
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    CHECK(mi.page == first && mi.dst == 9);
+    /* A draining page's chunks are never handed out again... */
+    item *x = slabs_alloc(2, 0);
+    CHECK(x == NULL);
+    /* ...and a chunk freed now goes to the mover. */
+    struct slabs_class_info ci;
+    slabs_class_info(2, &ci);
+    uint64_t moving = ci.moving_chunks;
+    slabs_free(v[0], 2, 0);
+    slabs_class_info(2, &ci);
+    CHECK_UEQ(ci.moving_chunks, moving + 1);
+    CHECK_UEQ(ci.free_chunks, 0);
+    check_accounting_moving(2);
+    for (size_t i = 10; i < n; i += 10)
+        if (page_of(v[i]) == first)
+            slabs_free(v[i], 2, 0);
+    CHECK(slabs_reassign_step(1000) > 0);
+    slabs_mover_info(&mi);
+    CHECK(!mi.running && mi.moved == 1 && mi.moved_to_pool == 0);
+    /* Class 9 got the page without new memory and carves it. */
+    size_t mal = slabs_mem_malloced();
+    slabs_class_info(9, &ci);
+    CHECK_UEQ(ci.total_pages, 1);
+    CHECK_UEQ(ci.free_chunks_end, ci.chunks_per_page);
+    item *y = slabs_alloc(9, 0);
+    CHECK((char *)y == first);
+    CHECK_UEQ(slabs_mem_malloced(), mal);
+    check_accounting_moving(2);
+    check_accounting_moving(9);
+    slabs_free(y, 9, 0);
+    free(v);
+}
+
+static void test_move_gives_up(void)
+{
+    setup(2 * MB, 2);
+    size_t n;
+    item **v = fill_class(4, 2, &n);
+    /* Raw chunks look "being allocated" to item_evict_chunk (refcount 0):
+     * the page never drains and the move is undone. */
+    for (size_t i = 0; i < n; i += 2)
+        slabs_free(v[i], 4, 0);
+    struct slabs_class_info before;
+    slabs_class_info(4, &before);
+    CHECK(slabs_reassign_start(4, 0));
+    int steps = 0;
+    while (slabs_reassign_step(1 << 20) > 0)
+        steps++;
+    CHECK_EQ(steps, SLABS_MOVE_MAX_PASSES);
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    CHECK(!mi.running && mi.aborted == 1 && mi.moved == 0);
+    struct slabs_class_info ci;
+    slabs_class_info(4, &ci);
+    CHECK_UEQ(ci.total_pages, before.total_pages);
+    CHECK_UEQ(ci.used_chunks, before.used_chunks);
+    CHECK_UEQ(ci.free_chunks + ci.free_chunks_end,
+              before.free_chunks + before.free_chunks_end);
+    CHECK_UEQ(ci.moving_chunks, 0);
+    /* The chunks went back and are handed out again, each once. */
+    for (uint64_t i = 0; i < ci.free_chunks + ci.free_chunks_end; i++) {
+        item *it = slabs_alloc(4, (int)(i % 2));
+        CHECK(it != NULL && (it->it_flags & ITEM_SLABBED) == 0);
+        it->it_flags = ITEM_SLABBED;        /* catches a double hand-out */
+    }
+    CHECK_UEQ(slabs_mem_malloced(), 2 * MB);
+    free(v);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -365,6 +564,10 @@ int main(int argc, char **argv)
     RUN_TEST(test_prealloc);
     RUN_TEST(test_stats);
     RUN_TEST(test_threads);
+    RUN_TEST(test_pages_aligned);
+    RUN_TEST(test_move_free_page_to_pool);
+    RUN_TEST(test_move_to_class_and_drain_frees);
+    RUN_TEST(test_move_gives_up);
     fprintf(stderr, "test_slabs: ok\n");
     return 0;
 }
