@@ -679,10 +679,20 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
     enum chunk_evict_result res = CHUNK_BUSY;
     if (item_trylock(hv)) {
         if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
-            if (evict_hook == NULL || !evict_hook(it, hv))
-                stats_evicted(it, it->slabs_clsid);
-            do_item_unlink(it, hv);
-            res = CHUNK_EVICTED;
+            if (evict_hook != NULL && evict_hook(it, hv)) {
+                /* Moved to a lower tier; `it` is unlinked already. */
+                res = CHUNK_EVICTED;
+            } else if (tier_ops != NULL && !item_is_dead(it, NULL)) {
+                /* A lower tier exists but had no room this time: keep
+                 * the item and let the mover retry, or give up the move,
+                 * rather than lose it. */
+                res = CHUNK_BUSY;
+            } else {
+                if (!item_is_dead(it, NULL))
+                    stats_evicted(it, it->slabs_clsid);
+                do_item_unlink(it, hv);
+                res = CHUNK_EVICTED;
+            }
         }
         item_unlock(hv);
     }

@@ -442,9 +442,12 @@ size_t slabs_mem_limit(void)
 /* Charges one page to -m; false if the budget is spent (see top). */
 /* Bytes of -m only reserved allocations may take (slabs_set_reserve). */
 static size_t reserve_bytes;        /* atomic */
+/* Classes with chunks this small never donate pages to refill it. */
+static size_t reserve_donor_min;    /* set before threads start */
 
-void slabs_set_reserve(size_t bytes)
+void slabs_set_reserve(size_t bytes, size_t min_donor_chunk)
 {
+    reserve_donor_min = min_donor_chunk;
     __atomic_store_n(&reserve_bytes, bytes, __ATOMIC_RELAXED);
 }
 
@@ -1189,7 +1192,7 @@ static bool automove_refill_reserve_locked(void)
     uint64_t most = 0;
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
-        if (!c->movable ||
+        if (!c->movable || c->size <= reserve_donor_min ||
             __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) < 2)
             continue;
         uint64_t fr = class_free_chunks(c);

@@ -43,7 +43,9 @@ void *slabs_alloc(unsigned int clsid, int partition);
  * to a lower tier can always get its meta tuple and frees DRAM.
  */
 void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved);
-void slabs_set_reserve(size_t bytes);
+/* min_donor_chunk: classes whose chunks are this small (those meta tuples
+ * live in) never give pages to refill the reserve. */
+void slabs_set_reserve(size_t bytes, size_t min_donor_chunk);
 
 /* Returns a chunk to the free list of (clsid, partition), or to the page
  * mover if its page is being drained. */

@@ -37,7 +37,7 @@
 
 /* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
  * hash resize step, items checked by the expiry crawler. */
-#define MAINT_TICK_MS 50
+#define MAINT_TICK_MS 10
 #define MAINT_EXPAND_BUDGET 4096
 #define MAINT_CRAWL_BUDGET 2000
 #define MAINT_SLAB_MOVE_BUDGET 4096

@@ -24,6 +24,7 @@ struct nvm_region;
     X(nvm_alloc_failures)    \
     X(meta_alloc_failures)   \
     X(nvm_read_errors)       \
+    X(meta_rehomed)          \
     X(evictor_runs)          \
     X(evictor_wakeups)
 

@@ -21,6 +21,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +97,37 @@ static item *nvm_store_copy(const item *it, int partition)
     return meta;
 }
 
+/* Moves a meta tuple to another DRAM chunk (the slab page mover is
+ * emptying its page): the tuple's revPtr is rewritten to the new meta
+ * tuple, and the old one forgets its reference so that freeing it does not
+ * free the tuple. */
+static bool meta_rehome(item *meta, uint32_t hv)
+{
+    if (meta->tier != TIER_NVM)
+        return false;
+    uint64_t ref = item_meta_ref(meta);
+    item *n = item_alloc_meta(meta, TIER_NVM, meta->lru_cls, ref, meta->partition);
+    if (n == NULL) {
+        TAC_INCR(meta_alloc_failures);
+        return false;
+    }
+    uint64_t rev = (uint64_t)(uintptr_t)n;
+    nvm_write(tac.nvm, ref, offsetof(struct tac_tuple_hdr, rev_ptr), &rev,
+              sizeof(rev));
+    nvm_drain(tac.nvm);
+    do_item_move(meta, n, hv);
+    item_set_meta_ref(meta, 0);
+    item_release(n);
+    TAC_INCR(meta_rehomed);
+    return true;
+}
+
 bool tac_demote_to_nvm(item *it, uint32_t hv)
 {
-    if (tac.nvm == NULL || (it->it_flags & (ITEM_META | ITEM_TRANSIENT)))
+    if (tac.nvm == NULL || (it->it_flags & ITEM_TRANSIENT))
         return false;
+    if (it->it_flags & ITEM_META)
+        return meta_rehome(it, hv);
     item *meta = nvm_store_copy(it, it->partition);
     if (meta == NULL)
         return false;
@@ -167,8 +195,9 @@ static item *tier_stage(item *staging, int partition)
 
 static void tier_release(item *meta)
 {
-    if (meta->tier == TIER_NVM && tac.nvm != NULL)
-        nvm_free(tac.nvm, item_meta_ref(meta));
+    uint64_t ref = item_meta_ref(meta);
+    if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0)
+        nvm_free(tac.nvm, ref);
 }
 
 static void tier_dram_pressure(unsigned int clsid, int partition)
@@ -278,7 +307,8 @@ bool tac_init(void)
     /* Meta tuples may use the last pages of -m that data items may not,
      * so that demotion always finds room for its meta tuple; the page
      * mover then moves freed data pages over to the meta tuples' class. */
-    slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size);
+    slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
+                      slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
     items_set_tier_ops(&tier_ops);
     items_set_evict_hook(tac_demote_to_nvm);
     if (settings.verbose)

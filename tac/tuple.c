@@ -30,8 +30,10 @@ static uint64_t sum_bytes(uint64_t h, const void *p, size_t len)
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value)
 {
+    /* revPtr is left out: moving a meta tuple rewrites just that field. */
     struct tac_tuple_hdr h = *hdr;
     h.checksum = 0;
+    h.rev_ptr = 0;
     uint64_t s = sum_bytes(0x243F6A8885A308D3ULL, &h, sizeof(h));
     s = sum_bytes(s, key, h.nkey);
     s = sum_bytes(s, value, h.nbytes);

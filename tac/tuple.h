@@ -9,7 +9,8 @@
  * The header's flags, exptime, CAS and time are a snapshot taken when the
  * tuple was written; the DRAM meta tuple is authoritative for all of them
  * (touch and gat change only the meta tuple).  The checksum covers the
- * header (with checksum = 0), the key and the value.
+ * header (with checksum and revPtr as 0), the key and the value, so a meta
+ * tuple can move to another DRAM chunk by rewriting revPtr alone.
  */
 #ifndef TAC_TUPLE_H
 #define TAC_TUPLE_H
@@ -43,7 +44,7 @@ static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 /* Fills hdr from the item whose value is stored (it) and its meta tuple. */
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta);
 
-/* Checksum of header (checksum field as 0), key and value. */
+/* Checksum of header (checksum and revPtr as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value);
 
