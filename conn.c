@@ -292,8 +292,6 @@ static void conn_describe_peer(conn *c)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    char host[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
 
     if (c->transport == TRANSPORT_UNIX) {
         snprintf(c->peer_name, sizeof(c->peer_name), "unix:%s",
@@ -304,18 +302,26 @@ static void conn_describe_peer(conn *c)
         snprintf(c->peer_name, sizeof(c->peer_name), "udp");
         return;
     }
-    if (getpeername(c->sfd, (struct sockaddr *)&ss, &len) == 0) {
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-            port = ntohs(in->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-            port = ntohs(in6->sin6_port);
-        }
+    if (getpeername(c->sfd, (struct sockaddr *)&ss, &len) != 0)
+        ss.ss_family = AF_UNSPEC;
+    conn_format_addr(&ss, "tcp", c->peer_name, sizeof(c->peer_name));
+}
+
+void conn_format_addr(const struct sockaddr_storage *ss, const char *proto,
+                      char *out, size_t outlen)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
     }
-    snprintf(c->peer_name, sizeof(c->peer_name), "tcp:%s:%d", host, port);
+    snprintf(out, outlen, "%s:%s:%d", proto, host, port);
 }
 
 conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)

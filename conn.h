@@ -201,6 +201,9 @@ void proto_bin_complete_nread(conn *c);
 /* `stats conns`. */
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
+/* Formats an address as "tcp:127.0.0.1:11211" (proto given). */
+void conn_format_addr(const struct sockaddr_storage *ss, const char *proto,
+                      char *out, size_t outlen);
 /* Records a listening socket ("tcp:127.0.0.1:11211") for `stats conns`. */
 void conn_stats_add_listener(int fd, const char *name);
 

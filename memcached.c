@@ -90,27 +90,17 @@ static void listener_accept(evutil_socket_t fd, short which, void *arg)
 /* "tcp:127.0.0.1:11211", "udp:[::1]:11211" or "unix:/path". */
 static void listener_describe(int fd, enum conn_transport transport)
 {
-    char name[80], host[INET6_ADDRSTRLEN] = "?";
+    char name[80];
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
-    int port = 0;
 
     if (transport == TRANSPORT_UNIX) {
         snprintf(name, sizeof(name), "unix:%s", settings.socketpath);
     } else {
-        if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            if (ss.ss_family == AF_INET) {
-                struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-                inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-                port = ntohs(in->sin_port);
-            } else if (ss.ss_family == AF_INET6) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-                inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-                port = ntohs(in6->sin6_port);
-            }
-        }
-        snprintf(name, sizeof(name), "%s:%s:%d",
-                 transport == TRANSPORT_UDP ? "udp" : "tcp", host, port);
+        if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+            ss.ss_family = AF_UNSPEC;
+        conn_format_addr(&ss, transport == TRANSPORT_UDP ? "udp" : "tcp",
+                         name, sizeof(name));
     }
     conn_stats_add_listener(fd, name);
 }

@@ -657,6 +657,14 @@ void proto_meta_complete_set(conn *c)
             STATS_INCR(ts, cas_misses);
     }
 
+    if (ret == STORE_NO_MEMORY && op != STORE_APPEND && op != STORE_PREPEND) {
+        /* Every tier was full: answered like a failed allocation. */
+        STATS_INCR(ts, store_no_memory);
+        if (op == STORE_SET)
+            item_delete(ITEM_key(it), it->nkey, 0);
+        out_errstring(c, "SERVER_ERROR out of memory storing object");
+        return;
+    }
     struct meta_line m;
     switch (ret) {
     case STORE_STORED: ml_init(&m, "HD"); break;

@@ -306,6 +306,18 @@ static void pt_complete_classic(conn *c, item *it)
     case STORE_NOT_FOUND:
         out_string(c, "NOT_FOUND");
         break;
+    case STORE_NO_MEMORY:
+        if (op != STORE_APPEND && op != STORE_PREPEND) {
+            /* Every tier was full (the value was taken, then could not
+             * be placed).  Like a failed allocation, a failed set must
+             * not leave the old value readable. */
+            STATS_INCR(ts, store_no_memory);
+            if (op == STORE_SET)
+                item_delete(ITEM_key(it), it->nkey, 0);
+            out_string(c, "SERVER_ERROR out of memory storing object");
+            break;
+        }
+        /* fall through */
     default:
         /* memcached answers NOT_STORED when append/prepend cannot
          * allocate or would exceed the item size limit. */

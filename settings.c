@@ -38,7 +38,7 @@ void settings_init(void)
     settings.socketpath = NULL;
     settings.access = 0700;
     settings.factor = 1.25;
-    settings.chunk_size = 48;
+    settings.chunk_size = 48;       /* 24 with a lower tier, unless -n */
     settings.num_threads = 4;
     settings.partitions = 0;        /* 0 = same as num_threads */
     settings.reqs_per_event = 20;
@@ -171,7 +171,8 @@ static const struct option_def options[] = {
     { 'f', "slab-growth-factor", OPT_DOUBLE, S(factor), 1.01, 100, false,
       "growth_factor", "<num>", "chunk size growth factor (default: 1.25)" },
     { 'n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
-      "chunk_size", "<bytes>", "min space used for key+value+flags (default: 48)" },
+      "chunk_size", "<bytes>", "min space used for key+value+flags (default: 48;\n"
+      "                          24 with an NVM tier, to fit meta tuples closely)" },
     { 'L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start" },
     { 'D', "delimiter", OPT_CHAR, S(prefix_delimiter), 0, 0, false,
@@ -224,7 +225,8 @@ static const struct option_def options[] = {
     { 0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
       "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
     { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
-      "nvm_free_watermark", "<bytes>", "NVM kept free for new tuples (default: 1% of the tier)" },
+      "nvm_free_watermark", "<bytes>", "NVM the evictors keep free by moving tuples to SSD;\n"
+      "                          no effect until the SSD tier exists (default: 1% of the tier)" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
@@ -341,6 +343,9 @@ static void opt_apply(const struct option_def *o, const char *arg)
     }
 }
 
+/* -n given: keep it even with a lower tier. */
+static bool chunk_size_given;
+
 static const struct option_def *opt_find_extended(const char *name)
 {
     for (size_t i = 0; i < NOPTIONS; i++)
@@ -401,7 +406,7 @@ void settings_usage(void)
                  o->arg ? "=" : "", o->arg ? o->arg : "");
         usage_line(left, o->help);
     }
-    printf("   memcached tuning options (modern, slab_reassign, lru_crawler, ...)\n"
+    printf("   memcached tuning options (modern, lru_crawler, lru_maintainer, ...)\n"
            "   are accepted and have no effect.\n");
 }
 
@@ -473,6 +478,8 @@ void settings_parse_args(int argc, char **argv)
             handle_action(o->short_flag, optarg);
         else
             opt_apply(o, optarg);
+        if (o->short_flag == 'n')
+            chunk_size_given = true;
     }
     if (optind < argc)
         die("unexpected argument \"%s\"%s; try -h", argv[optind], "");
@@ -494,6 +501,8 @@ bool settings_finalize(void)
         fprintf(stderr, "Cannot set item size limit higher than 1/2 of memory max.\n");
         return false;
     }
+    if (!chunk_size_given && settings.nvm_path != NULL)
+        settings.chunk_size = 24;
     if (settings.chunk_size + 64 > settings.item_size_max) {
         fprintf(stderr, "slab minimum size (-n) is larger than the item size limit\n");
         return false;

@@ -1175,8 +1175,8 @@ static unsigned int automove_pick_donor(unsigned int dst)
 /*
  * With a reserve set (a lower tier is configured), keeps it available: when
  * the unassigned -m budget falls below the reserve, moves the page with the
- * fewest used chunks of the class with the most free chunks (at least half
- * a page of them) back to the global pool.  Meta tuples take the reserve;
+ * fewest used chunks of the class with the most free chunks (at least a
+ * quarter of a page of them) back to the global pool.  Meta tuples take the reserve;
  * the items left in the drained page are demoted through the evict hook.
  * run_lock held.
  */
@@ -1196,7 +1196,7 @@ static bool automove_refill_reserve_locked(void)
             __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) < 2)
             continue;
         uint64_t fr = class_free_chunks(c);
-        if (fr * 2 >= c->perslab && fr * c->size > most) {
+        if (fr * 4 >= c->perslab && fr * c->size > most) {
             donor = i;
             most = fr * c->size;
         }

@@ -225,7 +225,7 @@ static bool parse_path_size(const char *spec, char **path, size_t *size)
     char *end;
     errno = 0;
     double v = strtod(colon + 1, &end);
-    if (errno || end == colon + 1 || v <= 0)
+    if (errno || end == colon + 1 || v < 0)
         return false;
     switch (*end) {
     case 'k': case 'K': v *= 1024; end++; break;
@@ -259,21 +259,24 @@ static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
 bool tac_init(void)
 {
     memset(&tac, 0, sizeof(tac));
-    if (settings.nvm_path == NULL)
-        return true;
-
     struct nvm_config cfg = { 0 };
-    char *path = NULL;
-    if (!parse_path_size(settings.nvm_path, &path, &cfg.size)) {
-        fprintf(stderr, "-o nvm_path=%s: expected PATH:SIZE, e.g. "
-                "/dev/shm/tac-nvm:4g or numa:1:16g\n", settings.nvm_path);
-        return false;
-    }
     if (settings.nvm_latency != NULL &&
         !parse_latency(settings.nvm_latency, &cfg.read_ns, &cfg.write_ns)) {
         fprintf(stderr, "-o nvm_latency=%s: expected READ_NS:WRITE_NS, e.g. "
                 "300:1000\n", settings.nvm_latency);
-        free(path);
+        return false;
+    }
+    if (settings.nvm_path == NULL) {
+        if (settings.nvm_latency != NULL)
+            fprintf(stderr, "note: -o nvm_latency has no effect without "
+                    "-o nvm_path\n");
+        return true;
+    }
+
+    char *path = NULL;
+    if (!parse_path_size(settings.nvm_path, &path, &cfg.size)) {
+        fprintf(stderr, "-o nvm_path=%s: expected PATH:SIZE, e.g. "
+                "/dev/shm/tac-nvm:4g or numa:1:16g\n", settings.nvm_path);
         return false;
     }
     cfg.path = path;
