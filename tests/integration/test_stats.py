@@ -143,3 +143,12 @@ def test_memccapable_ascii(srv):
                        capture_output=True, timeout=120, env=dict(os.environ))
     out = p.stdout.decode() + p.stderr.decode()
     assert "All tests passed" in out, out[-3000:]
+
+
+def test_memccapable_both_protocols(srv):
+    # No -a/-b filter: the ascii and the binary protocol tests in one run.
+    p = subprocess.run(["memccapable", "-h", "127.0.0.1", "-p", str(srv.port)],
+                       capture_output=True, timeout=180, env=dict(os.environ))
+    out = p.stdout.decode() + p.stderr.decode()
+    assert "All tests passed" in out, out[-3000:]
+    assert "binary stat" in out and "ascii stat" in out, out[-3000:]
