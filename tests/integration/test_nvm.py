@@ -110,9 +110,10 @@ def me_cas(c, key):
     return int(m.group(1))
 
 
-def load(c, items, flags_of=lambda k: 0, batch=500, retries=8, retry_sleep=0.1):
+def load(c, items, flags_of=lambda k: 0, batch=500, retries=40, retry_sleep=0.1):
     """Pipeline `set`s (with replies) in batches.  A key answered SERVER_ERROR out of
-    memory is retried a few times (the evictors may lag).  Returns
+    memory is retried for up to 4 s (the evictors and the page mover may lag,
+    most on sanitizer builds).  Returns
     (stored_keys, failures) where failures maps key -> last reply."""
     stored, failures = [], {}
     items = list(items)
