@@ -487,6 +487,9 @@ void settings_parse_args(int argc, char **argv)
 
 bool settings_finalize(void)
 {
+    /* The default listen address, shown as such by `stats settings`. */
+    if (settings.inter == NULL && settings.socketpath == NULL)
+        settings.inter = strdup("127.0.0.1");
     if (settings.partitions == 0)
         settings.partitions = settings.num_threads;
     if (settings.evict_threads == 0) {
