@@ -608,8 +608,50 @@ enum pt_cmd {
     CMD_SET, CMD_ADD, CMD_REPLACE, CMD_APPEND, CMD_PREPEND, CMD_CAS,
     CMD_INCR, CMD_DECR, CMD_DELETE, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
-    CMD_VERBOSITY, CMD_MEMLIMIT,
+    CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS,
 };
+
+/* slabs reassign <src> <dst> | slabs automove <0|1|2> (memcached's
+ * answers).  A reassign is queued for the page mover in the maintainer
+ * thread. */
+static void pt_process_slabs(conn *c, struct util_token *tok, size_t ntok)
+{
+    if (ntok == 4 && strcmp(tok[1].value, "reassign") == 0) {
+        int32_t src, dst;
+        if (!settings.slab_reassign) {
+            out_errstring(c, "CLIENT_ERROR slab reassignment disabled");
+            return;
+        }
+        if (!safe_strtol(tok[2].value, &src) || !safe_strtol(tok[3].value, &dst) ||
+            src < 0 || dst < 0) {
+            out_string(c, "CLIENT_ERROR bad command line format");
+            return;
+        }
+        switch (slabs_reassign_request((unsigned)src, (unsigned)dst)) {
+        case SLABS_REASSIGN_OK: out_string(c, "OK"); break;
+        case SLABS_REASSIGN_RUNNING:
+            out_string(c, "BUSY currently processing reassign request"); break;
+        case SLABS_REASSIGN_BADCLASS:
+            out_string(c, "BADCLASS invalid src or dst class id"); break;
+        case SLABS_REASSIGN_NOSPARE:
+            out_string(c, "NOSPARE source class has no spare pages"); break;
+        case SLABS_REASSIGN_SAME:
+            out_string(c, "SAME src and dst class are identical"); break;
+        }
+        return;
+    }
+    if (ntok == 3 && strcmp(tok[1].value, "automove") == 0) {
+        uint32_t level;
+        if (!safe_strtoul(tok[2].value, &level) || level > 2) {
+            out_string(c, "CLIENT_ERROR bad command line format");
+            return;
+        }
+        __atomic_store_n(&settings.slab_automove, (int)level, __ATOMIC_RELAXED);
+        out_string(c, "OK");
+        return;
+    }
+    out_string(c, "ERROR");
+}
 
 /* Token counts (command included) each command accepts; a count outside
  * the range is answered "ERROR", as memcached does.  PT_ANY: no limit. */
@@ -641,6 +683,7 @@ static const struct pt_cmd_def {
     { "stats",          CMD_STATS,     1, PT_ANY },
     { "verbosity",      CMD_VERBOSITY, 2, 3 },
     { "cache_memlimit", CMD_MEMLIMIT,  2, 3 },
+    { "slabs",          CMD_SLABS,     3, 4 },
 };
 
 static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
@@ -671,6 +714,7 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_STATS: pt_process_stats(c, tok, ntok); break;
     case CMD_VERBOSITY: pt_process_verbosity(c, tok, ntok); break;
     case CMD_MEMLIMIT: pt_process_memlimit(c, tok, ntok); break;
+    case CMD_SLABS: pt_process_slabs(c, tok, ntok); break;
     }
 }
 

@@ -152,7 +152,7 @@ static void *maintainer_main(void *arg)
         if (crawl_every <= 1 || ticks % crawl_every == 0)
             items_crawl_step(MAINT_CRAWL_BUDGET);
         if (settings.slab_reassign) {
-            if (settings.slab_automove)
+            if (__atomic_load_n(&settings.slab_automove, __ATOMIC_RELAXED))
                 slabs_automove_step();
             slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET);
         }
