@@ -50,7 +50,8 @@ static bool dram_tight(void)
 {
     size_t limit = slabs_mem_limit();
     size_t used = slabs_mem_malloced();
-    return used + tac.dram_free_wm + 2 * (size_t)settings.slab_page_size >= limit;
+    size_t reserve = TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size;
+    return used + tac.dram_free_wm + reserve >= limit;
 }
 
 /* The free chunks class cls should keep, its share of the watermark. */

@@ -44,6 +44,10 @@ extern struct tac_state tac;
 
 #define TAC_INCR(field) STATS_INCR(&tac.stats, field)
 
+/* Pages of -m kept for meta tuples: data items may not take them (see
+ * tac_init); the evictors count them as used. */
+#define TAC_META_RESERVE_PAGES 2
+
 /* Moves a DRAM item to NVM (the evict hook): item lock held, item pinned.
  * Returns false when NVM or the meta tuple could not be had. */
 bool tac_demote_to_nvm(item *it, uint32_t hv);

@@ -35,8 +35,6 @@
 
 struct tac_state tac;
 
-/* Pages of -m kept for meta tuples (see tac_init). */
-#define TAC_META_RESERVE_PAGES 2
 /* NVM slot allocation attempts (each after dropping one cold tuple). */
 #define NVM_ALLOC_TRIES 8
 
