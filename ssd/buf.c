@@ -1,0 +1,247 @@
+/*
+ * buf.c - write bufs: open, append, submit, lookup, release.
+ *
+ * Owns: the in-memory bufs.  A buf is buf_size bytes of 4 KiB-aligned DRAM
+ * bound to one buf slot of one page.  Tuples are appended at 8-byte
+ * aligned positions; the page's live bytes grow at each append, which
+ * takes store->lock for a few stores (used length and live bytes must be
+ * seen together by lookups and ssd_mark_dead).
+ *
+ * Design.  Every buf that is unwritten, in flight or failed is on the
+ * store's list (store->lock), so a read of a tuple that is not yet on the
+ * device is served from memory (ssd_buf_lookup pins the buf; ssd_read
+ * copies out of it).  The list holds one buf per writer thread plus the
+ * writes in flight, so a linear search is short.  A buf is freed when it
+ * is off the list and its last pin is gone: after a successful write's
+ * callback returned, or at ssd_buf_release.
+ *
+ * Threads: append/submit/release by the buf's owner; lookup/unpin and the
+ * write completion (ssd_buf_write_done, on the uring reaper or a pool
+ * thread) from any thread.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssd/internal.h"
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static enum ssd_status buf_open(struct ssd_store *s, int page,
+                                struct ssd_buf **out)
+{
+    enum ssd_status st = SSD_OK;
+    *out = NULL;
+    struct ssd_buf *b = calloc(1, sizeof *b);
+    void *mem = NULL;
+    if (b == NULL || posix_memalign(&mem, SSD_BLOCK, s->buf_size) != 0) {
+        free(b);
+        return SSD_ERR_NOMEM;
+    }
+    b->mem = mem;
+    b->s = s;
+    atomic_init(&b->refs, 1);
+    pthread_mutex_lock(&s->lock);
+    int id = do_page_take_slot(s, page, &b->slot, &st);
+    if (id >= 0) {
+        b->page = (unsigned)id;
+        b->version = (uint16_t)atomic_load(&s->pages[id].version);
+        b->fpos = ssd_page_fpos(s, b->page) + (uint64_t)b->slot * s->buf_size;
+        b->next = s->bufs;
+        if (s->bufs != NULL)
+            s->bufs->prev = b;
+        s->bufs = b;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (id < 0) {
+        free(b->mem);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return SSD_OK;
+}
+
+enum ssd_status ssd_buf_open(struct ssd_store *s, struct ssd_buf **out)
+{
+    return buf_open(s, -1, out);
+}
+
+enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
+                                  struct ssd_buf **out)
+{
+    if (page < 0) {
+        *out = NULL;
+        return SSD_ERR_ARG;
+    }
+    return buf_open(s, page, out);
+}
+
+enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
+                               uint64_t *ref_out)
+{
+    struct ssd_store *s = b->s;
+    if (len == 0 || b->state != BUF_FILLING)
+        return SSD_ERR_ARG;
+    size_t at = round_up(b->used, SSD_TUPLE_ALIGN);
+    if (at > s->buf_size || len > s->buf_size - at)
+        return SSD_ERR_NOSPACE;
+    memcpy(b->mem + at, data, len);
+    pthread_mutex_lock(&s->lock);
+    b->used = at + len;                 /* under the lock: lookup reads it */
+    s->pages[b->page].live += len;
+    pthread_mutex_unlock(&s->lock);
+    ST_ADD(s, live_bytes, len);
+    *ref_out = ssd_ref_pack(b->version, (uint16_t)b->page,
+                            (uint32_t)(b->slot * s->buf_size + at));
+    return SSD_OK;
+}
+
+size_t ssd_buf_used(const struct ssd_buf *b)
+{
+    return b->used;
+}
+
+void ssd_buf_unref(struct ssd_buf *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1) {
+        free(b->mem);
+        free(b);
+    }
+}
+
+/* Lock held. */
+static void do_buf_unlink(struct ssd_store *s, struct ssd_buf *b)
+{
+    if (b->prev != NULL)
+        b->prev->next = b->next;
+    else
+        s->bufs = b->next;
+    if (b->next != NULL)
+        b->next->prev = b->prev;
+    b->next = b->prev = NULL;
+    do_page_buf_done(s, b->page);
+}
+
+enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg)
+{
+    struct ssd_store *s = b->s;
+    if (b->state != BUF_FILLING || cb == NULL)
+        return SSD_ERR_ARG;
+    b->wlen = b->used == 0 ? SSD_BLOCK : round_up(b->used, SSD_BLOCK);
+    memset(b->mem + b->used, 0, b->wlen - b->used);
+    b->wdone = 0;
+    b->cb = cb;
+    b->arg = arg;
+    pthread_mutex_lock(&s->lock);
+    s->buf_used[(size_t)b->page * s->bufs_per_page + b->slot] =
+        (uint32_t)b->used;
+    b->state = BUF_INFLIGHT;
+    pthread_mutex_unlock(&s->lock);
+    ST_ADD(s, inflight, 1);
+    int rc = s->engine == SSD_IO_URING ? ssd_wuring_submit(s, b)
+                                       : ssd_pool_push(s, NULL, b);
+    if (rc != 0) {
+        ST_SUB(s, inflight, 1);
+        pthread_mutex_lock(&s->lock);
+        b->state = BUF_FILLING;
+        pthread_mutex_unlock(&s->lock);
+        return rc == -ENOMEM ? SSD_ERR_NOMEM : SSD_ERR_IO;
+    }
+    return SSD_OK;
+}
+
+void ssd_buf_write_done(struct ssd_buf *b, enum ssd_status st)
+{
+    struct ssd_store *s = b->s;
+    if (st == SSD_OK) {
+        ST_ADD(s, bufs_written, 1);
+        ST_ADD(s, bytes_written, b->wlen);
+    } else {
+        ST_ADD(s, io_errors, 1);
+        pthread_mutex_lock(&s->lock);
+        b->state = BUF_FAILED;
+        pthread_mutex_unlock(&s->lock);
+    }
+    b->cb(b->arg, b, st);
+    if (st == SSD_OK) {
+        pthread_mutex_lock(&s->lock);
+        do_buf_unlink(s, b);
+        pthread_mutex_unlock(&s->lock);
+        ssd_buf_unref(b);
+    }
+    ST_SUB(s, inflight, 1);           /* last: ssd_close waits for this */
+}
+
+void ssd_buf_release(struct ssd_buf *b)
+{
+    if (b == NULL || b->state == BUF_INFLIGHT)
+        return;                        /* in flight: the completion owns it */
+    struct ssd_store *s = b->s;
+    pthread_mutex_lock(&s->lock);
+    do_buf_unlink(s, b);
+    pthread_mutex_unlock(&s->lock);
+    ssd_buf_unref(b);
+}
+
+/* Lock held.  The in-memory buf holding ref, or NULL. */
+static struct ssd_buf *do_buf_find(struct ssd_store *s, uint64_t ref)
+{
+    unsigned page = ssd_ref_page(ref);
+    unsigned slot = (unsigned)(ssd_ref_offset(ref) / s->buf_size);
+    for (struct ssd_buf *b = s->bufs; b != NULL; b = b->next)
+        if (b->page == page && b->slot == slot &&
+            b->version == ssd_ref_version(ref))
+            return b;
+    return NULL;
+}
+
+const void *ssd_buf_lookup(struct ssd_store *s, uint64_t ref, size_t len,
+                           struct ssd_buf **pin)
+{
+    const void *p = NULL;
+    *pin = NULL;
+    if (ref == 0)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_buf *b = do_buf_find(s, ref);
+    size_t off = ssd_ref_offset(ref) % s->buf_size;
+    if (b != NULL && off + len <= b->used) {
+        atomic_fetch_add(&b->refs, 1);
+        *pin = b;
+        p = b->mem + off;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return p;
+}
+
+void ssd_buf_unpin(struct ssd_buf *pin)
+{
+    if (pin != NULL)
+        ssd_buf_unref(pin);
+}
+
+bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
+                         bool whole, char *dst, size_t *used_out)
+{
+    bool hit = false;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_buf *b = do_buf_find(s, ref);
+    if (b != NULL) {
+        size_t off = ssd_ref_offset(ref) % s->buf_size;
+        if (whole) {
+            memcpy(dst, b->mem, b->used);
+            *used_out = b->used;
+            hit = true;
+        } else if (off + len <= b->used) {
+            memcpy(dst, b->mem + off, len);
+            hit = true;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return hit;
+}

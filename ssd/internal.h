@@ -1,0 +1,163 @@
+/*
+ * internal.h - private structures of the SSD library (the ssd .c files only).
+ *
+ * Lock order: store->lock -> (nothing).  store->wlock (write SQ) and
+ * store->pool_lock (job queue) and ring->done_lock are leaves: no other
+ * lock is taken while holding one, and no callback runs under any lock.
+ */
+#ifndef SSD_INTERNAL_H
+#define SSD_INTERNAL_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ssd/ssd.h"
+
+#define SSD_MAGIC "TACSSD\x00\x01"
+#define SSD_FORMAT_VERSION 1u
+#define SSD_DATA_OFF ((uint64_t)SSD_BLOCK)  /* pages start after the header */
+
+/* On-device header block at offset 0 (little-endian host layout). */
+struct ssd_disk_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t dirty;          /* 1 while open; 0 after a clean ssd_close */
+    uint64_t size;
+    uint64_t page_size;
+    uint64_t buf_size;
+    uint64_t data_off;
+    uint32_t npages;
+    uint32_t reserved;
+};
+
+enum page_state { PAGE_FREE = 0, PAGE_OPEN, PAGE_SEALED };
+
+/* DRAM metadata of one page.  version is read without the lock
+ * (ssd_ref_current, read completion); everything else: store->lock. */
+struct ssd_page {
+    _Atomic uint32_t version;   /* 1..65535 */
+    enum page_state state;
+    unsigned next_slot;         /* next buf slot to hand out */
+    unsigned bufs_out;          /* handed out, not yet written or released */
+    uint64_t live;              /* live bytes */
+    int next_free;              /* free list link, -1 ends */
+};
+
+enum buf_state { BUF_FILLING = 0, BUF_INFLIGHT, BUF_FAILED };
+
+struct ssd_buf {
+    struct ssd_store *s;
+    struct ssd_buf *next, *prev;   /* store->bufs list: store->lock */
+    char *mem;                     /* buf_size bytes, 4 KiB aligned */
+    size_t used;
+    size_t wlen, wdone;            /* write length (rounded) and progress */
+    uint64_t fpos;                 /* file offset of byte 0 */
+    unsigned page, slot;
+    uint16_t version;
+    enum buf_state state;
+    atomic_uint refs;              /* 1 while registered + pins */
+    ssd_write_cb cb;
+    void *arg;
+    struct ssd_buf *job_next;      /* pool queue link */
+};
+
+/* One read request.  Owned by its ring from ssd_read to the callback. */
+struct ssd_req {
+    struct ssd_req *next;
+    struct ssd_ring *ring;
+    uint64_t ref;
+    uint64_t fpos;           /* file offset of the extent */
+    size_t xlen, done;       /* extent length, bytes read so far */
+    size_t skip, len;        /* tuple start inside the extent, length */
+    char *mem;               /* xlen bytes, 4 KiB aligned */
+    ssd_read_cb cb;
+    void *arg;
+    enum ssd_status status;
+};
+
+struct ssd_ring {
+    struct ssd_store *s;
+    int efd;
+    bool uring;
+    struct io_uring ur;
+    unsigned sq_inflight;             /* owner thread */
+    unsigned pending;                 /* owner thread: not yet called back */
+    struct ssd_req *backlog, *backlog_tail;   /* owner: not yet in the SQ */
+    pthread_mutex_t done_lock;
+    struct ssd_req *done, *done_tail; /* done_lock: completed elsewhere */
+};
+
+struct pool_job {
+    struct pool_job *next;
+    struct ssd_req *req;     /* a read, or */
+    struct ssd_buf *buf;     /* a write */
+};
+
+struct ssd_store {
+    int fd;
+    char *path;
+    uint64_t size;
+    size_t page_size, buf_size;
+    unsigned npages, bufs_per_page;
+    unsigned queue_depth, nthreads;
+    enum ssd_engine engine;
+    enum ssd_prev_state prev_state;
+
+    pthread_mutex_t lock;
+    struct ssd_page *pages;       /* npages */
+    uint32_t *buf_used;           /* npages * bufs_per_page; lock */
+    int free_head;                /* lock */
+    int cur_page;                 /* shared open page, -1 none; lock */
+    struct ssd_buf *bufs;         /* in-memory bufs; lock */
+
+    /* uring write path */
+    bool wuring;
+    struct io_uring wur;
+    pthread_mutex_t wlock;        /* SQ of wur */
+    pthread_t wthread;
+
+    /* thread pool */
+    bool pool_started;
+    pthread_mutex_t pool_lock;
+    pthread_cond_t pool_cond;
+    struct pool_job *jobs, *jobs_tail;
+    bool pool_stop;
+    pthread_t *pool;
+
+#define SSD_STATS_ATOMIC(name, help) _Atomic uint64_t st_##name;
+    SSD_STATS_FIELDS(SSD_STATS_ATOMIC)
+#undef SSD_STATS_ATOMIC
+};
+
+#define ST_ADD(s, name, v) \
+    atomic_fetch_add_explicit(&(s)->st_##name, (uint64_t)(v), memory_order_relaxed)
+#define ST_SUB(s, name, v) \
+    atomic_fetch_sub_explicit(&(s)->st_##name, (uint64_t)(v), memory_order_relaxed)
+
+/* store.c */
+uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page);
+/* A buf of page finished (written or released): lock held. */
+void do_page_buf_done(struct ssd_store *s, unsigned page);
+/* Lock held.  Takes the next buf slot of page (of the shared open page
+ * when page < 0).  Returns the page id, or -1 with *st set. */
+int do_page_take_slot(struct ssd_store *s, int page, unsigned *slot,
+                      enum ssd_status *st);
+
+/* buf.c */
+void ssd_buf_write_done(struct ssd_buf *b, enum ssd_status st);
+void ssd_buf_unref(struct ssd_buf *b);
+/* Copies [ref, ref+len) into dst when ref's buf is in memory; for
+ * whole-buf reads (len 0) copies the buf and stores its used length. */
+bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
+                         bool whole, char *dst, size_t *used_out);
+
+/* io.c */
+int ssd_wuring_start(struct ssd_store *s);
+void ssd_wuring_stop(struct ssd_store *s);
+int ssd_wuring_submit(struct ssd_store *s, struct ssd_buf *b);
+int ssd_pool_start(struct ssd_store *s);
+void ssd_pool_stop(struct ssd_store *s);
+int ssd_pool_push(struct ssd_store *s, struct ssd_req *req, struct ssd_buf *b);
+
+#endif

@@ -1,0 +1,550 @@
+/*
+ * io.c - the I/O engines: per-thread read rings, the store-wide uring
+ * write path, and the pread/pwrite thread pool.
+ *
+ * Owns: every io_uring, eventfd and pool thread of the library.
+ *
+ * Design.  A ring (one per worker thread) has an eventfd.  With io_uring
+ * the eventfd is registered on the ring's own io_uring, so the kernel
+ * signals it per completion; with the pool, a pool thread appends the
+ * finished request to the ring's done list and writes the eventfd.  Reads
+ * served from an in-memory buf go on the done list too, so every callback
+ * runs from ssd_ring_reap on the owning thread.
+ * io_uring reads: at most queue_depth SQEs in flight per ring; beyond that,
+ * or when the SQ stays full after a submit, requests wait on a backlog that
+ * each reap flushes.  A short read is resubmitted for the rest; -EAGAIN and
+ * -EINTR are resubmitted; EOF and other errors complete with SSD_ERR_IO.
+ * Buf writes with io_uring go through one store-wide ring; submitters
+ * serialize on wlock and one reaper thread waits for completions, resubmits
+ * short or -EAGAIN writes, and runs the write callbacks.
+ * Pool: nthreads threads take jobs from one FIFO (pool_lock/pool_cond);
+ * each job is one pread or pwrite loop.
+ *
+ * Threads: see ssd.h.  Ring functions on the owning thread only.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ssd/internal.h"
+
+#define REAP_BATCH 32u
+#define WRITE_STOP_TAG 1u        /* user_data of the reaper's stop NOP */
+
+static void efd_signal(int efd)
+{
+    uint64_t one = 1;
+    while (write(efd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+/* ---- uring write path ---------------------------------------------------- */
+
+/* wlock held.  Queues the rest of b's write; submits. */
+static int do_wuring_queue(struct ssd_store *s, struct ssd_buf *b)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->wur);
+    if (sqe == NULL) {                       /* SQ full: flush, retry */
+        io_uring_submit(&s->wur);
+        sqe = io_uring_get_sqe(&s->wur);
+        if (sqe == NULL)
+            return -EBUSY;
+    }
+    io_uring_prep_write(sqe, s->fd, b->mem + b->wdone,
+                        (unsigned)(b->wlen - b->wdone), b->fpos + b->wdone);
+    io_uring_sqe_set_data(sqe, b);
+    int rc = io_uring_submit(&s->wur);
+    /* -EAGAIN/-EBUSY: the SQE stays in the SQ and goes with the next
+     * submit; anything else is a real failure. */
+    return rc < 0 && rc != -EAGAIN && rc != -EBUSY ? rc : 0;
+}
+
+int ssd_wuring_submit(struct ssd_store *s, struct ssd_buf *b)
+{
+    int rc;
+    pthread_mutex_lock(&s->wlock);
+    for (int tries = 0; (rc = do_wuring_queue(s, b)) == -EBUSY && tries < 1000;
+         tries++) {
+        pthread_mutex_unlock(&s->wlock);
+        usleep(100);                       /* SQ full of writes: let it drain */
+        pthread_mutex_lock(&s->wlock);
+    }
+    pthread_mutex_unlock(&s->wlock);
+    return rc;
+}
+
+static void *wuring_reaper(void *arg)
+{
+    struct ssd_store *s = arg;
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        int rc = io_uring_wait_cqe(&s->wur, &cqe);
+        if (rc == -EINTR || rc == -EAGAIN)
+            continue;
+        if (rc < 0)
+            break;                         /* ring unusable: nothing to do */
+        void *data = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&s->wur, cqe);
+        if ((uintptr_t)data == WRITE_STOP_TAG)
+            break;
+        struct ssd_buf *b = data;
+        /* The buf's write fields were set before its SQE was queued under
+         * wlock; taking wlock here makes that ordering visible to thread
+         * checkers too (the kernel already orders SQE -> CQE). */
+        pthread_mutex_lock(&s->wlock);
+        bool again = res == -EAGAIN || res == -EINTR ||
+                     (res > 0 && (b->wdone += (size_t)res) < b->wlen);
+        bool ok = res > 0 && b->wdone == b->wlen;
+        pthread_mutex_unlock(&s->wlock);
+        if (again) {
+            if (ssd_wuring_submit(s, b) == 0)
+                continue;                  /* rest of the write resubmitted */
+            ok = false;
+        }
+        ssd_buf_write_done(b, ok ? SSD_OK : SSD_ERR_IO);
+    }
+    return NULL;
+}
+
+int ssd_wuring_start(struct ssd_store *s)
+{
+    unsigned qd = s->queue_depth;
+    if (io_uring_queue_init(qd, &s->wur, 0) < 0)
+        return -1;
+    if (pthread_create(&s->wthread, NULL, wuring_reaper, s) != 0) {
+        io_uring_queue_exit(&s->wur);
+        return -1;
+    }
+    s->wuring = true;
+    return 0;
+}
+
+void ssd_wuring_stop(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->wlock);
+    struct io_uring_sqe *sqe;
+    while ((sqe = io_uring_get_sqe(&s->wur)) == NULL)
+        io_uring_submit(&s->wur);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data(sqe, (void *)(uintptr_t)WRITE_STOP_TAG);
+    while (io_uring_submit(&s->wur) < 0)
+        usleep(100);
+    pthread_mutex_unlock(&s->wlock);
+    pthread_join(s->wthread, NULL);
+    io_uring_queue_exit(&s->wur);
+    s->wuring = false;
+}
+
+/* ---- thread pool --------------------------------------------------------- */
+
+static void ring_done_push(struct ssd_ring *r, struct ssd_req *q)
+{
+    q->next = NULL;
+    pthread_mutex_lock(&r->done_lock);
+    if (r->done_tail != NULL)
+        r->done_tail->next = q;
+    else
+        r->done = q;
+    r->done_tail = q;
+    /* Signal under the lock: once the owner has taken done_lock in
+     * ssd_ring_destroy, no pusher touches r again. */
+    efd_signal(r->efd);
+    pthread_mutex_unlock(&r->done_lock);
+}
+
+/* pread/pwrite until done; short transfers continue, EINTR/EAGAIN retry. */
+static int rw_full(int fd, char *mem, size_t len, uint64_t pos, bool wr,
+                   size_t *done)
+{
+    while (*done < len) {
+        ssize_t n = wr ? pwrite(fd, mem + *done, len - *done, (off_t)(pos + *done))
+                       : pread(fd, mem + *done, len - *done, (off_t)(pos + *done));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -1;
+        *done += (size_t)n;
+    }
+    return 0;
+}
+
+static void *pool_main(void *arg)
+{
+    struct ssd_store *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->pool_lock);
+        while (s->jobs == NULL && !s->pool_stop)
+            pthread_cond_wait(&s->pool_cond, &s->pool_lock);
+        struct pool_job *j = s->jobs;
+        if (j == NULL) {                   /* stopping and drained */
+            pthread_mutex_unlock(&s->pool_lock);
+            return NULL;
+        }
+        s->jobs = j->next;
+        if (s->jobs == NULL)
+            s->jobs_tail = NULL;
+        pthread_mutex_unlock(&s->pool_lock);
+
+        if (j->buf != NULL) {
+            struct ssd_buf *b = j->buf;
+            int rc = rw_full(s->fd, b->mem, b->wlen, b->fpos, true, &b->wdone);
+            free(j);
+            ssd_buf_write_done(b, rc == 0 ? SSD_OK : SSD_ERR_IO);
+        } else {
+            struct ssd_req *q = j->req;
+            free(j);
+            if (rw_full(s->fd, q->mem, q->xlen, q->fpos, false, &q->done) != 0)
+                q->status = SSD_ERR_IO;
+            ring_done_push(q->ring, q);
+        }
+    }
+}
+
+int ssd_pool_push(struct ssd_store *s, struct ssd_req *req, struct ssd_buf *b)
+{
+    struct pool_job *j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return -ENOMEM;
+    j->req = req;
+    j->buf = b;
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->jobs_tail != NULL)
+        s->jobs_tail->next = j;
+    else
+        s->jobs = j;
+    s->jobs_tail = j;
+    pthread_cond_signal(&s->pool_cond);
+    pthread_mutex_unlock(&s->pool_lock);
+    return 0;
+}
+
+int ssd_pool_start(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->pool_started) {
+        pthread_mutex_unlock(&s->pool_lock);
+        return 0;
+    }
+    s->pool = calloc(s->nthreads, sizeof *s->pool);
+    unsigned n = 0;
+    if (s->pool != NULL)
+        for (; n < s->nthreads; n++)
+            if (pthread_create(&s->pool[n], NULL, pool_main, s) != 0)
+                break;
+    if (n == 0) {
+        free(s->pool);
+        s->pool = NULL;
+        pthread_mutex_unlock(&s->pool_lock);
+        return -1;
+    }
+    s->nthreads = n;
+    s->pool_started = true;
+    pthread_mutex_unlock(&s->pool_lock);
+    return 0;
+}
+
+void ssd_pool_stop(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->pool_lock);
+    bool started = s->pool_started;
+    s->pool_stop = true;
+    pthread_cond_broadcast(&s->pool_cond);
+    pthread_mutex_unlock(&s->pool_lock);
+    if (!started)
+        return;
+    for (unsigned i = 0; i < s->nthreads; i++)
+        pthread_join(s->pool[i], NULL);
+    free(s->pool);
+    s->pool = NULL;
+    s->pool_started = false;
+}
+
+/* ---- rings --------------------------------------------------------------- */
+
+struct ssd_ring *ssd_ring_create(struct ssd_store *s)
+{
+    struct ssd_ring *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->s = s;
+    pthread_mutex_init(&r->done_lock, NULL);
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0)
+        goto fail;
+    if (s->engine == SSD_IO_URING &&
+        io_uring_queue_init(s->queue_depth, &r->ur, 0) == 0) {
+        if (io_uring_register_eventfd(&r->ur, r->efd) == 0) {
+            r->uring = true;
+            return r;
+        }
+        io_uring_queue_exit(&r->ur);
+    }
+    /* This ring falls back to the pool (started on first need). */
+    if (ssd_pool_start(s) != 0)
+        goto fail;
+    return r;
+fail: {
+        int e = errno;
+        if (r->efd >= 0)
+            close(r->efd);
+        pthread_mutex_destroy(&r->done_lock);
+        free(r);
+        errno = e;
+        return NULL;
+    }
+}
+
+int ssd_ring_eventfd(const struct ssd_ring *r)
+{
+    return r->efd;
+}
+
+unsigned ssd_ring_pending(const struct ssd_ring *r)
+{
+    return r->pending;
+}
+
+/* Owner thread.  Queues q's remaining extent in the SQ, or on the backlog
+ * when the ring is at depth or the SQ stays full.  Does not submit. */
+static void ring_queue(struct ssd_ring *r, struct ssd_req *q)
+{
+    struct io_uring_sqe *sqe = NULL;
+    if (r->backlog == NULL && r->sq_inflight < r->s->queue_depth) {
+        sqe = io_uring_get_sqe(&r->ur);
+        if (sqe == NULL) {
+            io_uring_submit(&r->ur);
+            sqe = io_uring_get_sqe(&r->ur);
+        }
+    }
+    if (sqe == NULL) {
+        q->next = NULL;
+        if (r->backlog_tail != NULL)
+            r->backlog_tail->next = q;
+        else
+            r->backlog = q;
+        r->backlog_tail = q;
+        return;
+    }
+    io_uring_prep_read(sqe, r->s->fd, q->mem + q->done,
+                       (unsigned)(q->xlen - q->done), q->fpos + q->done);
+    io_uring_sqe_set_data(sqe, q);
+    r->sq_inflight++;
+}
+
+static void ring_flush_backlog(struct ssd_ring *r)
+{
+    while (r->backlog != NULL && r->sq_inflight < r->s->queue_depth) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ur);
+        if (sqe == NULL) {
+            io_uring_submit(&r->ur);
+            if ((sqe = io_uring_get_sqe(&r->ur)) == NULL)
+                break;
+        }
+        struct ssd_req *q = r->backlog;
+        r->backlog = q->next;
+        if (r->backlog == NULL)
+            r->backlog_tail = NULL;
+        io_uring_prep_read(sqe, r->s->fd, q->mem + q->done,
+                           (unsigned)(q->xlen - q->done), q->fpos + q->done);
+        io_uring_sqe_set_data(sqe, q);
+        r->sq_inflight++;
+    }
+    /* -EAGAIN/-EBUSY leave the SQEs queued: wake the owner so that its
+     * next reap submits them again, since no completion will. */
+    if (io_uring_sq_ready(&r->ur) != 0 && io_uring_submit(&r->ur) < 0)
+        efd_signal(r->efd);
+}
+
+static void req_complete(struct ssd_ring *r, struct ssd_req *q)
+{
+    struct ssd_store *s = r->s;
+    const char *data = NULL;
+    size_t len = 0;
+    if (q->status == SSD_OK && !ssd_ref_current(s, q->ref))
+        q->status = SSD_ERR_STALE;      /* reclaimed while we read */
+    if (q->status == SSD_OK) {
+        data = q->mem + q->skip;
+        len = q->len;
+    }
+    r->pending--;
+    q->cb(q->arg, q->status, data, len);
+    free(q->mem);
+    free(q);
+}
+
+/* One CQE of a read; returns true when q is finished. */
+static bool ring_handle_cqe(struct ssd_ring *r, struct ssd_req *q, int res)
+{
+    r->sq_inflight--;
+    if (res == -EAGAIN || res == -EINTR) {
+        ring_queue(r, q);
+        return false;
+    }
+    if (res <= 0) {
+        q->status = SSD_ERR_IO;
+        return true;
+    }
+    q->done += (size_t)res;
+    if (q->done < q->xlen) {            /* short read: ask for the rest */
+        ring_queue(r, q);
+        return false;
+    }
+    return true;
+}
+
+unsigned ssd_ring_reap(struct ssd_ring *r)
+{
+    struct ssd_store *s = r->s;
+    unsigned ran = 0;
+    uint64_t v;
+    /* Clear the eventfd first, then drain: a completion arriving after
+     * this read signals it again, so none is missed. */
+    while (read(r->efd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+    if (r->uring) {
+        struct io_uring_cqe *cqes[REAP_BATCH];
+        unsigned n;
+        while ((n = io_uring_peek_batch_cqe(&r->ur, cqes, REAP_BATCH)) > 0) {
+            struct ssd_req *fin[REAP_BATCH];
+            unsigned nfin = 0;
+            for (unsigned i = 0; i < n; i++) {
+                struct ssd_req *q = io_uring_cqe_get_data(cqes[i]);
+                int res = cqes[i]->res;
+                if (ring_handle_cqe(r, q, res)) {
+                    if (q->status != SSD_OK)
+                        ST_ADD(s, io_errors, 1);
+                    else
+                        ST_ADD(s, bytes_read, q->xlen);
+                    ST_SUB(s, inflight, 1);
+                    fin[nfin++] = q;
+                }
+            }
+            io_uring_cq_advance(&r->ur, n);
+            for (unsigned i = 0; i < nfin; i++, ran++)
+                req_complete(r, fin[i]);
+        }
+        ring_flush_backlog(r);
+    }
+    pthread_mutex_lock(&r->done_lock);
+    struct ssd_req *q = r->done;
+    r->done = r->done_tail = NULL;
+    pthread_mutex_unlock(&r->done_lock);
+    while (q != NULL) {
+        struct ssd_req *next = q->next;
+        if (q->xlen != 0) {             /* device read (pool) */
+            ST_SUB(s, inflight, 1);
+            if (q->status != SSD_OK)
+                ST_ADD(s, io_errors, 1);
+            else
+                ST_ADD(s, bytes_read, q->xlen);
+        }
+        req_complete(r, q);
+        ran++;
+        q = next;
+    }
+    return ran;
+}
+
+void ssd_ring_destroy(struct ssd_ring *r)
+{
+    if (r == NULL)
+        return;
+    while (r->pending != 0) {
+        struct pollfd pfd = { .fd = r->efd, .events = POLLIN };
+        if (ssd_ring_reap(r) == 0 && r->pending != 0)
+            (void)poll(&pfd, 1, 10);
+    }
+    pthread_mutex_lock(&r->done_lock);  /* wait out a pusher's signal */
+    pthread_mutex_unlock(&r->done_lock);
+    if (r->uring)
+        io_uring_queue_exit(&r->ur);
+    close(r->efd);
+    pthread_mutex_destroy(&r->done_lock);
+    free(r);
+}
+
+/* Builds and starts one read of [off, off + len) of ref's page, where
+ * whole says the caller wants the buf's whole used part. */
+static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
+                                 size_t len, bool whole, ssd_read_cb cb,
+                                 void *arg)
+{
+    struct ssd_store *s = r->s;
+    if (cb == NULL)
+        return SSD_ERR_ARG;
+    if (!ssd_ref_current(s, ref))
+        return SSD_ERR_STALE;
+    if (!whole && (len == 0 || off % s->buf_size + len > s->buf_size))
+        return SSD_ERR_ARG;
+    size_t start = off / SSD_BLOCK * SSD_BLOCK;
+    size_t end = (off + len + SSD_BLOCK - 1) / SSD_BLOCK * SSD_BLOCK;
+    struct ssd_req *q = calloc(1, sizeof *q);
+    void *mem = NULL;
+    if (q == NULL || posix_memalign(&mem, SSD_BLOCK, whole ? s->buf_size
+                                                           : end - start) != 0) {
+        free(q);
+        return SSD_ERR_NOMEM;
+    }
+    q->mem = mem;
+    q->ring = r;
+    q->ref = ref;
+    q->cb = cb;
+    q->arg = arg;
+    q->skip = off - start;
+    q->len = len;
+    ST_ADD(s, reads, 1);
+    r->pending++;
+    size_t used = 0;
+    if (ssd_buf_copy_if_mem(s, ref, len, whole, q->mem + q->skip, &used)) {
+        if (whole)
+            q->len = used;
+        ST_ADD(s, reads_mem, 1);
+        ring_done_push(r, q);           /* xlen 0 marks a memory read */
+        return SSD_OK;
+    }
+    if (whole) {                        /* used length known since submit */
+        pthread_mutex_lock(&s->lock);
+        q->len = s->buf_used[(size_t)ssd_ref_page(ref) * s->bufs_per_page +
+                             off / s->buf_size];
+        pthread_mutex_unlock(&s->lock);
+        end = start + (q->len + SSD_BLOCK - 1) / SSD_BLOCK * SSD_BLOCK;
+        if (end == start)
+            end = start + SSD_BLOCK;
+    }
+    q->fpos = ssd_page_fpos(s, ssd_ref_page(ref)) + start;
+    q->xlen = end - start;
+    ST_ADD(s, inflight, 1);
+    if (r->uring) {
+        ring_queue(r, q);
+        if (io_uring_submit(&r->ur) < 0)
+            efd_signal(r->efd);         /* the next reap retries */
+    } else if (ssd_pool_push(s, q, NULL) != 0) {
+        ST_SUB(s, inflight, 1);
+        r->pending--;
+        free(q->mem);
+        free(q);
+        return SSD_ERR_NOMEM;
+    }
+    return SSD_OK;
+}
+
+enum ssd_status ssd_read(struct ssd_ring *r, uint64_t ref, size_t len,
+                         ssd_read_cb cb, void *arg)
+{
+    return ring_read(r, ref, ssd_ref_offset(ref), len, false, cb, arg);
+}
+
+enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
+                             ssd_read_cb cb, void *arg)
+{
+    size_t bs = r->s->buf_size;
+    return ring_read(r, ref, ssd_ref_offset(ref) / bs * bs, 0, true, cb, arg);
+}

@@ -1,0 +1,277 @@
+/*
+ * ssd.h - the SSD tier's storage engine: a page store on a file or block
+ * device opened O_DIRECT, written in whole bufs and read asynchronously.
+ * This header is the whole interface.
+ *
+ * Layout.  Offset 0 holds a 4 KiB self-describing header block (magic,
+ * format version, sizes, dirty flag; see ssd/internal.h).  Pages follow it,
+ * each page_size bytes, each cut into page_size / buf_size bufs.  A buf is
+ * the unit of writing (one write per buf) and of whole-buf fetches.
+ *
+ * References.  A tuple is named by an 8-byte reference
+ *     { page version:16 | page id:16 | offset in page:32 }
+ * (ssd_ref_pack / ssd_ref_*).  Page versions start at 1 and skip 0, so the
+ * reference 0 never names a tuple and means "none".  When a page is
+ * reclaimed its version is bumped; ssd_ref_current() then says false for
+ * every older reference into it.
+ *
+ * Page life: FREE -> OPEN (bufs being handed out / written) -> SEALED (every
+ * buf written or released) -> FREE again once its live bytes reach 0.
+ * Live bytes grow with ssd_buf_append and shrink with ssd_mark_dead.  All
+ * page metadata lives in DRAM; nothing but whole bufs and the header block
+ * is ever written to the device.
+ *
+ * I/O engines.  SSD_IO_URING (default): each ssd_ring owns an io_uring for
+ * its reads; buf writes go through one store-wide io_uring whose
+ * completions are reaped by an internal thread.  If io_uring_queue_init
+ * fails the store falls back to SSD_IO_THREADS: a pool of threads doing
+ * pread/pwrite, handing read completions back through the ring's eventfd.
+ * The API and callback threads are the same for both engines.
+ *
+ * Threads: ssd_open/ssd_close must not race with any other call on the
+ * store.  Every other store-level function may be called from any thread.
+ * An ssd_ring belongs to the thread that created it: ssd_read, ssd_read_buf,
+ * ssd_ring_reap and ssd_ring_destroy are called on that thread only, and
+ * read callbacks run there, from ssd_ring_reap.  An ssd_buf is filled by
+ * one thread at a time (its owner); ssd_buf_lookup may run concurrently.
+ *
+ * This library includes no server header and uses no server global.
+ */
+#ifndef SSD_SSD_H
+#define SSD_SSD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SSD_BLOCK 4096u              /* O_DIRECT granule; read extents align to it */
+#define SSD_TUPLE_ALIGN 8u           /* tuple starts inside a buf align to this */
+/* 8 MB pages: 32 bufs of 256 KB.  Whole-page reclaim needs every tuple of
+ * the page dead, so pages must be small enough that this happens without
+ * much defrag and that even a 1 GB device has 128 pages to choose from,
+ * yet with 16-bit page ids they still address 512 GB. */
+#define SSD_DEFAULT_PAGE_SIZE (8u * 1024u * 1024u)
+/* 256 KB bufs: one write holds ~250 tuples of ~1 KB, large enough to reach
+ * full sequential bandwidth on NVMe, small enough that an evictor fills
+ * one quickly and a whole-buf fetch costs one modest read. */
+#define SSD_DEFAULT_BUF_SIZE (256u * 1024u)
+#define SSD_DEFAULT_QUEUE_DEPTH 64u
+#define SSD_DEFAULT_THREADS 4u
+#define SSD_MAX_PAGES 65536u         /* 16-bit page id */
+
+struct ssd_store;                    /* opaque */
+struct ssd_buf;                      /* opaque */
+struct ssd_ring;                     /* opaque */
+
+enum ssd_status {
+    SSD_OK = 0,
+    SSD_ERR_ARG,     /* bad configuration or argument (size too small...) */
+    SSD_ERR_OPEN,    /* the path cannot be opened, created or sized */
+    SSD_ERR_DIRECT,  /* the file system refuses O_DIRECT (tmpfs, /dev/shm) */
+    SSD_ERR_NOMEM,   /* DRAM for metadata, bufs or requests */
+    SSD_ERR_IO,      /* a read or write failed or came back short */
+    SSD_ERR_URING,   /* io_uring setup failed and threads were not allowed */
+    SSD_ERR_FULL,    /* no free page */
+    SSD_ERR_NOSPACE, /* the tuple does not fit in the rest of the buf */
+    SSD_ERR_STALE,   /* the reference's page was reclaimed (version changed) */
+};
+
+/* Static text for st; never NULL. */
+const char *ssd_strerror(enum ssd_status st);
+
+enum ssd_engine {
+    SSD_IO_URING = 0,  /* default; falls back to threads if setup fails */
+    SSD_IO_THREADS,    /* force the pread/pwrite thread pool */
+};
+
+struct ssd_config {
+    /* A file (created if absent) or a block device. */
+    const char *path;
+    /* Bytes.  A file is preallocated to this size (fallocate, else
+     * ftruncate).  0 uses the existing file's or device's size. */
+    uint64_t size;
+    size_t page_size;     /* multiple of buf_size, <= 4 GB; 0 = 8 MB */
+    size_t buf_size;      /* multiple of 4 KiB; 0 = 256 KB */
+    enum ssd_engine engine;
+    unsigned queue_depth; /* io_uring entries per ring; 0 = 64 */
+    unsigned threads;     /* pool size for SSD_IO_THREADS; 0 = 4 */
+};
+
+enum ssd_prev_state {
+    SSD_PREV_NONE = 0,   /* no header: new file or foreign contents */
+    SSD_PREV_CLEAN,      /* our header, closed cleanly */
+    SSD_PREV_DIRTY,      /* our header, not closed (crash) */
+};
+
+struct ssd_info {
+    enum ssd_engine engine;        /* engine actually in use */
+    uint64_t size;                 /* bytes of the device/file */
+    size_t page_size, buf_size;
+    unsigned npages, bufs_per_page;
+    enum ssd_prev_state prev_state;
+};
+
+/*
+ * Opens cfg->path O_DIRECT, sizes it, and formats a fresh store (nothing
+ * stored before is kept; the old header is only reported as prev_state).
+ * The header is marked dirty until ssd_close.  cfg and cfg->path are
+ * copied.  On success *out owns the store; on failure *out is NULL and
+ * errno holds the cause of the failing system call, if any.
+ */
+enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out);
+
+/*
+ * Waits for buf writes in flight, syncs, clears the dirty flag, closes
+ * and frees s.  Every ring must have been destroyed and every buf
+ * submitted (and, if its write failed, released) before.  NULL is a no-op.
+ */
+void ssd_close(struct ssd_store *s);
+
+void ssd_get_info(const struct ssd_store *s, struct ssd_info *out);
+
+/* ---- References ---------------------------------------------------------- */
+
+static inline uint64_t ssd_ref_pack(uint16_t version, uint16_t page,
+                                    uint32_t offset)
+{
+    return ((uint64_t)version << 48) | ((uint64_t)page << 32) | offset;
+}
+static inline uint16_t ssd_ref_version(uint64_t ref) { return (uint16_t)(ref >> 48); }
+static inline uint16_t ssd_ref_page(uint64_t ref) { return (uint16_t)(ref >> 32); }
+static inline uint32_t ssd_ref_offset(uint64_t ref) { return (uint32_t)ref; }
+
+/* True while ref's page still carries ref's version (the tuple may still be
+ * live; it is certainly gone when false).  False for 0 and bad page ids. */
+bool ssd_ref_current(const struct ssd_store *s, uint64_t ref);
+
+/* ---- Pages ---------------------------------------------------------------
+ * ssd_buf_open shares one store-wide open page between all writers.  A
+ * caller that wants a page of its own (defrag packing a target page) takes
+ * one with ssd_page_alloc, fills it through ssd_buf_open_page, and calls
+ * ssd_page_finish when it will open no more bufs in it.
+ */
+
+/* Takes a free page (state OPEN; its version is not changed).  Returns the
+ * page id, or -1 when no page is free. */
+int ssd_page_alloc(struct ssd_store *s);
+
+/* No more bufs will be opened in page (its unused slots stay empty); the
+ * page seals once its bufs are all written or released. */
+void ssd_page_finish(struct ssd_store *s, int page);
+
+/* Subtracts len from the live bytes of ref's page.  A sealed page whose
+ * live bytes reach 0 is reclaimed at once: version bumped, page freed.
+ * Returns false (and changes nothing) when ref is stale. */
+bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len);
+
+/* ---- Write bufs ----------------------------------------------------------
+ * Life of a buf: open -> append* -> submit -> callback.  On success the
+ * library frees the buf after the callback returns (later reads go to the
+ * device).  On failure the buf and its tuples stay readable (lookup and
+ * ssd_read keep serving them from memory) until the caller calls
+ * ssd_buf_release.  A buf never submitted is dropped with ssd_buf_release.
+ */
+
+/* Opens a buf bound to the next free buf slot of the store's open page,
+ * taking a new page when needed.  SSD_ERR_FULL when no page is free. */
+enum ssd_status ssd_buf_open(struct ssd_store *s, struct ssd_buf **out);
+/* Same, in a page obtained from ssd_page_alloc; SSD_ERR_FULL when that
+ * page has no unused buf slot left. */
+enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
+                                  struct ssd_buf **out);
+
+/* Appends len bytes at the next SSD_TUPLE_ALIGN boundary of the buf and
+ * stores the tuple's reference in *ref_out; the reference is usable at
+ * once.  A tuple may straddle 4 KiB blocks but never bufs:
+ * SSD_ERR_NOSPACE when it does not fit in what is left (submit and open a
+ * new buf), SSD_ERR_ARG when len is 0 or after submit. */
+enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
+                               uint64_t *ref_out);
+
+/* Bytes appended so far (including alignment padding). */
+size_t ssd_buf_used(const struct ssd_buf *b);
+
+/* status is SSD_OK or SSD_ERR_IO.  Runs on a library thread (the uring
+ * write reaper or a pool thread); keep it short.  b stays valid until it
+ * returns, and on failure until ssd_buf_release. */
+typedef void (*ssd_write_cb)(void *arg, struct ssd_buf *b,
+                             enum ssd_status status);
+
+/* Writes the used part of b (rounded up to 4 KiB, padding zeroed) with one
+ * write.  The caller must not append after this.  Returns SSD_OK once
+ * queued (cb will run exactly once), else an error and cb never runs. */
+enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg);
+
+/* Drops a buf that was never submitted or whose write failed.  Its tuples
+ * are not marked dead: the caller does that for the ones it gives up. */
+void ssd_buf_release(struct ssd_buf *b);
+
+/* If ref's buf is still in memory (unwritten, in flight, or failed),
+ * returns a pointer to the tuple inside it, pins the buf and stores the pin
+ * in *pin; the pointer stays valid until ssd_buf_unpin(*pin).  Returns NULL
+ * (and no pin) when the tuple must be read from the device or ref is
+ * stale.  len bytes must lie inside the buf. */
+const void *ssd_buf_lookup(struct ssd_store *s, uint64_t ref, size_t len,
+                           struct ssd_buf **pin);
+void ssd_buf_unpin(struct ssd_buf *pin);
+
+/* ---- Async reads ---------------------------------------------------------
+ * data points at the first byte of the tuple (or of the buf, for
+ * ssd_read_buf) inside a buffer owned by the ring; it is valid only until
+ * the callback returns.  status: SSD_OK, SSD_ERR_IO, or SSD_ERR_STALE when
+ * the page was reclaimed before or during the read (data is NULL then).
+ * A read of a tuple still in an in-memory buf is served from that buf.
+ */
+typedef void (*ssd_read_cb)(void *arg, enum ssd_status status,
+                            const char *data, size_t len);
+
+/* One per thread; NULL with errno set on failure. */
+struct ssd_ring *ssd_ring_create(struct ssd_store *s);
+/* Waits for this ring's outstanding reads, running their callbacks, then
+ * frees it.  NULL is a no-op. */
+void ssd_ring_destroy(struct ssd_ring *r);
+/* Non-blocking eventfd that becomes readable when callbacks are ready;
+ * the caller watches it (libevent) and calls ssd_ring_reap.  Owned by the
+ * ring: do not close it. */
+int ssd_ring_eventfd(const struct ssd_ring *r);
+/* Runs every ready callback; never blocks.  Returns how many ran. */
+unsigned ssd_ring_reap(struct ssd_ring *r);
+/* Reads not yet called back. */
+unsigned ssd_ring_pending(const struct ssd_ring *r);
+
+/* Reads the 4 KiB-aligned extent covering [offset, offset + len) of ref.
+ * SSD_OK: cb will run exactly once, from ssd_ring_reap.  Otherwise it
+ * never runs (SSD_ERR_ARG for a bad range, SSD_ERR_STALE, SSD_ERR_NOMEM). */
+enum ssd_status ssd_read(struct ssd_ring *r, uint64_t ref, size_t len,
+                         ssd_read_cb cb, void *arg);
+/* Reads the whole buf holding ref (any tuple in it): cb gets the buf's
+ * first byte and its used length. */
+enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
+                             ssd_read_cb cb, void *arg);
+
+/* ---- Statistics ----------------------------------------------------------
+ * One line per counter: name, help.  Gauges and counters are relaxed
+ * atomics read without a lock, so a snapshot is not a consistent cut.
+ */
+#define SSD_STATS_FIELDS(X) \
+    X(pages_used,    "pages open or sealed") \
+    X(pages_free,    "pages on the free list") \
+    X(live_bytes,    "bytes of tuples not yet marked dead") \
+    X(bufs_written,  "buf writes completed successfully") \
+    X(bytes_written, "bytes written by buf writes") \
+    X(reads,         "ssd_read/ssd_read_buf calls accepted") \
+    X(reads_mem,     "reads served from an in-memory buf") \
+    X(bytes_read,    "bytes read from the device") \
+    X(inflight,      "device reads and writes in flight") \
+    X(reclaimed,     "pages reclaimed (version bumped)") \
+    X(io_errors,     "failed or short device reads and writes")
+
+struct ssd_stats {
+#define SSD_STATS_DECL(name, help) uint64_t name;
+    SSD_STATS_FIELDS(SSD_STATS_DECL)
+#undef SSD_STATS_DECL
+};
+
+void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out);
+
+#endif

@@ -1,0 +1,438 @@
+/*
+ * store.c - opening, formatting and closing an SSD store; the page table.
+ *
+ * Owns: the file descriptor, the header block at offset 0, and the DRAM
+ * page table (version, state, live bytes, free list) plus counters.
+ *
+ * Design.  ssd_open validates the configuration, opens the path O_DIRECT
+ * (a refusal is reported as SSD_ERR_DIRECT, never silently buffered),
+ * preallocates a file with fallocate (ftruncate when the file system cannot
+ * fallocate), inspects the old header (reported as prev_state), writes a
+ * fresh header marked dirty, and starts the I/O engine: the uring write
+ * reaper, or the thread pool when io_uring is refused or not wanted.
+ * ssd_close drains buf writes, fdatasyncs, and writes the header clean.
+ *
+ * Pages: FREE -> OPEN when handed out; OPEN -> SEALED when no buf slot is
+ * left to hand out and every buf handed out was written or released;
+ * SEALED -> FREE (version bumped, skipping 0) as soon as its live bytes
+ * reach 0.  All transitions are under store->lock; the version is also an
+ * atomic so that reference checks take no lock.
+ *
+ * Threads: ssd_open/ssd_close alone; everything else from any thread.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ssd/internal.h"
+
+const char *ssd_strerror(enum ssd_status st)
+{
+    switch (st) {
+    case SSD_OK: return "ok";
+    case SSD_ERR_ARG: return "bad configuration or argument";
+    case SSD_ERR_OPEN: return "cannot open, create or size the SSD path";
+    case SSD_ERR_DIRECT: return "file system refuses O_DIRECT";
+    case SSD_ERR_NOMEM: return "out of memory";
+    case SSD_ERR_IO: return "SSD I/O error";
+    case SSD_ERR_URING: return "io_uring setup failed";
+    case SSD_ERR_FULL: return "no free SSD page";
+    case SSD_ERR_NOSPACE: return "tuple does not fit in the buf";
+    case SSD_ERR_STALE: return "stale SSD reference";
+    }
+    return "unknown ssd status";
+}
+
+uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page)
+{
+    return SSD_DATA_OFF + (uint64_t)page * s->page_size;
+}
+
+static enum ssd_status check_config(const struct ssd_config *c,
+                                    size_t *page, size_t *buf)
+{
+    *page = c->page_size ? c->page_size : SSD_DEFAULT_PAGE_SIZE;
+    *buf = c->buf_size ? c->buf_size : SSD_DEFAULT_BUF_SIZE;
+    if (c->path == NULL || c->path[0] == '\0')
+        return SSD_ERR_ARG;
+    if (*buf < SSD_BLOCK || *buf % SSD_BLOCK != 0 || *buf > (1u << 30))
+        return SSD_ERR_ARG;
+    if (*page < *buf || *page % *buf != 0 || (uint64_t)*page > UINT32_MAX)
+        return SSD_ERR_ARG;
+    if (c->engine != SSD_IO_URING && c->engine != SSD_IO_THREADS)
+        return SSD_ERR_ARG;
+    return SSD_OK;
+}
+
+/* Opens and sizes the backing path; *size in/out. */
+static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errno == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_OPEN;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        goto fail;
+    if (S_ISBLK(st.st_mode)) {
+        uint64_t dev;
+        if (ioctl(fd, BLKGETSIZE64, &dev) != 0)
+            goto fail;
+        if (*size == 0 || *size > dev)
+            *size = dev;
+    } else if (*size == 0) {
+        *size = (uint64_t)st.st_size;
+    } else if ((uint64_t)st.st_size != *size) {
+        if (ftruncate(fd, (off_t)*size) != 0)
+            goto fail;
+        int rc = fallocate(fd, 0, 0, (off_t)*size);
+        if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+            goto fail;
+    }
+    *fdp = fd;
+    return SSD_OK;
+fail: {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return SSD_ERR_OPEN;
+    }
+}
+
+/* Writes the header block; O_DIRECT needs an aligned 4 KiB buffer. */
+static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
+{
+    void *blk;
+    if (posix_memalign(&blk, SSD_BLOCK, SSD_BLOCK) != 0)
+        return SSD_ERR_NOMEM;
+    memset(blk, 0, SSD_BLOCK);
+    struct ssd_disk_header *h = blk;
+    memcpy(h->magic, SSD_MAGIC, sizeof h->magic);
+    h->version = SSD_FORMAT_VERSION;
+    h->dirty = dirty;
+    h->size = s->size;
+    h->page_size = s->page_size;
+    h->buf_size = s->buf_size;
+    h->data_off = SSD_DATA_OFF;
+    h->npages = s->npages;
+    ssize_t n = pwrite(s->fd, blk, SSD_BLOCK, 0);
+    int e = errno;
+    free(blk);
+    if (n != (ssize_t)SSD_BLOCK) {
+        ST_ADD(s, io_errors, 1);
+        errno = n < 0 ? e : EIO;
+        /* Some file systems accept O_DIRECT at open and refuse the I/O. */
+        return n < 0 && e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
+    }
+    if (fdatasync(s->fd) != 0) {
+        ST_ADD(s, io_errors, 1);
+        return SSD_ERR_IO;
+    }
+    return SSD_OK;
+}
+
+static enum ssd_status read_prev_header(struct ssd_store *s)
+{
+    void *blk;
+    if (posix_memalign(&blk, SSD_BLOCK, SSD_BLOCK) != 0)
+        return SSD_ERR_NOMEM;
+    ssize_t n = pread(s->fd, blk, SSD_BLOCK, 0);
+    int e = errno;
+    const struct ssd_disk_header *h = blk;
+    s->prev_state = SSD_PREV_NONE;
+    if (n == (ssize_t)SSD_BLOCK && memcmp(h->magic, SSD_MAGIC, 8) == 0 &&
+        h->version == SSD_FORMAT_VERSION)
+        s->prev_state = h->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
+    free(blk);
+    if (n < 0) {
+        ST_ADD(s, io_errors, 1);
+        errno = e;
+        return e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
+    }
+    return SSD_OK;
+}
+
+static enum ssd_status init_pages(struct ssd_store *s)
+{
+    s->pages = calloc(s->npages, sizeof *s->pages);
+    s->buf_used = calloc((size_t)s->npages * s->bufs_per_page,
+                         sizeof *s->buf_used);
+    if (s->pages == NULL || s->buf_used == NULL)
+        return SSD_ERR_NOMEM;
+    for (unsigned i = 0; i < s->npages; i++) {
+        atomic_init(&s->pages[i].version, 1);
+        s->pages[i].state = PAGE_FREE;
+        s->pages[i].next_free = i + 1 < s->npages ? (int)i + 1 : -1;
+    }
+    s->free_head = 0;
+    s->cur_page = -1;
+    atomic_store(&s->st_pages_free, s->npages);
+    return SSD_OK;
+}
+
+static void free_store(struct ssd_store *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->wlock);
+    pthread_mutex_destroy(&s->pool_lock);
+    pthread_cond_destroy(&s->pool_cond);
+    free(s->pages);
+    free(s->buf_used);
+    free(s->path);
+    free(s);
+}
+
+enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
+{
+    size_t page_size, buf_size;
+    enum ssd_status st;
+
+    *out = NULL;
+    if (cfg == NULL)
+        return SSD_ERR_ARG;
+    st = check_config(cfg, &page_size, &buf_size);
+    if (st != SSD_OK)
+        return st;
+    /* Size check before touching the file system where we can. */
+    if (cfg->size != 0 && cfg->size < SSD_DATA_OFF + page_size)
+        return SSD_ERR_ARG;
+
+    struct ssd_store *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return SSD_ERR_NOMEM;
+    s->fd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->wlock, NULL);
+    pthread_mutex_init(&s->pool_lock, NULL);
+    pthread_cond_init(&s->pool_cond, NULL);
+    s->page_size = page_size;
+    s->buf_size = buf_size;
+    s->bufs_per_page = (unsigned)(page_size / buf_size);
+    s->queue_depth = cfg->queue_depth ? cfg->queue_depth : SSD_DEFAULT_QUEUE_DEPTH;
+    s->nthreads = cfg->threads ? cfg->threads : SSD_DEFAULT_THREADS;
+    s->engine = cfg->engine;
+    s->size = cfg->size;
+    s->path = strdup(cfg->path);
+    if (s->path == NULL) {
+        st = SSD_ERR_NOMEM;
+        goto fail;
+    }
+    st = open_backing(s->path, &s->size, &s->fd);
+    if (st != SSD_OK)
+        goto fail;
+    if (s->size < SSD_DATA_OFF + page_size) {
+        st = SSD_ERR_ARG;
+        goto fail;
+    }
+    uint64_t np = (s->size - SSD_DATA_OFF) / page_size;
+    s->npages = np > SSD_MAX_PAGES ? SSD_MAX_PAGES : (unsigned)np;
+    if ((st = init_pages(s)) != SSD_OK ||
+        (st = read_prev_header(s)) != SSD_OK ||
+        (st = write_header(s, 1)) != SSD_OK)
+        goto fail;
+
+    if (s->engine == SSD_IO_URING && ssd_wuring_start(s) != 0)
+        s->engine = SSD_IO_THREADS;        /* automatic fallback */
+    if (s->engine == SSD_IO_THREADS && ssd_pool_start(s) != 0) {
+        st = SSD_ERR_NOMEM;
+        goto fail;
+    }
+    *out = s;
+    return SSD_OK;
+fail: {
+        int e = errno;
+        free_store(s);
+        errno = e;
+        return st;
+    }
+}
+
+void ssd_close(struct ssd_store *s)
+{
+    if (s == NULL)
+        return;
+    /* Buf writes in flight finish first; their callbacks may still run. */
+    while (atomic_load(&s->st_inflight) != 0)
+        usleep(1000);
+    if (s->wuring)
+        ssd_wuring_stop(s);
+    ssd_pool_stop(s);
+    pthread_mutex_lock(&s->lock);
+    while (s->bufs != NULL) {          /* unsubmitted or failed bufs */
+        struct ssd_buf *b = s->bufs;
+        s->bufs = b->next;
+        free(b->mem);
+        free(b);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (fdatasync(s->fd) == 0)
+        (void)write_header(s, 0);      /* a failure leaves it dirty */
+    free_store(s);
+}
+
+void ssd_get_info(const struct ssd_store *s, struct ssd_info *out)
+{
+    out->engine = s->engine;
+    out->size = s->size;
+    out->page_size = s->page_size;
+    out->buf_size = s->buf_size;
+    out->npages = s->npages;
+    out->bufs_per_page = s->bufs_per_page;
+    out->prev_state = s->prev_state;
+}
+
+void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out)
+{
+    struct ssd_store *m = (struct ssd_store *)s;
+#define SSD_STATS_COPY(name, help) \
+    out->name = atomic_load_explicit(&m->st_##name, memory_order_relaxed);
+    SSD_STATS_FIELDS(SSD_STATS_COPY)
+#undef SSD_STATS_COPY
+}
+
+bool ssd_ref_current(const struct ssd_store *s, uint64_t ref)
+{
+    unsigned page = ssd_ref_page(ref);
+    if (ref == 0 || page >= s->npages || ssd_ref_offset(ref) >= s->page_size)
+        return false;
+    struct ssd_page *p = (struct ssd_page *)&s->pages[page];
+    return atomic_load_explicit(&p->version, memory_order_acquire) ==
+           ssd_ref_version(ref);
+}
+
+/* Lock held. */
+static int do_page_alloc(struct ssd_store *s)
+{
+    int id = s->free_head;
+    if (id < 0)
+        return -1;
+    struct ssd_page *p = &s->pages[id];
+    s->free_head = p->next_free;
+    p->next_free = -1;
+    p->state = PAGE_OPEN;
+    p->next_slot = 0;
+    p->bufs_out = 0;
+    p->live = 0;
+    memset(&s->buf_used[(size_t)id * s->bufs_per_page], 0,
+           s->bufs_per_page * sizeof *s->buf_used);
+    ST_SUB(s, pages_free, 1);
+    ST_ADD(s, pages_used, 1);
+    return id;
+}
+
+/* Lock held: page is SEALED with no live bytes. */
+static void do_page_reclaim(struct ssd_store *s, unsigned id)
+{
+    struct ssd_page *p = &s->pages[id];
+    uint32_t v = atomic_load_explicit(&p->version, memory_order_relaxed);
+    v = v == UINT16_MAX ? 1 : v + 1;
+    atomic_store_explicit(&p->version, v, memory_order_release);
+    p->state = PAGE_FREE;
+    p->next_free = s->free_head;
+    s->free_head = (int)id;
+    ST_ADD(s, reclaimed, 1);
+    ST_SUB(s, pages_used, 1);
+    ST_ADD(s, pages_free, 1);
+}
+
+/* Lock held: seal when nothing more will be written, reclaim if empty. */
+static void do_page_maybe_seal(struct ssd_store *s, unsigned id)
+{
+    struct ssd_page *p = &s->pages[id];
+    if (p->state != PAGE_OPEN || p->bufs_out != 0 ||
+        p->next_slot < s->bufs_per_page)
+        return;
+    if (s->cur_page == (int)id)
+        s->cur_page = -1;
+    p->state = PAGE_SEALED;
+    if (p->live == 0)
+        do_page_reclaim(s, id);
+}
+
+void do_page_buf_done(struct ssd_store *s, unsigned page)
+{
+    s->pages[page].bufs_out--;
+    do_page_maybe_seal(s, page);
+}
+
+int ssd_page_alloc(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int id = do_page_alloc(s);
+    pthread_mutex_unlock(&s->lock);
+    return id;
+}
+
+void ssd_page_finish(struct ssd_store *s, int page)
+{
+    if (page < 0 || (unsigned)page >= s->npages)
+        return;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[page];
+    if (p->state == PAGE_OPEN) {
+        p->next_slot = s->bufs_per_page;
+        do_page_maybe_seal(s, (unsigned)page);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len)
+{
+    unsigned id = ssd_ref_page(ref);
+    if (ref == 0 || id >= s->npages)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[id];
+    bool ok = atomic_load_explicit(&p->version, memory_order_relaxed) ==
+              ssd_ref_version(ref) && p->state != PAGE_FREE;
+    if (ok) {
+        uint64_t d = len < p->live ? len : p->live;   /* never underflow */
+        p->live -= d;
+        ST_SUB(s, live_bytes, d);
+        if (p->state == PAGE_SEALED && p->live == 0)
+            do_page_reclaim(s, id);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+/* ---- buf slot hand-out (called by buf.c through ssd_buf_open*) ---------- */
+
+int do_page_take_slot(struct ssd_store *s, int page, unsigned *slot,
+                      enum ssd_status *st)
+{
+    if (page < 0) {
+        if (s->cur_page >= 0 &&
+            s->pages[s->cur_page].next_slot >= s->bufs_per_page)
+            s->cur_page = -1;
+        if (s->cur_page < 0)
+            s->cur_page = do_page_alloc(s);
+        page = s->cur_page;
+        if (page < 0) {
+            *st = SSD_ERR_FULL;
+            return -1;
+        }
+    } else if ((unsigned)page >= s->npages ||
+               s->pages[page].state != PAGE_OPEN) {
+        *st = SSD_ERR_ARG;
+        return -1;
+    }
+    struct ssd_page *p = &s->pages[page];
+    if (p->next_slot >= s->bufs_per_page) {
+        *st = SSD_ERR_FULL;
+        return -1;
+    }
+    *slot = p->next_slot++;
+    p->bufs_out++;
+    return page;
+}

@@ -1,0 +1,805 @@
+/*
+ * test_ssd.c - unit tests for the SSD storage engine (ssd/).
+ *
+ * Files live under ./tmp-ssd-test, in the build directory, which is on the
+ * real disk (O_DIRECT capable; override with $SSD_TEST_DIR).  Every data test runs with both engines: io_uring
+ * and forced threads.  Tuples carry key, version, length and a checksum
+ * and their payload is a pattern derived from them, so every read is
+ * verified byte for byte.  Random tuple sizes come from the printed seed.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "ssd/ssd.h"
+#include "unit.h"
+
+#define KB 1024u
+#define MB (1024u * 1024u)
+
+static char dir[256];
+static enum ssd_engine engine;
+static unsigned queue_depth;        /* 0: library default */
+
+struct thdr { uint32_t key, ver, len, sum; };
+
+static uint8_t pat(uint32_t key, uint32_t ver, size_t i)
+{
+    return (uint8_t)(key * 31u + ver * 7u + i * 13u + (i >> 8));
+}
+
+/* Fills t (len >= sizeof(struct thdr)) with tuple (key, ver). */
+static void make_tuple(char *t, uint32_t key, uint32_t ver, size_t len)
+{
+    struct thdr h = { key, ver, (uint32_t)len, 0 };
+    for (size_t i = sizeof h; i < len; i++) {
+        t[i] = (char)pat(key, ver, i);
+        h.sum += (uint8_t)t[i];
+    }
+    memcpy(t, &h, sizeof h);
+}
+
+static int tuple_ok(const char *t, uint32_t key, uint32_t ver, size_t len)
+{
+    struct thdr h;
+    memcpy(&h, t, sizeof h);
+    if (h.key != key || h.ver != ver || h.len != len)
+        return 0;
+    uint32_t sum = 0;
+    for (size_t i = sizeof h; i < len; i++) {
+        if ((uint8_t)t[i] != pat(key, ver, i))
+            return 0;
+        sum += (uint8_t)t[i];
+    }
+    return sum == h.sum;
+}
+
+static void path_of(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+static struct ssd_store *open_store(const char *name, uint64_t size,
+                                    size_t page, size_t buf)
+{
+    char p[512];
+    path_of(p, sizeof p, name);
+    unlink(p);
+    struct ssd_config c = { .path = p, .size = size, .page_size = page,
+                            .buf_size = buf, .engine = engine,
+                            .queue_depth = queue_depth };
+    struct ssd_store *s = NULL;
+    enum ssd_status st = ssd_open(&c, &s);
+    if (st != SSD_OK)
+        fprintf(stderr, "ssd_open %s: %s (%s)\n", p, ssd_strerror(st),
+                strerror(errno));
+    CHECK_EQ(st, SSD_OK);
+    struct ssd_info in;
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.engine, engine);
+    return s;
+}
+
+/* ---- write completion ---- */
+struct wstate { atomic_int done, failed; };
+
+static void on_write(void *arg, struct ssd_buf *b, enum ssd_status st)
+{
+    struct wstate *w = arg;
+    (void)b;
+    if (st != SSD_OK)
+        atomic_fetch_add(&w->failed, 1);
+    atomic_fetch_add(&w->done, 1);
+}
+
+static void wait_writes(struct wstate *w, int n)
+{
+    for (int i = 0; atomic_load(&w->done) < n && i < 10000; i++)
+        usleep(1000);
+    CHECK_EQ(atomic_load(&w->done), n);
+    CHECK_EQ(atomic_load(&w->failed), 0);
+}
+
+/* ---- read completion ---- */
+struct rexp { uint32_t key, ver; size_t len; int ok, calls, status; };
+
+static void on_read(void *arg, enum ssd_status st, const char *data, size_t len)
+{
+    struct rexp *e = arg;
+    e->calls++;
+    e->status = st;
+    e->ok = st == SSD_OK && len == e->len && tuple_ok(data, e->key, e->ver, len);
+}
+
+static void drain(struct ssd_ring *r)
+{
+    int idle = 0;
+    while (ssd_ring_pending(r) != 0) {
+        struct pollfd pfd = { .fd = ssd_ring_eventfd(r), .events = POLLIN };
+        int n = poll(&pfd, 1, 100);
+        ssd_ring_reap(r);
+        CHECK(n >= 0);
+        idle = n == 0 ? idle + 1 : 0;
+        CHECK(idle < 100);             /* 10 s without progress */
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void test_bad_inputs(void)
+{
+    struct ssd_store *s = (struct ssd_store *)1;
+    struct ssd_config c = { .path = "./tmp-ssd-test/no/such/dir/f",
+                            .size = 64 * MB, .engine = engine };
+    CHECK_EQ(ssd_open(&c, &s), SSD_ERR_OPEN);
+    CHECK(s == NULL);
+    char p[512];
+    path_of(p, sizeof p, "small");
+    c.path = p;
+    c.size = 4096 + 4 * MB;            /* less than one 8 MB page */
+    CHECK_EQ(ssd_open(&c, &s), SSD_ERR_ARG);
+    c.size = 64 * MB;
+    c.buf_size = 1000;                 /* not a multiple of 4 KiB */
+    CHECK_EQ(ssd_open(&c, &s), SSD_ERR_ARG);
+    c.buf_size = 256 * KB;
+    c.page_size = 300 * KB;            /* not a multiple of buf_size */
+    CHECK_EQ(ssd_open(&c, &s), SSD_ERR_ARG);
+    c.page_size = 0;
+    c.path = "";
+    CHECK_EQ(ssd_open(&c, &s), SSD_ERR_ARG);
+    CHECK_EQ(ssd_open(NULL, &s), SSD_ERR_ARG);
+    struct stat st;
+    /* tmpfs refuses O_DIRECT before Linux 6.6 and accepts it since: the
+     * library must agree with the kernel either way. */
+    if (stat("/dev/shm", &st) == 0) {
+        c.path = "/dev/shm/tac-ssd-test-direct";
+        int fd = open(c.path, O_RDWR | O_CREAT | O_DIRECT, 0644);
+        int refused = fd < 0 && errno == EINVAL;
+        if (fd >= 0)
+            close(fd);
+        c.size = 4096 + 8 * MB;
+        enum ssd_status want = refused ? SSD_ERR_DIRECT : SSD_OK;
+        CHECK_EQ(ssd_open(&c, &s), want);
+        fprintf(stderr, "    /dev/shm O_DIRECT: %s\n",
+                refused ? "refused -> SSD_ERR_DIRECT" : "accepted by this kernel");
+        ssd_close(s);
+        unlink(c.path);
+    }
+    CHECK(strcmp(ssd_strerror(SSD_ERR_STALE), "unknown ssd status") != 0);
+}
+
+static void test_ref_pack(void)
+{
+    uint64_t r = ssd_ref_pack(0xBEEF, 0x1234, 0xDEADC0DEu);
+    CHECK_UEQ(r, 0xBEEF1234DEADC0DEull);
+    CHECK_UEQ(ssd_ref_version(r), 0xBEEF);
+    CHECK_UEQ(ssd_ref_page(r), 0x1234);
+    CHECK_UEQ(ssd_ref_offset(r), 0xDEADC0DEu);
+    r = ssd_ref_pack(1, 0, 0);
+    CHECK_UEQ(ssd_ref_version(r), 1);
+    CHECK_UEQ(ssd_ref_page(r), 0);
+    CHECK_UEQ(ssd_ref_offset(r), 0);
+}
+
+static void read_header(const char *p, char *magic, uint32_t *ver,
+                        uint32_t *dirty, uint64_t *ps, uint64_t *bs)
+{
+    int fd = open(p, O_RDONLY);
+    CHECK(fd >= 0);
+    char h[64];
+    CHECK_EQ(pread(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+    close(fd);
+    memcpy(magic, h, 8);
+    memcpy(ver, h + 8, 4);
+    memcpy(dirty, h + 12, 4);
+    memcpy(ps, h + 24, 8);
+    memcpy(bs, h + 32, 8);
+}
+
+static void test_open_header(void)
+{
+    char p[512], magic[8];
+    uint32_t ver, dirty;
+    uint64_t ps, bs;
+    struct ssd_store *s = open_store("hdr", 4096 + 4 * MB, MB, 64 * KB);
+    path_of(p, sizeof p, "hdr");
+    struct ssd_info in;
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.npages, 4);
+    CHECK_EQ(in.bufs_per_page, 16);
+    CHECK_EQ(in.prev_state, SSD_PREV_NONE);
+    struct stat st;
+    CHECK_EQ(stat(p, &st), 0);
+    CHECK_EQ(st.st_size, 4096 + 4 * MB);
+    read_header(p, magic, &ver, &dirty, &ps, &bs);
+    CHECK_MEM_EQ(magic, "TACSSD\0\1", 8);
+    CHECK_EQ(ver, 1);
+    CHECK_EQ(dirty, 1);
+    CHECK_UEQ(ps, MB);
+    CHECK_UEQ(bs, 64 * KB);
+    struct ssd_stats sst;
+    ssd_get_stats(s, &sst);
+    CHECK_UEQ(sst.pages_free, 4);
+    CHECK_UEQ(sst.pages_used, 0);
+    ssd_close(s);
+    read_header(p, magic, &ver, &dirty, &ps, &bs);
+    CHECK_EQ(dirty, 0);
+    /* Reopen the existing file with size 0: keeps its size, sees clean. */
+    struct ssd_config c = { .path = p, .page_size = MB, .buf_size = 64 * KB,
+                            .engine = engine };
+    CHECK_EQ(ssd_open(&c, &s), SSD_OK);
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.prev_state, SSD_PREV_CLEAN);
+    CHECK_UEQ(in.size, 4096 + 4 * MB);
+    ssd_close(s);
+    unlink(p);
+}
+
+struct tup { uint64_t ref; uint32_t key, ver; size_t len; };
+
+/* Fills and submits nbufs bufs with random tuples; returns tuple count. */
+static size_t write_bufs(struct ssd_store *s, int nbufs, struct tup *t,
+                         size_t max, struct wstate *w, uint32_t key0)
+{
+    size_t n = 0;
+    static char tmp[8192];
+    for (int b = 0; b < nbufs; b++) {
+        struct ssd_buf *buf;
+        CHECK_EQ(ssd_buf_open(s, &buf), SSD_OK);
+        for (;;) {
+            size_t len = sizeof(struct thdr) + unit_rand() % 3000;
+            uint32_t key = key0 + (uint32_t)n;
+            make_tuple(tmp, key, 7, len);
+            uint64_t ref;
+            enum ssd_status st = ssd_buf_append(buf, tmp, len, &ref);
+            if (st == SSD_ERR_NOSPACE)
+                break;
+            CHECK_EQ(st, SSD_OK);
+            CHECK(n < max);
+            CHECK(ssd_ref_current(s, ref));
+            t[n++] = (struct tup){ ref, key, 7, len };
+        }
+        CHECK(ssd_buf_used(buf) > 60 * KB);
+        CHECK_EQ(ssd_buf_submit(buf, on_write, w), SSD_OK);
+    }
+    return n;
+}
+
+static void test_write_read(void)
+{
+    struct ssd_store *s = open_store("rw", 4096 + 4 * MB, MB, 64 * KB);
+    static struct tup t[4096];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 20, t, 4096, &w, 1000);   /* spans 2 pages */
+    wait_writes(&w, 20);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.bufs_written, 20);
+    CHECK_UEQ(st.pages_used, 2);
+    CHECK_UEQ(st.inflight, 0);
+
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    static struct rexp e[4096];
+    for (size_t i = 0; i < n; i++) {
+        e[i] = (struct rexp){ t[i].key, t[i].ver, t[i].len, 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, t[i].ref, t[i].len, on_read, &e[i]), SSD_OK);
+        if (i % 50 == 49)
+            ssd_ring_reap(r);
+    }
+    drain(r);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ(e[i].calls, 1);
+        CHECK(e[i].ok);
+    }
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reads_mem, 0);
+    CHECK(st.bytes_read >= st.live_bytes);
+    CHECK_UEQ(st.io_errors, 0);
+
+    struct rexp wb = { 0, 0, 0, 0, 0, -1 };
+    CHECK_EQ(ssd_read(r, t[0].ref, 0, on_read, &wb), SSD_ERR_ARG);
+    CHECK_EQ(ssd_read(r, t[0].ref, 65 * KB, on_read, &wb), SSD_ERR_ARG);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+}
+
+/* Whole-buf read: walks the tuples by their headers. */
+struct bufwalk { int calls, ntup, bad; size_t len; };
+
+static void on_read_buf(void *arg, enum ssd_status st, const char *data,
+                        size_t len)
+{
+    struct bufwalk *bw = arg;
+    bw->calls++;
+    bw->len = len;
+    if (st != SSD_OK) {
+        bw->bad++;
+        return;
+    }
+    size_t at = 0;
+    while (at + sizeof(struct thdr) <= len) {
+        struct thdr h;
+        memcpy(&h, data + at, sizeof h);
+        if (h.len == 0 || at + h.len > len ||
+            !tuple_ok(data + at, h.key, h.ver, h.len)) {
+            bw->bad++;
+            return;
+        }
+        bw->ntup++;
+        at = (at + h.len + 7) / 8 * 8;
+    }
+}
+
+static void test_read_buf(void)
+{
+    struct ssd_store *s = open_store("rb", 4096 + 2 * MB, MB, 64 * KB);
+    static struct tup t[2048];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 3, t, 2048, &w, 50);
+    wait_writes(&w, 3);
+    int first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ssd_ref_offset(t[i].ref) < 64 * KB)
+            first++;
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    struct bufwalk bw = { 0, 0, 0, 0 };
+    CHECK_EQ(ssd_read_buf(r, t[first / 2].ref, on_read_buf, &bw), SSD_OK);
+    drain(r);
+    CHECK_EQ(bw.calls, 1);
+    CHECK_EQ(bw.bad, 0);
+    CHECK_EQ(bw.ntup, first);
+    CHECK(bw.len > 60 * KB && bw.len <= 64 * KB);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+}
+
+static void test_mem_reads(void)
+{
+    struct ssd_store *s = open_store("mem", 4096 + 2 * MB, MB, 64 * KB);
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    struct ssd_buf *b;
+    CHECK_EQ(ssd_buf_open(s, &b), SSD_OK);
+    char tmp[2000];
+    uint64_t refs[20];
+    for (uint32_t i = 0; i < 20; i++) {
+        make_tuple(tmp, i, 3, 100 + i * 50);
+        CHECK_EQ(ssd_buf_append(b, tmp, 100 + i * 50, &refs[i]), SSD_OK);
+        CHECK_EQ(ssd_ref_offset(refs[i]) % SSD_TUPLE_ALIGN, 0);
+    }
+    /* Unwritten: lookup gives a pointer into the buf; reads are served
+     * from memory through the ring. */
+    struct ssd_buf *pin;
+    const char *p = ssd_buf_lookup(s, refs[5], 350, &pin);
+    CHECK(p != NULL && pin != NULL);
+    CHECK(tuple_ok(p, 5, 3, 350));
+    struct rexp e[20];
+    for (uint32_t i = 0; i < 20; i++) {
+        e[i] = (struct rexp){ i, 3, 100 + i * 50, 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, refs[i], e[i].len, on_read, &e[i]), SSD_OK);
+    }
+    drain(r);
+    for (int i = 0; i < 20; i++)
+        CHECK(e[i].ok);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reads_mem, 20);
+    CHECK_UEQ(st.bytes_read, 0);
+    struct bufwalk bw = { 0, 0, 0, 0 };
+    CHECK_EQ(ssd_read_buf(r, refs[7], on_read_buf, &bw), SSD_OK);
+    drain(r);
+    CHECK_EQ(bw.ntup, 20);
+    CHECK_EQ(bw.bad, 0);
+
+    /* Submit while pinned: the pointer stays good until unpin. */
+    struct wstate w = { 0, 0 };
+    CHECK_EQ(ssd_buf_submit(b, on_write, &w), SSD_OK);
+    wait_writes(&w, 1);
+    CHECK(tuple_ok(p, 5, 3, 350));
+    ssd_buf_unpin(pin);
+    /* Written: lookup misses, reads go to the device. */
+    CHECK(ssd_buf_lookup(s, refs[5], 350, &pin) == NULL);
+    CHECK(pin == NULL);
+    for (uint32_t i = 0; i < 20; i++) {
+        e[i] = (struct rexp){ i, 3, 100 + i * 50, 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, refs[i], e[i].len, on_read, &e[i]), SSD_OK);
+    }
+    drain(r);
+    for (int i = 0; i < 20; i++)
+        CHECK(e[i].ok);
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reads_mem, 21);
+    CHECK(st.bytes_read > 0);
+
+    /* A buf dropped without submit: lookups miss afterwards. */
+    uint64_t ref;
+    CHECK_EQ(ssd_buf_open(s, &b), SSD_OK);
+    CHECK_EQ(ssd_buf_append(b, tmp, 100, &ref), SSD_OK);
+    CHECK(ssd_buf_lookup(s, ref, 100, &pin) != NULL);
+    ssd_buf_unpin(pin);
+    CHECK_EQ(ssd_buf_append(b, tmp, 64 * KB, &ref), SSD_ERR_NOSPACE);
+    CHECK_EQ(ssd_buf_append(b, tmp, 0, &ref), SSD_ERR_ARG);
+    ssd_buf_release(b);
+    CHECK(ssd_buf_lookup(s, ref, 100, &pin) == NULL);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+}
+
+static void test_reclaim(void)
+{
+    /* 2 pages of 4 bufs. */
+    struct ssd_store *s = open_store("recl", 4096 + 2 * 256 * KB, 256 * KB,
+                                     64 * KB);
+    static struct tup t[1024];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 4, t, 1024, &w, 1);      /* exactly page 0 */
+    wait_writes(&w, 4);
+    uint16_t page = ssd_ref_page(t[0].ref), v0 = ssd_ref_version(t[0].ref);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(ssd_ref_page(t[i].ref), page);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    uint64_t live = st.live_bytes;
+    CHECK(live > 0);
+    for (size_t i = 0; i + 1 < n; i++)
+        CHECK(ssd_mark_dead(s, t[i].ref, t[i].len));
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.live_bytes, t[n - 1].len);
+    CHECK_UEQ(st.reclaimed, 0);
+    CHECK(ssd_ref_current(s, t[n - 1].ref));
+    CHECK(ssd_mark_dead(s, t[n - 1].ref, t[n - 1].len));
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reclaimed, 1);
+    CHECK_UEQ(st.live_bytes, 0);
+    CHECK_UEQ(st.pages_used, 0);
+    CHECK_UEQ(st.pages_free, 2);
+    for (size_t i = 0; i < n; i++)
+        CHECK(!ssd_ref_current(s, t[i].ref));
+    CHECK(!ssd_mark_dead(s, t[0].ref, 10));            /* stale: no-op */
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    struct rexp e = { 0, 0, 0, 0, 0, -1 };
+    CHECK_EQ(ssd_read(r, t[0].ref, t[0].len, on_read, &e), SSD_ERR_STALE);
+    CHECK_EQ(ssd_ring_pending(r), 0);
+    ssd_ring_destroy(r);
+
+    /* The page comes back with the bumped version. */
+    int got[2] = { ssd_page_alloc(s), ssd_page_alloc(s) };
+    CHECK(got[0] >= 0 && got[1] >= 0);
+    CHECK_EQ(ssd_page_alloc(s), -1);
+    int idx = got[0] == page ? 0 : 1;
+    CHECK_EQ(got[idx], page);
+    struct ssd_buf *b;
+    CHECK_EQ(ssd_buf_open_page(s, page, &b), SSD_OK);
+    uint64_t ref;
+    char tmp[64];
+    make_tuple(tmp, 1, 1, 64);
+    CHECK_EQ(ssd_buf_append(b, tmp, 64, &ref), SSD_OK);
+    CHECK_EQ(ssd_ref_version(ref), v0 + 1);
+    CHECK_EQ(ssd_ref_page(ref), page);
+    ssd_buf_release(b);
+    CHECK(ssd_mark_dead(s, ref, 64));     /* page still open: no reclaim */
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reclaimed, 1);
+    ssd_page_finish(s, page);             /* sealed with 0 live: reclaimed */
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reclaimed, 2);
+    CHECK(!ssd_ref_current(s, ref));
+    ssd_page_finish(s, got[1 - idx]);
+    ssd_close(s);
+}
+
+static void test_full(void)
+{
+    struct ssd_store *s = open_store("full", 4096 + 2 * 128 * KB, 128 * KB,
+                                     64 * KB);
+    struct wstate w = { 0, 0 };
+    struct ssd_buf *b[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(ssd_buf_open(s, &b[i]), SSD_OK);
+    struct ssd_buf *x = (struct ssd_buf *)1;
+    CHECK_EQ(ssd_buf_open(s, &x), SSD_ERR_FULL);
+    CHECK(x == NULL);
+    CHECK_EQ(ssd_page_alloc(s), -1);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.pages_free, 0);
+    CHECK_UEQ(st.pages_used, 2);
+    char tmp[100];
+    make_tuple(tmp, 9, 9, 100);
+    uint64_t refs[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(ssd_buf_append(b[i], tmp, 100, &refs[i]), SSD_OK);
+        CHECK_EQ(ssd_buf_submit(b[i], on_write, &w), SSD_OK);
+    }
+    wait_writes(&w, 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(ssd_mark_dead(s, refs[i], 100));
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.pages_free, 2);
+    CHECK_UEQ(st.reclaimed, 2);
+    CHECK_EQ(ssd_buf_open(s, &x), SSD_OK);          /* space again */
+    ssd_buf_release(x);
+    ssd_close(s);
+}
+
+/* ---- multi-threaded: 1 writer, 2 readers with their own rings ---- */
+#define MT_MAX 20000
+static struct tup mt_t[MT_MAX];
+static atomic_size_t mt_n;
+static atomic_int mt_writer_done;
+
+struct mt_arg { struct ssd_store *s; uint64_t seed; };
+
+static void *mt_writer(void *arg)
+{
+    struct ssd_store *s = ((struct mt_arg *)arg)->s;
+    struct wstate w = { 0, 0 };
+    uint64_t rs = ((struct mt_arg *)arg)->seed;
+    char tmp[4096];
+    int bufs = 0;
+    while (bufs < 48) {                 /* 3 MB through 64 KB bufs */
+        struct ssd_buf *b;
+        CHECK_EQ(ssd_buf_open(s, &b), SSD_OK);
+        for (;;) {
+            size_t len = sizeof(struct thdr) + unit_rand_r(&rs) % 2000;
+            size_t i = atomic_load(&mt_n);
+            make_tuple(tmp, (uint32_t)i, 11, len);
+            uint64_t ref;
+            if (ssd_buf_append(b, tmp, len, &ref) != SSD_OK)
+                break;
+            CHECK(i < MT_MAX);
+            mt_t[i] = (struct tup){ ref, (uint32_t)i, 11, len };
+            atomic_store(&mt_n, i + 1);     /* publish: readers may read it
+                                             * from memory at once */
+        }
+        CHECK_EQ(ssd_buf_submit(b, on_write, &w), SSD_OK);
+        bufs++;
+    }
+    wait_writes(&w, bufs);
+    atomic_store(&mt_writer_done, 1);
+    return NULL;
+}
+
+static void *mt_reader(void *arg)
+{
+    struct ssd_store *s = ((struct mt_arg *)arg)->s;
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    uint64_t rs = ((struct mt_arg *)arg)->seed;
+    static _Thread_local struct rexp e[64];
+    int done_after = 0;
+    long reads = 0;
+    while (done_after < 3) {
+        if (atomic_load(&mt_writer_done))
+            done_after++;
+        size_t n = atomic_load(&mt_n);
+        if (n == 0)
+            continue;
+        for (int k = 0; k < 64; k++) {
+            const struct tup *t = &mt_t[unit_rand_r(&rs) % n];
+            e[k] = (struct rexp){ t->key, t->ver, t->len, 0, 0, -1 };
+            CHECK_EQ(ssd_read(r, t->ref, t->len, on_read, &e[k]), SSD_OK);
+        }
+        drain(r);
+        for (int k = 0; k < 64; k++) {
+            CHECK_EQ(e[k].calls, 1);
+            CHECK(e[k].ok);
+        }
+        reads += 64;
+    }
+    CHECK(reads >= 192);
+    ssd_ring_destroy(r);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    struct ssd_store *s = open_store("mt", 4096 + 4 * MB, MB, 64 * KB);
+    atomic_store(&mt_n, 0);
+    atomic_store(&mt_writer_done, 0);
+    pthread_t w, r1, r2;
+    /* Per-thread random streams derived from the printed seed. */
+    struct mt_arg a[3];
+    for (int i = 0; i < 3; i++)
+        a[i] = (struct mt_arg){ s, unit_rand() | 1 };
+    CHECK_EQ(pthread_create(&w, NULL, mt_writer, &a[0]), 0);
+    CHECK_EQ(pthread_create(&r1, NULL, mt_reader, &a[1]), 0);
+    CHECK_EQ(pthread_create(&r2, NULL, mt_reader, &a[2]), 0);
+    pthread_join(w, NULL);
+    pthread_join(r1, NULL);
+    pthread_join(r2, NULL);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.bufs_written, 48);
+    CHECK_UEQ(st.io_errors, 0);
+    CHECK_UEQ(st.inflight, 0);
+    fprintf(stderr, "    tuples %zu, reads %" PRIu64 " (%" PRIu64
+            " from memory)\n", atomic_load(&mt_n), st.reads, st.reads_mem);
+    ssd_close(s);
+}
+
+/* io_uring_queue_init refuses more than 32768 entries: the store must fall
+ * back to threads on its own and still work. */
+static void test_uring_fallback(void)
+{
+    enum ssd_engine saved = engine;
+    unsigned qd = queue_depth;
+    engine = SSD_IO_THREADS;            /* what open_store must observe */
+    queue_depth = 1u << 20;
+    char p[512];
+    path_of(p, sizeof p, "fb");
+    struct ssd_config c = { .path = p, .size = 4096 + 2 * MB, .page_size = MB,
+                            .buf_size = 64 * KB, .engine = SSD_IO_URING,
+                            .queue_depth = queue_depth };
+    struct ssd_store *s;
+    CHECK_EQ(ssd_open(&c, &s), SSD_OK);
+    struct ssd_info in;
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.engine, SSD_IO_THREADS);
+    static struct tup t[1024];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 2, t, 1024, &w, 5);
+    wait_writes(&w, 2);
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    static struct rexp e[1024];
+    for (size_t i = 0; i < n; i++) {
+        e[i] = (struct rexp){ t[i].key, t[i].ver, t[i].len, 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, t[i].ref, t[i].len, on_read, &e[i]), SSD_OK);
+    }
+    drain(r);
+    for (size_t i = 0; i < n; i++)
+        CHECK(e[i].ok);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+    unlink(p);
+    engine = saved;
+    queue_depth = qd;
+}
+
+/* A write past RLIMIT_FSIZE fails with EFBIG: the callback says so, the
+ * tuples stay readable from memory until ssd_buf_release. */
+static void test_write_error(void)
+{
+    struct ssd_store *s = open_store("werr", 4096 + 2 * 128 * KB, 128 * KB,
+                                     64 * KB);
+    struct rlimit old, lim;
+    CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 4096 + 128 * KB;     /* page 0 writable, page 1 not */
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    struct ssd_buf *b[4];
+    uint64_t ref[4];
+    char tmp[500];
+    struct wstate w = { 0, 0 };
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(ssd_buf_open(s, &b[i]), SSD_OK);
+        make_tuple(tmp, (uint32_t)i, 2, sizeof tmp);
+        CHECK_EQ(ssd_buf_append(b[i], tmp, sizeof tmp, &ref[i]), SSD_OK);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(ssd_buf_submit(b[i], on_write, &w), SSD_OK);
+    for (int i = 0; atomic_load(&w.done) < 4 && i < 10000; i++)
+        usleep(1000);
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+    CHECK_EQ(atomic_load(&w.done), 4);
+    CHECK_EQ(atomic_load(&w.failed), 2);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.io_errors, 2);
+    CHECK_UEQ(st.bufs_written, 2);
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    struct rexp e[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(ssd_ref_page(ref[i]), i / 2);
+        e[i] = (struct rexp){ (uint32_t)i, 2, sizeof tmp, 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, ref[i], sizeof tmp, on_read, &e[i]), SSD_OK);
+    }
+    drain(r);
+    for (int i = 0; i < 4; i++)
+        CHECK(e[i].ok);                 /* 0,1 from disk; 2,3 from memory */
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reads_mem, 2);
+    struct ssd_buf *pin;
+    CHECK(ssd_buf_lookup(s, ref[2], sizeof tmp, &pin) != NULL);
+    ssd_buf_unpin(pin);
+    /* The caller gives the failed tuples up. */
+    for (int i = 2; i < 4; i++) {
+        ssd_buf_release(b[i]);
+        CHECK(ssd_mark_dead(s, ref[i], sizeof tmp));
+    }
+    CHECK(ssd_buf_lookup(s, ref[2], sizeof tmp, &pin) == NULL);
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.reclaimed, 1);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+/* A file cut short under the store: the read fails cleanly. */
+static void test_read_error(void)
+{
+    struct ssd_store *s = open_store("rerr", 4096 + 2 * 128 * KB, 128 * KB,
+                                     64 * KB);
+    static struct tup t[256];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 4, t, 256, &w, 1);
+    wait_writes(&w, 4);
+    char p[512];
+    path_of(p, sizeof p, "rerr");
+    CHECK_EQ(truncate(p, 4096 + 128 * KB), 0);   /* page 1 is gone */
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    struct rexp e = { t[n - 1].key, 7, t[n - 1].len, 0, 0, -1 };
+    CHECK_EQ(ssd_ref_page(t[n - 1].ref), 1);
+    CHECK_EQ(ssd_read(r, t[n - 1].ref, t[n - 1].len, on_read, &e), SSD_OK);
+    drain(r);
+    CHECK_EQ(e.calls, 1);
+    CHECK_EQ(e.status, SSD_ERR_IO);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.io_errors, 1);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+}
+
+static void run_all(void)
+{
+    RUN_TEST(test_bad_inputs);
+    RUN_TEST(test_open_header);
+    RUN_TEST(test_write_read);
+    RUN_TEST(test_read_buf);
+    RUN_TEST(test_mem_reads);
+    RUN_TEST(test_reclaim);
+    RUN_TEST(test_full);
+    RUN_TEST(test_threads);
+    RUN_TEST(test_write_error);
+    RUN_TEST(test_read_error);
+}
+
+int main(int argc, char **argv)
+{
+    unit_seed_init(argc, argv);
+    const char *d = getenv("SSD_TEST_DIR");
+    snprintf(dir, sizeof dir, "%s", d ? d : "./tmp-ssd-test");
+    mkdir(dir, 0755);
+    RUN_TEST(test_ref_pack);
+    const char *only = getenv("SSD_TEST_ENGINE");
+    if (only == NULL || strcmp(only, "threads") != 0) {
+        fprintf(stderr, "engine: io_uring\n");
+        engine = SSD_IO_URING;
+        run_all();
+        fprintf(stderr, "engine: io_uring, queue depth 2 (backlog, full SQ)\n");
+        queue_depth = 2;
+        RUN_TEST(test_write_read);
+        RUN_TEST(test_threads);
+        queue_depth = 0;
+        RUN_TEST(test_uring_fallback);
+    }
+    if (only == NULL || strcmp(only, "uring") != 0) {
+        fprintf(stderr, "engine: threads\n");
+        engine = SSD_IO_THREADS;
+        run_all();
+    }
+    static const char *const names[] = { "hdr", "rw", "rb", "mem", "recl",
+        "full", "mt", "werr", "rerr", "fb", "small" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[512];
+        path_of(p, sizeof p, names[i]);
+        unlink(p);
+    }
+    fprintf(stderr, "ok\n");
+    return 0;
+}
