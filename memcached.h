@@ -67,7 +67,6 @@ struct settings {
     int hashpower_init;     /* -o hashpower */
     int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
     char prefix_delimiter;  /* -D */
-    bool meta_base64_ok;    /* always true; kept for stats settings */
     bool slab_reassign;     /* -o slab_reassign / no_slab_reassign */
     int slab_automove;      /* -o slab_automove=0|1 */
     char *nvm_path;         /* -o nvm_path=PATH:SIZE (NULL = no NVM tier) */

@@ -53,7 +53,6 @@ void settings_init(void)
     settings.hashpower_init = 16;
     settings.crawler_interval = 1;
     settings.prefix_delimiter = ':';
-    settings.meta_base64_ok = true;
     settings.slab_reassign = true;
     settings.slab_automove = 1;
 
