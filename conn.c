@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #include "conn.h"
 #include "items.h"
 #include "stats.h"
+#include "tac/tac.h"
 #include "thread.h"
 
 #define RBUF_INITIAL (16 * 1024)
@@ -85,7 +87,7 @@ static void conn_unregister(conn *c)
 static const char *const state_names[conn_max_state] = {
     "conn_listening", "conn_new_cmd", "conn_waiting", "conn_read",
     "conn_parse_cmd", "conn_nread", "conn_swallow", "conn_write",
-    "conn_closing", "conn_closed",
+    "conn_closing", "conn_closed", "conn_parked",
 };
 
 /* Listening sockets, shown first by `stats conns` as memcached does.
@@ -154,6 +156,16 @@ struct resp *resp_new(conn *c)
     r->owned_buf = NULL;
     r->wbytes = 0;
     r->skip = false;
+    r->pending = false;
+    if (c->resp_insert != NULL) {
+        /* Filling a parked response: keep request order. */
+        r->next = c->resp_insert->next;
+        c->resp_insert->next = r;
+        if (c->resp_tail == c->resp_insert)
+            c->resp_tail = r;
+        c->resp_insert = r;
+        return r;
+    }
     if (c->resp_tail)
         c->resp_tail->next = r;
     else
@@ -268,6 +280,99 @@ void out_errstring(conn *c, const char *str)
 }
 
 /* ---- Lifecycle ---------------------------------------------------------- */
+
+/* ---- Parked responses --------------------------------------------------- */
+
+struct parked {
+    struct parked *next;        /* the conn's list */
+    conn *c;                    /* NULL once the conn closed */
+    struct resp *r;             /* the placeholder */
+    conn_fill_fn fill;
+    _Alignas(max_align_t) char ctx[];
+};
+
+static void park_done(void *arg, struct item *value)
+{
+    struct parked *p = arg;
+    conn *c = p->c;
+    if (c == NULL) {
+        if (value != NULL)
+            item_release(value);
+        free(p);
+        return;
+    }
+    for (struct parked **pp = &c->parked; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    if (p->r->skip) {
+        /* The request's responses were cancelled meanwhile. */
+        if (value != NULL)
+            item_release(value);
+    } else {
+        bool noreply = c->noreply;
+        c->noreply = false;
+        c->resp_insert = p->r;
+        p->fill(c, value, p->ctx);
+        c->resp_insert = NULL;
+        c->noreply = noreply;
+    }
+    p->r->pending = false;
+    c->npending--;
+    free(p);
+    if (!c->ready) {
+        struct worker *w = c->thread;
+        c->ready = true;
+        c->ready_next = w->ready;
+        w->ready = c;
+    }
+}
+
+bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
+                     conn_fill_fn fill, const void *ctx, size_t ctxlen)
+{
+    if (c->thread->reader == NULL || c->transport == TRANSPORT_UDP)
+        return false;
+    struct parked *p = malloc(sizeof(*p) + ctxlen);
+    if (p == NULL)
+        return false;
+    struct resp *r = resp_new(c);
+    if (r == NULL) {
+        free(p);
+        return false;
+    }
+    p->c = c;
+    p->r = r;
+    p->fill = fill;
+    memcpy(p->ctx, ctx, ctxlen);
+    if (!tac_read_value(c->thread->reader, meta, hv, park_done, p)) {
+        r->skip = true;             /* an empty resp, dropped when sent */
+        free(p);
+        return false;
+    }
+    r->pending = true;
+    p->next = c->parked;
+    c->parked = p;
+    c->npending++;
+    return true;
+}
+
+void conn_run_ready(struct worker *w)
+{
+    while (w->ready != NULL) {
+        conn *c = w->ready;
+        w->ready = c->ready_next;
+        c->ready = false;
+        c->ready_next = NULL;
+        /* A conn resting between requests (or parked) sends now; in any
+         * other state its own events bring it to conn_write. */
+        if (c->state == conn_read || c->state == conn_parked) {
+            conn_set_state(c, conn_write);
+            conn_drive(c);
+        }
+    }
+}
 
 void conn_set_state(conn *c, enum conn_state state)
 {
@@ -392,6 +497,16 @@ void conn_close(conn *c)
         c->item = NULL;
     }
     proto_text_conn_cleanup(c);
+    /* Reads still in flight complete into nothing. */
+    for (struct parked *p = c->parked; p != NULL; p = p->next)
+        p->c = NULL;
+    if (c->ready) {
+        for (conn **pp = &w->ready; *pp != NULL; pp = &(*pp)->ready_next)
+            if (*pp == c) {
+                *pp = c->ready_next;
+                break;
+            }
+    }
     conn_release_queue(c);
     if (c->prev_conn)
         c->prev_conn->next_conn = c->next_conn;
@@ -545,13 +660,16 @@ static bool conn_read_value(conn *c, bool swallow)
 /* ---- Writing ------------------------------------------------------------ */
 
 enum write_result { WRITE_COMPLETE, WRITE_INCOMPLETE, WRITE_SOFT_ERROR,
-                    WRITE_HARD_ERROR };
+                    WRITE_HARD_ERROR,
+                    WRITE_PARKED };   /* sent all up to a pending resp */
 
 /* Drops sent bytes from the queue head, freeing finished responses. */
 static void conn_advance_queue(conn *c, size_t sent)
 {
     while (c->resp_head) {
         struct resp *r = c->resp_head;
+        if (r->pending)
+            return;
         bool done = true;
         for (int i = 0; i < r->iovcnt && !r->skip; i++) {
             struct iovec *v = &r->iov[i];
@@ -577,11 +695,22 @@ static void conn_advance_queue(conn *c, size_t sent)
     }
 }
 
+/* What is left to do after sending: nothing, more, or wait for a
+ * pending resp at the head. */
+static enum write_result conn_queue_state(const conn *c)
+{
+    if (c->resp_head == NULL)
+        return WRITE_COMPLETE;
+    return c->resp_head->pending ? WRITE_PARKED : WRITE_INCOMPLETE;
+}
+
 static enum write_result conn_transmit_tcp(conn *c)
 {
     struct iovec iov[WRITE_IOV_MAX];
     int n = 0;
     for (struct resp *r = c->resp_head; r && n < WRITE_IOV_MAX; r = r->next) {
+        if (r->pending)
+            break;
         if (r->skip)
             continue;
         for (int i = 0; i < r->iovcnt && n < WRITE_IOV_MAX; i++)
@@ -590,14 +719,14 @@ static enum write_result conn_transmit_tcp(conn *c)
     }
     if (n == 0) {
         conn_advance_queue(c, 0);
-        return c->resp_head ? WRITE_INCOMPLETE : WRITE_COMPLETE;
+        return conn_queue_state(c);
     }
     struct msghdr msg = { .msg_iov = iov, .msg_iovlen = n };
     ssize_t sent = sendmsg(c->sfd, &msg, MSG_NOSIGNAL);
     if (sent > 0) {
         STATS_ADD(&c->thread->stats, bytes_written, sent);
         conn_advance_queue(c, (size_t)sent);
-        return c->resp_head ? WRITE_INCOMPLETE : WRITE_COMPLETE;
+        return conn_queue_state(c);
     }
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return WRITE_SOFT_ERROR;
@@ -746,13 +875,21 @@ void conn_drive(conn *c)
     }
     for (;;) {
         switch (c->state) {
-        case conn_new_cmd:
+        case conn_new_cmd: {
             c->noreply = false;
-            if (c->rbytes > 0 && !need_read && --nreqs >= 0) {
+            bool can_parse = c->rbytes > 0 && !need_read &&
+                             c->npending < CONN_PARK_MAX &&
+                             !c->close_after_write;
+            if (can_parse && --nreqs >= 0) {
                 conn_set_state(c, conn_parse_cmd);
-            } else if (c->resp_head) {
+            } else if (c->resp_head && !c->resp_head->pending) {
                 conn_set_state(c, conn_write);
-            } else if (c->rbytes > 0 && !need_read) {
+            } else if (c->resp_head && (c->close_after_write ||
+                                        c->npending >= CONN_PARK_MAX)) {
+                /* Only pending responses are queued and no request may be
+                 * read now: wait for the reads (conn_run_ready). */
+                conn_set_state(c, conn_parked);
+            } else if (can_parse) {
                 /* Budget spent: let other connections run, come back
                  * as soon as the socket is writable. */
                 STATS_INCR(&c->thread->stats, conn_yields);
@@ -763,6 +900,15 @@ void conn_drive(conn *c)
                 conn_set_state(c, conn_waiting);
             }
             break;
+        }
+
+        case conn_parked:
+            /* No socket events until a parked response is filled. */
+            if (c->ev_flags != 0) {
+                event_del(c->ev);
+                c->ev_flags = 0;
+            }
+            return;
 
         case conn_waiting:
             if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
@@ -838,6 +984,11 @@ void conn_drive(conn *c)
                     conn_after_write(c);
                 break;
             case WRITE_INCOMPLETE:
+                break;
+            case WRITE_PARKED:
+                /* Everything up to a pending response is out: go on
+                 * reading requests meanwhile. */
+                conn_set_state(c, conn_new_cmd);
                 break;
             case WRITE_SOFT_ERROR:
                 if (!conn_update_event(c, EV_WRITE | EV_PERSIST))

@@ -44,6 +44,7 @@ enum conn_state {
     conn_write,       /* sending the response queue */
     conn_closing,     /* close once the state machine sees it */
     conn_closed,
+    conn_parked,      /* waiting for lower-tier reads before going on */
     conn_max_state
 };
 
@@ -70,6 +71,9 @@ struct resp {
     void *owned_buf;        /* free()d after sending */
     size_t wbytes;          /* bytes of wbuf used */
     bool skip;              /* quiet mode: dropped, never sent */
+    bool pending;           /* a placeholder whose response is being read
+                               from SSD (conn_park_value); sending stops
+                               here until it is filled */
     char wbuf[RESP_WBUF_SIZE];
 };
 
@@ -116,6 +120,12 @@ struct conn {
     struct resp *resp_tail;
     bool noreply;           /* current request wants no reply */
     bool close_after_write; /* close once the queue is flushed */
+    unsigned npending;      /* pending resps (SSD reads in flight) */
+    struct parked *parked;  /* their read contexts */
+    struct resp *resp_insert; /* resp_new inserts after this, not at the
+                                 tail, while a parked response is filled */
+    bool ready;             /* on the worker's ready list */
+    conn *ready_next;
 
     /* binary protocol: the request being handled (proto_bin.c) */
     struct {
@@ -167,6 +177,29 @@ bool resp_add_owned(struct resp *r, void *buf, size_t len);
 void out_string(conn *c, const char *str);
 /* Like out_string but always sent (errors clear noreply). */
 void out_errstring(conn *c, const char *str);
+
+/*
+ * Parked responses (DESIGN.md 4).  A request that needs the value of an
+ * SSD-resident item queues a placeholder in request order and goes on; the
+ * read completes later on this worker, which then calls fill(c, value,
+ * ctx): fill builds the request's response with the usual resp_new/out_*
+ * calls, which land in the placeholder's position.  value is the item's
+ * value as of the request (fill owns that reference) or NULL when it is
+ * gone (answer a miss).  ctx (ctxlen bytes) is copied.  Responses after the
+ * placeholder wait for it; past CONN_PARK_MAX placeholders the connection
+ * stops reading requests.
+ *
+ * Call with item_lock(hv) held on meta (item_value_async(meta)).  False
+ * when the read cannot be parked (UDP, no reader, out of memory): the
+ * caller then reads the value synchronously with item_value_take().
+ */
+#define CONN_PARK_MAX 64
+typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
+bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
+                     conn_fill_fn fill, const void *ctx, size_t ctxlen);
+/* Drives the connections whose parked responses were filled (thread.c,
+ * after reaping the worker's reads). */
+void conn_run_ready(struct worker *w);
 
 /* ---- Connection control ---------------------------------------------- */
 

@@ -194,8 +194,12 @@ void items_init(void)
 
 /* ---- LRU lists (caller holds l->lock). ----------------------------- */
 
+/* The LRU holding `it`; NULL for an SSD meta tuple, which is on none: the
+ * SSD tier ages by page (oldest page first), not by item. */
 static inline struct lru *lru_of(const item *it)
 {
+    if (it->tier == TIER_SSD)
+        return NULL;
     if (it->tier != TIER_DRAM)
         return &lrus[it->tier][it->lru_cls][it->partition];
     return &lrus[TIER_DRAM][it->slabs_clsid][it->partition];
@@ -335,9 +339,11 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     assoc_insert(it, hv);
 
     struct lru *l = lru_of(it);
-    pthread_mutex_lock(&l->lock);
-    lru_link_locked(l, it);
-    pthread_mutex_unlock(&l->lock);
+    if (l != NULL) {
+        pthread_mutex_lock(&l->lock);
+        lru_link_locked(l, it);
+        pthread_mutex_unlock(&l->lock);
+    }
     refcount_incr(it);
 
     GSTATS_INCR(curr_items);
@@ -352,7 +358,8 @@ static void unlink_locked(struct lru *l, item *it, uint32_t hv)
 {
     it->it_flags &= ~ITEM_LINKED;
     assoc_delete(ITEM_key(it), it->nkey, hv);
-    lru_unlink_locked(l, it);
+    if (l != NULL)
+        lru_unlink_locked(l, it);
     stats_unlinked(it);
 }
 
@@ -361,9 +368,11 @@ void do_item_unlink(item *it, uint32_t hv)
     if ((it->it_flags & ITEM_LINKED) == 0)
         return;
     struct lru *l = lru_of(it);
-    pthread_mutex_lock(&l->lock);
+    if (l != NULL)
+        pthread_mutex_lock(&l->lock);
     unlink_locked(l, it, hv);
-    pthread_mutex_unlock(&l->lock);
+    if (l != NULL)
+        pthread_mutex_unlock(&l->lock);
     item_release(it);
 }
 
@@ -398,6 +407,15 @@ static void stats_evicted(const item *it, unsigned int clsid)
         GSTATS_INCR(evicted_active);
         CLS_INCR(clsid, evicted_active);
     }
+}
+
+void do_item_evict(item *it, uint32_t hv)
+{
+    if ((it->it_flags & ITEM_LINKED) == 0)
+        return;
+    if (!item_is_dead(it, NULL))
+        stats_evicted(it, it->slabs_clsid);
+    do_item_unlink(it, hv);
 }
 
 /*
@@ -605,10 +623,12 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
     return got;
 }
 
-int items_demote_tail(unsigned int clsid, int p, int max,
+int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
                       item_evict_hook_fn demote)
 {
-    struct lru *l = &lrus[TIER_DRAM][clsid][p];
+    if (tier == TIER_SSD || clsid >= MAX_SLAB_CLASSES || p < 0 || p >= npart)
+        return 0;
+    struct lru *l = &lrus[tier][clsid][p];
     int moved = 0;
     while (moved < max) {
         /* The LRU lock is let go before the move: relinking takes it. */
@@ -715,7 +735,9 @@ void do_item_touch_access(item *it)
         it->time + ITEM_UPDATE_INTERVAL > now)
         return;
     struct lru *l = lru_of(it);
-    if (pthread_mutex_trylock(&l->lock) == 0) {
+    if (l == NULL) {
+        it->time = now;
+    } else if (pthread_mutex_trylock(&l->lock) == 0) {
         lru_unlink_locked(l, it);
         it->time = now;
         lru_link_locked(l, it);
@@ -772,9 +794,19 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
     item *it = do_item_get(key, nkey, hv, why, true);
     if (it != NULL)
         it->exptime = exptime;
-    it = item_value_take(it);
     item_unlock(hv);
     return it;
+}
+
+bool item_exists(const char *key, size_t nkey)
+{
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, NULL, false);
+    if (it != NULL)
+        item_release(it);
+    item_unlock(hv);
+    return it != NULL;
 }
 
 /* ---- Stores. --------------------------------------------------------- */

@@ -167,9 +167,14 @@ bool item_is_dead(const item *it, enum item_miss *why);
 item *item_get(const char *key, size_t nkey, enum item_miss *why,
                bool do_update);
 
-/* item_get that also sets a new exptime (gat, touch). */
+/* Sets a new exptime (touch) and records the access.  Returns the index's
+ * item with a reference: possibly a meta tuple, so read only its metadata
+ * (flags, CAS, key, sizes), never its value. */
 item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
                          enum item_miss *why);
+
+/* True if the key is stored (and alive); reads no value. */
+bool item_exists(const char *key, size_t nkey);
 
 enum store_op {
     STORE_SET = 1, STORE_ADD, STORE_REPLACE, STORE_APPEND, STORE_PREPEND,
@@ -303,14 +308,27 @@ item *item_alloc_meta(const item *src, enum item_tier tier,
                       unsigned int lru_cls, uint64_t ref, int partition);
 
 /*
- * Moves up to `max` of the coldest unreferenced items of DRAM class clsid,
- * partition p, by calling demote(it, hv) with the item locked and pinned;
+ * Moves up to `max` of the coldest unreferenced items of class clsid,
+ * partition p, of tier (DRAM, or NVM whose LRUs hold meta tuples), by
+ * calling demote(it, hv) with the item locked and pinned;
  * demote publishes the new copy with do_item_move() and returns true, or
  * returns false to stop.  Dead items met on the way are reclaimed.
  * Returns the number of items moved or reclaimed.
  */
-int items_demote_tail(unsigned int clsid, int p, int max,
+int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
                       item_evict_hook_fn demote);
+
+/* Unlinks a live item that no tier can keep, counting it in `evictions`
+ * (cache semantics).  Caller holds the item lock. */
+void do_item_evict(item *it, uint32_t hv);
+
+/* True when reading the value of `it` needs an asynchronous read (its
+ * value is on SSD): the protocol layers then park the response
+ * (conn_park_value) instead of calling item_value_take(). */
+static inline bool item_value_async(const item *it)
+{
+    return (it->it_flags & ITEM_META) && it->tier == TIER_SSD;
+}
 
 /* Drops the coldest meta tuple of a lower tier's class cls (partition p
  * first, then the others), freeing its slot: cache semantics when that

@@ -74,6 +74,11 @@ struct settings {
     int evict_threads;      /* -o evict_threads (0 = half the cores) */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
     int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
+    char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier) */
+    int ssd_page_size;      /* -o ssd_page_size, bytes (0 = default) */
+    int ssd_buf_size;       /* -o ssd_buf_size, bytes (0 = default) */
+    char *ssd_io_engine;    /* -o ssd_io_engine=uring|threads (NULL = uring) */
+    int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
 };
 
 extern struct settings settings;

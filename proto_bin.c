@@ -152,6 +152,55 @@ static void bin_protocol_error(conn *c, uint16_t status)
 
 /* ---- Commands ----------------------------------------------------------- */
 
+/* The hit response of a get/gat/touch: `it` holds the value when
+ * with_value (else only its metadata is sent); the response takes over the
+ * reference. */
+static void bin_send_hit(conn *c, item *it, bool with_key, bool with_value)
+{
+    unsigned char flags[4];
+    wr32(flags, it->flags);
+    uint32_t vlen = with_value ? it->nbytes - 2 : 0;
+    uint16_t klen = with_key ? it->nkey : 0;
+    struct resp *r = bin_response(c, ST_SUCCESS, flags, 4, ITEM_key(it), klen,
+                                  4 + klen + vlen, it->cas);
+    if (!r || (vlen && !resp_add_iov(r, ITEM_data(it), vlen)) ||
+        !resp_hold_item(r, it)) {
+        item_release(it);
+        conn_set_state(c, conn_closing);
+    }
+}
+
+static void bin_send_miss(conn *c, const char *key, uint16_t nkey,
+                          bool with_key)
+{
+    if (c->bin.quiet)
+        return;
+    if (with_key)
+        bin_response(c, ST_KEY_ENOENT, NULL, 0, key, nkey, nkey, 0);
+    else
+        bin_error(c, ST_KEY_ENOENT, 0);
+}
+
+struct bin_get_ctx {
+    __typeof__(((conn *)0)->bin) bin;   /* the request, for the header */
+    bool with_key;
+    uint16_t nkey;
+    char key[KEY_MAX_LENGTH];
+};
+
+/* A parked get's value arrived from SSD (NULL: it is gone, a miss). */
+static void bin_get_fill(conn *c, item *value, void *ctx)
+{
+    struct bin_get_ctx *g = ctx;
+    __typeof__(c->bin) cur = c->bin;
+    c->bin = g->bin;
+    if (value != NULL)
+        bin_send_hit(c, value, g->with_key, true);
+    else
+        bin_send_miss(c, g->key, g->nkey, g->with_key);
+    c->bin = cur;
+}
+
 static void bin_get(conn *c, const char *key, uint16_t nkey,
                     const unsigned char *ext)
 {
@@ -162,16 +211,33 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
     bool with_value = op != OP_TOUCH;
     struct thread_stats *ts = &c->thread->stats;
     enum item_miss why = MISS_NONE;
-    item *it;
+    bool parked = false;
+    unsigned int clsid = 0;
 
-    if (touch) {
-        it = item_get_and_touch(key, nkey, realtime((int64_t)rd32(ext)), &why);
-        STATS_INCR(ts, touch_cmds);
-    } else {
-        it = item_get(key, nkey, &why, true);
-        STATS_INCR(ts, get_cmds);
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, true);
+    if (it != NULL) {
+        clsid = it->slabs_clsid;
+        if (touch)
+            it->exptime = realtime((int64_t)rd32(ext));
+        if (with_value && item_value_async(it)) {
+            struct bin_get_ctx g = { .bin = c->bin, .with_key = with_key,
+                                     .nkey = nkey };
+            memcpy(g.key, key, nkey);
+            parked = conn_park_value(c, it, hv, bin_get_fill, &g, sizeof(g));
+        }
+        if (parked)
+            item_release(it);
+        else if (with_value)
+            it = item_value_take(it);
     }
-    if (!it) {
+    item_unlock(hv);
+    if (touch)
+        STATS_INCR(ts, touch_cmds);
+    else
+        STATS_INCR(ts, get_cmds);
+    if (it == NULL && !parked) {
         if (touch) {
             STATS_INCR(ts, touch_misses);
         } else {
@@ -181,30 +247,15 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
             else if (why == MISS_FLUSHED)
                 STATS_INCR(ts, get_flushed);
         }
-        if (c->bin.quiet)
-            return;
-        if (with_key)
-            bin_response(c, ST_KEY_ENOENT, NULL, 0, key, nkey, nkey, 0);
-        else
-            bin_error(c, ST_KEY_ENOENT, 0);
+        bin_send_miss(c, key, nkey, with_key);
         return;
     }
     if (touch)
-        SLAB_STATS_INCR(ts, it->slabs_clsid, touch_hits);
+        SLAB_STATS_INCR(ts, clsid, touch_hits);
     else
-        SLAB_STATS_INCR(ts, it->slabs_clsid, get_hits);
-
-    unsigned char flags[4];
-    wr32(flags, it->flags);
-    uint32_t vlen = with_value ? it->nbytes - 2 : 0;
-    uint16_t klen = with_key ? nkey : 0;
-    struct resp *r = bin_response(c, ST_SUCCESS, flags, 4, ITEM_key(it), klen,
-                                  4 + klen + vlen, it->cas);
-    if (!r || (vlen && !resp_add_iov(r, ITEM_data(it), vlen)) ||
-        !resp_hold_item(r, it)) {
-        item_release(it);
-        conn_set_state(c, conn_closing);
-    }
+        SLAB_STATS_INCR(ts, clsid, get_hits);
+    if (!parked)
+        bin_send_hit(c, it, with_key, with_value);
 }
 
 static enum store_op bin_store_op(uint8_t op)

@@ -371,6 +371,43 @@ static bool mg_hit_flags(struct meta_line *m, struct util_token *tok,
     return won;
 }
 
+/* The EN line of an mg miss. */
+static void mg_miss_line(struct meta_line *m, struct util_token *tok,
+                         size_t ntok, const char *key, size_t nkey,
+                         const struct meta_flags *of)
+{
+    ml_init(m, "EN");
+    for (size_t i = 2; i < ntok; i++) {
+        if (tok[i].value[0] == 'O')
+            ml_token(m, &tok[i]);
+        else if (tok[i].value[0] == 'k')
+            ml_key(m, key, nkey, of->key_binary);
+    }
+    ml_end(m);
+}
+
+/* An mg whose value is being read from SSD: both possible answers, made
+ * while the request was parsed. */
+struct mg_park {
+    size_t hit_len, miss_len;
+    bool quiet;
+    char hit[sizeof(((struct meta_line *)0)->buf)];
+    char miss[sizeof(((struct meta_line *)0)->buf)];
+};
+
+static void mg_fill(conn *c, item *value, void *ctx)
+{
+    const struct mg_park *g = ctx;
+    if (value == NULL) {
+        pt_out_buf(c, g->miss, g->miss_len, g->quiet);
+        return;
+    }
+    struct meta_line m;
+    memcpy(m.buf, g->hit, g->hit_len);
+    m.p = m.buf + g->hit_len;
+    meta_send(c, &m, value, false);
+}
+
 static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
 {
     struct meta_flags of = {0};
@@ -418,14 +455,7 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
         item_unlock(hv);
         STATS_INCR(PT_STATS(c), get_cmds);
         STATS_INCR(PT_STATS(c), get_misses);
-        ml_init(&m, "EN");
-        for (size_t i = 2; i < ntok; i++) {
-            if (tok[i].value[0] == 'O')
-                ml_token(&m, &tok[i]);
-            else if (tok[i].value[0] == 'k')
-                ml_key(&m, key, nkey, of.key_binary);
-        }
-        ml_end(&m);
+        mg_miss_line(&m, tok, ntok, key, nkey, &of);
         pt_out_buf(c, m.buf, ml_len(&m), c->noreply);
         return;
     }
@@ -453,8 +483,25 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     if (!of.no_update)
         do_item_touch_access(it);
     unsigned int clsid = it->slabs_clsid;
+    bool parked = false;
+    if (of.value && item_value_async(it)) {
+        struct mg_park *g = malloc(sizeof(*g));
+        if (g != NULL) {
+            struct meta_line miss;
+            mg_miss_line(&miss, tok, ntok, key, nkey, &of);
+            g->hit_len = ml_len(&m);
+            memcpy(g->hit, m.buf, g->hit_len);
+            g->miss_len = ml_len(&miss);
+            memcpy(g->miss, miss.buf, g->miss_len);
+            g->quiet = c->noreply;
+            parked = conn_park_value(c, it, hv, mg_fill, g, sizeof(*g));
+            free(g);
+        }
+    }
     /* A lower-tier value is copied out while the key is still locked. */
-    if (of.value)
+    if (parked)
+        item_release(it);
+    else if (of.value)
         it = item_value_take(it);
     item_unlock(hv);
 
@@ -465,6 +512,8 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
         STATS_INCR(PT_STATS(c), get_cmds);
         SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
     }
+    if (parked)
+        return;
     if (of.value && it == NULL) {
         out_errstring(c, "SERVER_ERROR out of memory writing get response");
         return;

@@ -116,33 +116,11 @@ void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)
 
 /* ---- Retrieval ------------------------------------------------------ */
 
-/* Looks one key up and queues its VALUE response.  False on OOM. */
-static bool pt_get_one(conn *c, const char *key, size_t nkey,
-                       rel_time_t exptime, bool touch, bool return_cas,
-                       struct resp **cur)
+/* Queues the VALUE response of `it`, a value-bearing item whose reference
+ * the response takes over.  False on OOM. */
+static bool pt_send_value(conn *c, item *it, bool return_cas,
+                          struct resp **cur)
 {
-    enum item_miss why = MISS_NONE;
-    item *it = touch ? item_get_and_touch(key, nkey, exptime, &why)
-                     : item_get(key, nkey, &why, true);
-    pt_count_miss_reason(c, why);
-    if (it == NULL) {
-        if (touch) {
-            STATS_INCR(PT_STATS(c), touch_cmds);
-            STATS_INCR(PT_STATS(c), touch_misses);
-        } else {
-            STATS_INCR(PT_STATS(c), get_cmds);
-            STATS_INCR(PT_STATS(c), get_misses);
-        }
-        return true;
-    }
-    if (touch) {
-        STATS_INCR(PT_STATS(c), touch_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
-    } else {
-        STATS_INCR(PT_STATS(c), get_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, get_hits);
-    }
-
     char hdr[KEY_MAX_LENGTH + 80];
     char *p = hdr;
     memcpy(p, "VALUE ", 6);
@@ -171,6 +149,70 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
     }
     *cur = r;
     return true;
+}
+
+struct pt_get_ctx {
+    bool return_cas;
+};
+
+/* A parked get's value arrived from SSD (NULL: it is gone, a miss). */
+static void pt_get_fill(conn *c, item *value, void *ctx)
+{
+    const struct pt_get_ctx *g = ctx;
+    struct resp *cur = NULL;
+    if (value != NULL && !pt_send_value(c, value, g->return_cas, &cur))
+        out_errstring(c, "SERVER_ERROR out of memory writing get response");
+}
+
+/* Looks one key up and queues its VALUE response, or parks it while an
+ * SSD-resident value is read.  False on OOM. */
+static bool pt_get_one(conn *c, const char *key, size_t nkey,
+                       rel_time_t exptime, bool touch, bool return_cas,
+                       struct resp **cur)
+{
+    enum item_miss why = MISS_NONE;
+    uint32_t hv = item_hash(key, nkey);
+    bool parked = false;
+    unsigned int clsid = 0;
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, true);
+    if (it != NULL) {
+        clsid = it->slabs_clsid;
+        if (touch)
+            it->exptime = exptime;
+        if (item_value_async(it)) {
+            struct pt_get_ctx g = { .return_cas = return_cas };
+            parked = conn_park_value(c, it, hv, pt_get_fill, &g, sizeof(g));
+        }
+        if (parked)
+            item_release(it);
+        else
+            it = item_value_take(it);
+    }
+    item_unlock(hv);
+    pt_count_miss_reason(c, why);
+    if (it == NULL && !parked) {
+        if (touch) {
+            STATS_INCR(PT_STATS(c), touch_cmds);
+            STATS_INCR(PT_STATS(c), touch_misses);
+        } else {
+            STATS_INCR(PT_STATS(c), get_cmds);
+            STATS_INCR(PT_STATS(c), get_misses);
+        }
+        return true;
+    }
+    if (touch) {
+        STATS_INCR(PT_STATS(c), touch_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), clsid, touch_hits);
+    } else {
+        STATS_INCR(PT_STATS(c), get_cmds);
+        SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
+    }
+    if (parked) {
+        *cur = NULL;            /* END must not join the placeholder */
+        return true;
+    }
+    return pt_send_value(c, it, return_cas, cur);
 }
 
 static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
@@ -266,12 +308,8 @@ enum store_result pt_store(conn *c, item *it, enum store_op op,
     /* memcached: a cas whose unique is 0 (always, with -C) never matches;
      * the answer is EXISTS, or NOT_FOUND if the key is missing. */
     if (op == STORE_CAS && (req_cas == 0 || !settings.use_cas)) {
-        enum item_miss why;
-        item *old = item_get(ITEM_key(it), it->nkey, &why, false);
-        if (old == NULL)
-            return STORE_NOT_FOUND;
-        item_release(old);
-        return STORE_EXISTS;
+        return item_exists(ITEM_key(it), it->nkey) ? STORE_EXISTS
+                                                   : STORE_NOT_FOUND;
     }
     return item_store(it, op, req_cas, cas_out, c->thread->partition);
 }

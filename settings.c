@@ -225,7 +225,20 @@ static const struct option_def options[] = {
       "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
     { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
       "nvm_free_watermark", "<bytes>", "NVM the evictors keep free by moving tuples to SSD;\n"
-      "                          no effect until the SSD tier exists (default: 1% of the tier)" },
+      "                          only with an SSD tier (default: 1% of the tier)" },
+    { 0, "ssd_path", OPT_STRING, S(ssd_path), 0, 0, true, "ssd_path",
+      "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so not\n"
+      "                          tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g" },
+    { 0, "ssd_page_size", OPT_SIZE, S(ssd_page_size), 0, 1 << 30, true, NULL,
+      "<bytes>", "SSD page: the unit of reclaim and defrag (default: 8m)" },
+    { 0, "ssd_buf_size", OPT_SIZE, S(ssd_buf_size), 0, 1 << 30, true, NULL,
+      "<bytes>", "SSD buf: the unit of writing, a multiple of 4k (default: 256k)" },
+    { 0, "ssd_io_engine", OPT_STRING, S(ssd_io_engine), 0, 0, true, NULL,
+      "<uring|threads>", "SSD I/O: io_uring, or a pread/pwrite thread pool\n"
+      "                          (default: uring, threads when io_uring is unavailable)" },
+    { 0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
+      "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the\n"
+      "                          pages, at least 3)" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
@@ -503,7 +516,8 @@ bool settings_finalize(void)
         fprintf(stderr, "Cannot set item size limit higher than 1/2 of memory max.\n");
         return false;
     }
-    if (!chunk_size_given && settings.nvm_path != NULL)
+    if (!chunk_size_given &&
+        (settings.nvm_path != NULL || settings.ssd_path != NULL))
         settings.chunk_size = 24;
     if (settings.chunk_size + 64 > settings.item_size_max) {
         fprintf(stderr, "slab minimum size (-n) is larger than the item size limit\n");

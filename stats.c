@@ -170,6 +170,7 @@ static void stats_general(struct stat_sink *s)
     stat_printf(s, "cmd_touch", "%llu", (unsigned long long)ts.touch_cmds);
     stat_printf(s, "cmd_meta", "%llu", (unsigned long long)ts.meta_cmds);
     stat_printf(s, "get_hits", "%llu", (unsigned long long)tot.get_hits);
+    tac_stats_general(s);
     stat_printf(s, "get_misses", "%llu", (unsigned long long)ts.get_misses);
     stat_printf(s, "get_expired", "%llu", (unsigned long long)ts.get_expired);
     stat_printf(s, "get_flushed", "%llu", (unsigned long long)ts.get_flushed);
@@ -263,7 +264,7 @@ static void stats_tiers(struct stat_sink *s)
     stats_aggregate(&ts);
     stats_slab_totals(&ts, &tot);
     unsigned long long lower = tac_lower_hits();
-    stat_printf(s, "tiers", "%s", tac_active() ? "dram,nvm" : "dram");
+    stat_printf(s, "tiers", "%s", tac_tiers_name());
     stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
     stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
     stat_printf(s, "dram_bytes", "%llu",

@@ -33,6 +33,7 @@
 #include "conn.h"
 #include "items.h"
 #include "slabs.h"
+#include "tac/tac.h"
 #include "thread.h"
 
 /* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
@@ -104,9 +105,38 @@ static void worker_idle_tick(evutil_socket_t fd, short which, void *arg)
     conn_close_idle(arg);
 }
 
+/* The worker's SSD reads completed: run their callbacks, then drive the
+ * connections whose parked responses they filled. */
+static void worker_reap_reads(evutil_socket_t fd, short which, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)which;
+    tac_reader_reap(w->reader);
+    conn_run_ready(w);
+}
+
+/* Creates the worker's SSD reader on its own thread (the ring belongs to
+ * the thread that uses it). */
+static void worker_setup_reader(struct worker *w)
+{
+    if (!tac_active())
+        return;
+    w->reader = tac_reader_new();
+    if (w->reader == NULL)
+        return;                     /* no SSD tier */
+    w->reader_event = event_new(w->base, tac_reader_fd(w->reader),
+                                EV_READ | EV_PERSIST, worker_reap_reads, w);
+    if (w->reader_event == NULL || event_add(w->reader_event, NULL) != 0) {
+        fprintf(stderr, "cannot set up SSD reads for worker %d\n", w->id);
+        exit(EXIT_FAILURE);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    worker_setup_reader(w);
 
     pthread_mutex_lock(&init_lock);
     init_count++;
@@ -115,6 +145,11 @@ static void *worker_main(void *arg)
 
     event_base_dispatch(w->base);
     conn_close_all(w);
+    if (w->reader != NULL) {
+        event_free(w->reader_event);
+        tac_reader_free(w->reader);     /* waits for reads in flight */
+        w->reader = NULL;
+    }
     return NULL;
 }
 

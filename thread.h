@@ -30,6 +30,9 @@ struct worker {
     struct resp *resp_cache;    /* free resps, this worker only */
     int resp_cache_len;
     struct conn *conns;         /* this worker's connections */
+    struct tac_reader *reader;  /* SSD reads; NULL without an SSD tier */
+    struct event *reader_event;
+    struct conn *ready;         /* conns with filled parked responses */
 };
 
 void workers_start(int nthreads, struct event_base *main_base);

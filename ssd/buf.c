@@ -84,13 +84,24 @@ enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
 enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
                                uint64_t *ref_out)
 {
+    struct iovec one = { (void *)data, len };
+    return ssd_buf_appendv(b, &one, 1, ref_out);
+}
+
+enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
+                                int n, uint64_t *ref_out)
+{
     struct ssd_store *s = b->s;
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += iov[i].iov_len;
     if (len == 0 || b->state != BUF_FILLING)
         return SSD_ERR_ARG;
     size_t at = round_up(b->used, SSD_TUPLE_ALIGN);
     if (at > s->buf_size || len > s->buf_size - at)
         return SSD_ERR_NOSPACE;
-    memcpy(b->mem + at, data, len);
+    for (size_t i = 0, pos = at; i < (size_t)n; pos += iov[i].iov_len, i++)
+        memcpy(b->mem + pos, iov[i].iov_base, iov[i].iov_len);
     pthread_mutex_lock(&s->lock);
     b->used = at + len;                 /* under the lock: lookup reads it */
     s->pages[b->page].live += len;
@@ -130,7 +141,7 @@ static void do_buf_unlink(struct ssd_store *s, struct ssd_buf *b)
 enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg)
 {
     struct ssd_store *s = b->s;
-    if (b->state != BUF_FILLING || cb == NULL)
+    if ((b->state != BUF_FILLING && b->state != BUF_FAILED) || cb == NULL)
         return SSD_ERR_ARG;
     b->wlen = b->used == 0 ? SSD_BLOCK : round_up(b->used, SSD_BLOCK);
     memset(b->mem + b->used, 0, b->wlen - b->used);

@@ -41,6 +41,7 @@ struct ssd_page {
     unsigned next_slot;         /* next buf slot to hand out */
     unsigned bufs_out;          /* handed out, not yet written or released */
     uint64_t live;              /* live bytes */
+    uint64_t seq;               /* order in which pages were opened */
     int next_free;              /* free list link, -1 ends */
 };
 
@@ -109,6 +110,7 @@ struct ssd_store {
     uint32_t *buf_used;           /* npages * bufs_per_page; lock */
     int free_head;                /* lock */
     int cur_page;                 /* shared open page, -1 none; lock */
+    uint64_t page_seq;            /* last page seq handed out; lock */
     struct ssd_buf *bufs;         /* in-memory bufs; lock */
 
     /* uring write path */

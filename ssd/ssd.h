@@ -43,6 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define SSD_BLOCK 4096u              /* O_DIRECT granule; read extents align to it */
 #define SSD_TUPLE_ALIGN 8u           /* tuple starts inside a buf align to this */
@@ -159,6 +160,25 @@ int ssd_page_alloc(struct ssd_store *s);
  * page seals once its bufs are all written or released. */
 void ssd_page_finish(struct ssd_store *s, int page);
 
+/* The oldest sealed page (the first opened of those sealed), for defrag;
+ * -1 when no page is sealed.  *out gets its version and live bytes. */
+struct ssd_page_info {
+    uint16_t version;
+    uint64_t live;
+    uint64_t seq;
+};
+int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out);
+/* Bytes written to buf slot `slot` of page (0 when it holds none) and, in
+ * *ref, the reference of the slot's first byte (0 for a free page). */
+uint32_t ssd_page_buf(struct ssd_store *s, int page, unsigned slot,
+                      uint64_t *ref);
+
+/* Reclaims sealed page `page` now if it still carries `version`, whatever
+ * its live bytes (defrag, after dropping or moving every tuple it found
+ * valid); every reference into it turns stale.  False if it was already
+ * reclaimed or is not sealed. */
+bool ssd_page_drop(struct ssd_store *s, int page, uint16_t version);
+
 /* Subtracts len from the live bytes of ref's page.  A sealed page whose
  * live bytes reach 0 is reclaimed at once: version bumped, page freed.
  * Returns false (and changes nothing) when ref is stale. */
@@ -188,6 +208,10 @@ enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
 enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
                                uint64_t *ref_out);
 
+/* ssd_buf_append of the concatenation of n pieces (one tuple). */
+enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
+                                int n, uint64_t *ref_out);
+
 /* Bytes appended so far (including alignment padding). */
 size_t ssd_buf_used(const struct ssd_buf *b);
 
@@ -198,7 +222,8 @@ typedef void (*ssd_write_cb)(void *arg, struct ssd_buf *b,
                              enum ssd_status status);
 
 /* Writes the used part of b (rounded up to 4 KiB, padding zeroed) with one
- * write.  The caller must not append after this.  Returns SSD_OK once
+ * write; a buf whose write failed may be submitted again (a retry).  The
+ * caller must not append after this.  Returns SSD_OK once
  * queued (cb will run exactly once), else an error and cb never runs. */
 enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg);
 

@@ -320,6 +320,7 @@ static int do_page_alloc(struct ssd_store *s)
     s->free_head = p->next_free;
     p->next_free = -1;
     p->state = PAGE_OPEN;
+    p->seq = ++s->page_seq;
     p->next_slot = 0;
     p->bufs_out = 0;
     p->live = 0;
@@ -435,4 +436,61 @@ int do_page_take_slot(struct ssd_store *s, int page, unsigned *slot,
     *slot = p->next_slot++;
     p->bufs_out++;
     return page;
+}
+
+/* ---- page inspection (defrag) -------------------------------------------- */
+
+int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out)
+{
+    int best = -1;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->npages; i++) {
+        const struct ssd_page *p = &s->pages[i];
+        if (p->state == PAGE_SEALED &&
+            (best < 0 || p->seq < s->pages[best].seq))
+            best = (int)i;
+    }
+    if (best >= 0 && out != NULL) {
+        const struct ssd_page *p = &s->pages[best];
+        out->version = (uint16_t)atomic_load(&p->version);
+        out->live = p->live;
+        out->seq = p->seq;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return best;
+}
+
+uint32_t ssd_page_buf(struct ssd_store *s, int page, unsigned slot,
+                      uint64_t *ref)
+{
+    uint32_t used = 0;
+    *ref = 0;
+    if (page < 0 || (unsigned)page >= s->npages || slot >= s->bufs_per_page)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    const struct ssd_page *p = &s->pages[page];
+    if (p->state != PAGE_FREE) {
+        used = s->buf_used[(size_t)page * s->bufs_per_page + slot];
+        *ref = ssd_ref_pack((uint16_t)atomic_load(&p->version), (uint16_t)page,
+                            (uint32_t)((size_t)slot * s->buf_size));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return used;
+}
+
+bool ssd_page_drop(struct ssd_store *s, int page, uint16_t version)
+{
+    if (page < 0 || (unsigned)page >= s->npages)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[page];
+    bool ok = p->state == PAGE_SEALED &&
+              atomic_load_explicit(&p->version, memory_order_relaxed) == version;
+    if (ok) {
+        ST_SUB(s, live_bytes, p->live);
+        p->live = 0;
+        do_page_reclaim(s, (unsigned)page);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
 }

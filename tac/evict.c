@@ -65,13 +65,26 @@ static uint64_t class_reserve(const struct slabs_class_info *ci,
     return chunks > 0 ? chunks : 1;
 }
 
+/* With NVM low on free space, moves NVM's coldest tuples of every class
+ * in this evictor's partitions to SSD.  Returns the number moved. */
+static int evict_nvm_round(struct evictor *e)
+{
+    int moved = 0;
+    for (unsigned int c = 1; c < MAX_SLAB_CLASSES && tac_nvm_tight(); c++)
+        for (int p = e->id; p < settings.partitions; p += nevictors)
+            moved += items_demote_tail(TIER_NVM, c, p, EVICT_BATCH / 4,
+                                       tac_ssd_from_nvm);
+    return moved;
+}
+
 /* One round over every class for this evictor's partitions.  Returns the
  * number of items moved. */
 static int evict_round(struct evictor *e)
 {
+    int nvm_moved = evict_nvm_round(e);
     if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
-        return 0;
+        return nvm_moved;
     }
     unsigned int ncls = slabs_nclasses();
     uint64_t total_pages = 0;
@@ -93,11 +106,11 @@ static int evict_round(struct evictor *e)
             continue;
         short_classes++;
         for (int p = e->id; p < settings.partitions; p += nevictors)
-            moved += items_demote_tail(c, p, EVICT_BATCH, tac_demote_to_nvm);
+            moved += items_demote_tail(TIER_DRAM, c, p, EVICT_BATCH, tac_demote);
     }
     if (e->id == 0)
         __atomic_store_n(&backlog, short_classes, __ATOMIC_RELAXED);
-    return moved;
+    return moved + nvm_moved;
 }
 
 static void evictor_sleep(struct evictor *e)
@@ -121,6 +134,7 @@ static void evictor_sleep(struct evictor *e)
 static void *evictor_main(void *arg)
 {
     struct evictor *e = arg;
+    tac_ssd_set_writer(e->id);
     while (!__atomic_load_n(&stopping, __ATOMIC_RELAXED)) {
         TAC_INCR(evictor_runs);
         if (evict_round(e) == 0)

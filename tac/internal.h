@@ -14,6 +14,7 @@
 #include "stats.h"
 
 struct nvm_region;
+struct ssd_store;
 
 /* Policy counters: one line each; relaxed atomics, any thread. */
 #define TAC_STATS_FIELDS(X)  \
@@ -26,7 +27,20 @@ struct nvm_region;
     X(nvm_read_errors)       \
     X(meta_rehomed)          \
     X(evictor_runs)          \
-    X(evictor_wakeups)
+    X(evictor_wakeups)       \
+    X(get_hits_ssd)          \
+    X(evict_dram_to_ssd)     \
+    X(evict_nvm_to_ssd)      \
+    X(set_fallback_ssd)      \
+    X(ssd_full)              \
+    X(ssd_too_large)         \
+    X(ssd_read_retries)      \
+    X(ssd_read_misses)       \
+    X(ssd_sync_reads)        \
+    X(ssd_write_retries)     \
+    X(ssd_defrag_runs)       \
+    X(ssd_defrag_moved)      \
+    X(ssd_items_dropped)
 
 struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -34,6 +48,7 @@ struct tac_stats {
 
 struct tac_state {
     struct nvm_region *nvm;     /* NULL without an NVM tier; set at init */
+    struct ssd_store *ssd;      /* NULL without an SSD tier; set at init */
     size_t dram_free_wm;        /* bytes of DRAM the evictors keep free */
     size_t nvm_free_wm;         /* bytes of NVM kept free (for SSD later) */
     int evict_threads;
@@ -48,9 +63,49 @@ extern struct tac_state tac;
  * tac_init); the evictors count them as used. */
 #define TAC_META_RESERVE_PAGES 2
 
-/* Moves a DRAM item to NVM (the evict hook): item lock held, item pinned.
- * Returns false when NVM or the meta tuple could not be had. */
-bool tac_demote_to_nvm(item *it, uint32_t hv);
+/* Moves a DRAM item one tier down, to NVM or else SSD (the evict hook and
+ * the evictors' demote function): item lock held, item pinned.  A meta
+ * tuple is moved to another DRAM chunk instead (the page mover).  Returns
+ * false when the lower tier or the meta tuple could not be had. */
+bool tac_demote(item *it, uint32_t hv);
+
+/* A transient item (refcount 1, outside -m) with the fields and key of
+ * meta tuple `meta`, its value left to fill in; NULL when out of memory.
+ * Caller holds the key's item lock. */
+item *tac_transient_new(const item *meta);
+/* "PATH:SIZE" (k/m/g/t suffixes) -> path (malloc'd) and bytes. */
+bool tac_parse_path_size(const char *spec, char **path, size_t *size);
+
+/* ---- SSD tier (ssd.c) ---- */
+
+/* Opens the SSD tier named by -o ssd_path; false (after printing why) on
+ * failure.  Starts nothing. */
+bool tac_ssd_open(void);
+void tac_ssd_start(void);
+void tac_ssd_stop(void);
+void tac_ssd_close(void);
+/* Writer slots: evictor e uses slot e; every other thread shares one. */
+void tac_ssd_set_writer(int evictor_id);
+/* Writes the value of `it` (a DRAM or staging item) to SSD and returns its
+ * new unlinked SSD meta tuple (refcount 1); NULL when SSD or DRAM lacks
+ * room.  Caller holds the item lock. */
+item *tac_ssd_store_copy(const item *it, int partition);
+/* Moves the NVM tuple of NVM meta tuple `meta` to SSD (demote hook for NVM
+ * LRU tails).  Item lock held, meta pinned. */
+bool tac_ssd_from_nvm(item *meta, uint32_t hv);
+/* Moves an SSD meta tuple to another DRAM chunk. */
+bool tac_ssd_meta_rehome(item *meta, uint32_t hv);
+/* Synchronous read of an SSD meta tuple's value into a transient item
+ * (append/prepend/incr/decr and UDP); NULL on failure. */
+item *tac_ssd_materialize(item *meta);
+/* The last reference to SSD meta tuple `meta` is gone. */
+void tac_ssd_release(item *meta);
+/* True while free NVM is below its watermark (evictors move NVM tails to
+ * SSD then). */
+bool tac_nvm_tight(void);
+unsigned long long tac_ssd_items(void);
+void tac_ssd_stats_tiers(struct stat_sink *s);
+void tac_ssd_stats_settings(struct stat_sink *s);
 
 /* Evictor threads (evict.c). */
 void tac_evictors_start(void);

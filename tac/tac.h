@@ -13,6 +13,7 @@
 #define TAC_TAC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct stat_sink;
 
@@ -25,6 +26,32 @@ void tac_close(void);
 
 /* True when a lower tier is configured. */
 bool tac_active(void);
+/* "dram", "dram,nvm", "dram,ssd" or "dram,nvm,ssd". */
+const char *tac_tiers_name(void);
+
+/* ---- Asynchronous reads of SSD-resident values (one reader per worker) */
+
+struct item;
+struct tac_reader;
+/* NULL without an SSD tier (or on failure, with errno set). */
+struct tac_reader *tac_reader_new(void);
+/* Becomes readable when completions are ready: call tac_reader_reap(). */
+int tac_reader_fd(const struct tac_reader *rd);
+/* Runs the ready completions (their tac_value_fn callbacks). */
+void tac_reader_reap(struct tac_reader *rd);
+/* Waits for outstanding reads, running their callbacks, and frees rd. */
+void tac_reader_free(struct tac_reader *rd);
+/* value: the value as of the read's start, in an item whose reference the
+ * callee owns; NULL when that version is gone (answer a miss). */
+typedef void (*tac_value_fn)(void *arg, struct item *value);
+/*
+ * Starts reading the value of SSD meta tuple `meta` (item_value_async()),
+ * whose key has hash hv; the caller holds item_lock(hv) and a reference to
+ * meta, and may drop both at once.  fn runs later on this thread, from
+ * tac_reader_reap().  False when the read cannot start (fn never runs).
+ */
+bool tac_read_value(struct tac_reader *rd, struct item *meta, uint32_t hv,
+                    tac_value_fn fn, void *arg);
 
 /* `stats tiers` lines of the lower tiers and the policy. */
 void tac_stats_tiers(struct stat_sink *sink);
@@ -32,6 +59,8 @@ void tac_stats_tiers(struct stat_sink *sink);
 unsigned long long tac_meta_tuples(void);
 /* Lower-tier hits, for the DRAM/NVM split of get_hits. */
 unsigned long long tac_lower_hits(void);
+/* Lines of plain `stats` from the tiers (get_hits_ssd). */
+void tac_stats_general(struct stat_sink *sink);
 /* `stats settings` lines of the tiers. */
 void tac_stats_settings(struct stat_sink *sink);
 void tac_stats_reset(void);

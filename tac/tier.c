@@ -40,7 +40,14 @@ struct tac_state tac;
 
 bool tac_active(void)
 {
-    return tac.nvm != NULL;
+    return tac.nvm != NULL || tac.ssd != NULL;
+}
+
+const char *tac_tiers_name(void)
+{
+    if (tac.nvm != NULL)
+        return tac.ssd != NULL ? "dram,nvm,ssd" : "dram,nvm";
+    return tac.ssd != NULL ? "dram,ssd" : "dram";
 }
 
 /* ---- NVM placement ------------------------------------------------------ */
@@ -57,6 +64,17 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
         uint64_t ref = nvm_alloc_class(tac.nvm, cls, partition);
         if (ref != 0)
             return ref;
+        if (tac.ssd != NULL) {
+            /* Make room by moving the class's coldest tuple to SSD. */
+            int moved = 0;
+            for (int i = 0; i < settings.partitions && moved == 0; i++)
+                moved = items_demote_tail(TIER_NVM, cls,
+                                          (partition + i) % settings.partitions,
+                                          1, tac_ssd_from_nvm);
+            if (moved == 0)
+                break;
+            continue;
+        }
         if (!settings.evict_to_free ||
             !items_lower_drop_tail(TIER_NVM, cls, partition))
             break;
@@ -120,27 +138,60 @@ static bool meta_rehome(item *meta, uint32_t hv)
     return true;
 }
 
-bool tac_demote_to_nvm(item *it, uint32_t hv)
+bool tac_demote(item *it, uint32_t hv)
 {
-    if (tac.nvm == NULL || (it->it_flags & ITEM_TRANSIENT))
+    if (it->it_flags & ITEM_TRANSIENT)
         return false;
-    if (it->it_flags & ITEM_META)
+    if (it->it_flags & ITEM_META) {
+        if (it->tier == TIER_SSD)
+            return tac_ssd_meta_rehome(it, hv);
         return meta_rehome(it, hv);
-    item *meta = nvm_store_copy(it, it->partition);
+    }
+    item *meta = NULL;
+    if (tac.nvm != NULL) {
+        meta = nvm_store_copy(it, it->partition);
+        if (meta != NULL)
+            TAC_INCR(evict_dram_to_nvm);
+    } else if (tac.ssd != NULL) {
+        meta = tac_ssd_store_copy(it, it->partition);
+        if (meta != NULL)
+            TAC_INCR(evict_dram_to_ssd);
+    }
     if (meta == NULL)
         return false;
     do_item_move(it, meta, hv);
     item_release(meta);
-    TAC_INCR(evict_dram_to_nvm);
     return true;
 }
 
 /* ---- The operations items.c calls ------------------------------------- */
 
-static item *tier_materialize(item *meta)
+item *tac_transient_new(const item *meta)
 {
-    if (meta->tier != TIER_NVM || tac.nvm == NULL)
+    item *copy = malloc(item_make_size(meta->nkey, meta->nbytes));
+    if (copy == NULL)
         return NULL;
+    /* The caller holds the meta tuple's item lock: its fields are stable. */
+    memset(copy, 0, sizeof(item));
+    copy->time = meta->time;
+    copy->exptime = meta->exptime;
+    copy->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
+    copy->nbytes = meta->nbytes;
+    copy->flags = meta->flags;
+    copy->it_flags = ITEM_TRANSIENT |
+                     (meta->it_flags & (ITEM_FETCHED | ITEM_ACTIVE));
+    copy->partition = meta->partition;
+    copy->tier = TIER_DRAM;
+    copy->nkey = meta->nkey;
+    copy->cas = meta->cas;
+    copy->refcount = 1;
+    memcpy(ITEM_key(copy), ITEM_key(meta), meta->nkey);
+    ITEM_key(copy)[meta->nkey] = '\0';
+    return copy;
+}
+
+static item *nvm_materialize(item *meta)
+{
     uint64_t ref = item_meta_ref(meta);
     struct tac_tuple_hdr hdr;
     char key[KEY_MAX_LENGTH];
@@ -151,25 +202,9 @@ static item *tier_materialize(item *meta)
         return NULL;
     }
     nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
-
-    size_t total = item_make_size(meta->nkey, meta->nbytes);
-    item *copy = malloc(total);
+    item *copy = tac_transient_new(meta);
     if (copy == NULL)
         return NULL;
-    /* The caller holds the meta tuple's item lock: its fields are stable. */
-    memset(copy, 0, sizeof(item));
-    copy->time = meta->time;
-    copy->exptime = meta->exptime;
-    copy->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
-    copy->nbytes = meta->nbytes;
-    copy->flags = meta->flags;
-    copy->it_flags = ITEM_TRANSIENT;
-    copy->partition = meta->partition;
-    copy->tier = TIER_DRAM;
-    copy->nkey = meta->nkey;
-    copy->cas = meta->cas;
-    copy->refcount = 1;
-    memcpy(ITEM_key(copy), ITEM_key(meta), meta->nkey + 1);
     nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, ITEM_data(copy), hdr.nbytes);
     if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
         tac_tuple_checksum(&hdr, key, ITEM_data(copy)) != hdr.checksum) {
@@ -181,13 +216,28 @@ static item *tier_materialize(item *meta)
     return copy;
 }
 
+static item *tier_materialize(item *meta)
+{
+    if (meta->tier == TIER_NVM && tac.nvm != NULL)
+        return nvm_materialize(meta);
+    if (meta->tier == TIER_SSD)
+        return tac_ssd_materialize(meta);
+    return NULL;
+}
+
 static item *tier_stage(item *staging, int partition)
 {
-    if (tac.nvm == NULL)
-        return NULL;
-    item *meta = nvm_store_copy(staging, partition);
-    if (meta != NULL)
-        TAC_INCR(set_fallback_nvm);
+    item *meta = NULL;
+    if (tac.nvm != NULL) {
+        meta = nvm_store_copy(staging, partition);
+        if (meta != NULL)
+            TAC_INCR(set_fallback_nvm);
+    }
+    if (meta == NULL && tac.ssd != NULL) {
+        meta = tac_ssd_store_copy(staging, partition);
+        if (meta != NULL)
+            TAC_INCR(set_fallback_ssd);
+    }
     return meta;
 }
 
@@ -196,6 +246,8 @@ static void tier_release(item *meta)
     uint64_t ref = item_meta_ref(meta);
     if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0)
         nvm_free(tac.nvm, ref);
+    else if (meta->tier == TIER_SSD)
+        tac_ssd_release(meta);
 }
 
 static void tier_dram_pressure(unsigned int clsid, int partition)
@@ -215,7 +267,7 @@ static const struct item_tier_ops tier_ops = {
 
 /* "PATH:SIZE" -> path (malloc'd) and bytes.  The size follows the last
  * colon, so "numa:0:1g" is node 0 with 1 GB. */
-static bool parse_path_size(const char *spec, char **path, size_t *size)
+bool tac_parse_path_size(const char *spec, char **path, size_t *size)
 {
     const char *colon = strrchr(spec, ':');
     if (colon == NULL || colon == spec)
@@ -254,6 +306,8 @@ static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
     return true;
 }
 
+static bool tac_plug_in(void);
+
 bool tac_init(void)
 {
     memset(&tac, 0, sizeof(tac));
@@ -268,11 +322,11 @@ bool tac_init(void)
         if (settings.nvm_latency != NULL)
             fprintf(stderr, "note: -o nvm_latency has no effect without "
                     "-o nvm_path\n");
-        return true;
+        return tac_ssd_open() && tac_plug_in();
     }
 
     char *path = NULL;
-    if (!parse_path_size(settings.nvm_path, &path, &cfg.size)) {
+    if (!tac_parse_path_size(settings.nvm_path, &path, &cfg.size)) {
         fprintf(stderr, "-o nvm_path=%s: expected PATH:SIZE, e.g. "
                 "/dev/shm/tac-nvm:4g or numa:1:16g\n", settings.nvm_path);
         return false;
@@ -294,16 +348,29 @@ bool tac_init(void)
         return false;
     }
 
-    /* Defaults scale with the tier: keep 2% of DRAM (at least two pages)
-     * and 1% of NVM free. */
-    tac.dram_free_wm = settings.dram_free_watermark > 0
-        ? (size_t)settings.dram_free_watermark
-        : settings.maxbytes / 50 > 2 * SLAB_PAGE_SIZE ? settings.maxbytes / 50
-                                                      : 2 * SLAB_PAGE_SIZE;
+    /* Keep 1% of NVM free by default. */
     struct nvm_info info;
     nvm_get_info(tac.nvm, &info);
     tac.nvm_free_wm = settings.nvm_free_watermark > 0
         ? (size_t)settings.nvm_free_watermark : info.capacity / 100;
+    if (settings.verbose)
+        fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
+                info.is_pmem ? ", pmem" : "", info.capacity >> 20);
+    return tac_ssd_open() && tac_plug_in();
+}
+
+/* With a lower tier open, sets up the DRAM side and plugs the policy into
+ * items.c. */
+static bool tac_plug_in(void)
+{
+    if (!tac_active())
+        return true;
+    /* Defaults scale with the tier: keep 2% of DRAM (at least two pages)
+     * free. */
+    tac.dram_free_wm = settings.dram_free_watermark > 0
+        ? (size_t)settings.dram_free_watermark
+        : settings.maxbytes / 50 > 2 * SLAB_PAGE_SIZE ? settings.maxbytes / 50
+                                                      : 2 * SLAB_PAGE_SIZE;
     tac.evict_threads = settings.evict_threads;
     /* Meta tuples may use the last pages of -m that data items may not,
      * so that demotion always finds room for its meta tuple; the page
@@ -311,36 +378,45 @@ bool tac_init(void)
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
     items_set_tier_ops(&tier_ops);
-    items_set_evict_hook(tac_demote_to_nvm);
-    if (settings.verbose)
-        fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
-                info.is_pmem ? ", pmem" : "", info.capacity >> 20);
+    items_set_evict_hook(tac_demote);
     return true;
 }
 
 void tac_start(void)
 {
-    if (tac.nvm != NULL)
+    if (tac_active())
         tac_evictors_start();
+    tac_ssd_start();
 }
 
 void tac_stop(void)
 {
-    if (tac.nvm != NULL)
+    tac_ssd_stop();
+    if (tac_active())
         tac_evictors_stop();
 }
 
 void tac_close(void)
 {
+    tac_ssd_close();
     if (tac.nvm != NULL) {
         nvm_close(tac.nvm);
         tac.nvm = NULL;
     }
 }
 
+bool tac_nvm_tight(void)
+{
+    if (tac.nvm == NULL || tac.ssd == NULL)
+        return false;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    return info.capacity - info.bytes_used < tac.nvm_free_wm;
+}
+
 /* ---- Stats -------------------------------------------------------------- */
 
-unsigned long long tac_meta_tuples(void)
+static unsigned long long nvm_items(void)
 {
     if (tac.nvm == NULL)
         return 0;
@@ -349,9 +425,22 @@ unsigned long long tac_meta_tuples(void)
     return info.slots_used;
 }
 
+unsigned long long tac_meta_tuples(void)
+{
+    return nvm_items() + tac_ssd_items();
+}
+
 unsigned long long tac_lower_hits(void)
 {
-    return STATS_GET(&tac.stats, get_hits_nvm);
+    return STATS_GET(&tac.stats, get_hits_nvm) +
+           STATS_GET(&tac.stats, get_hits_ssd);
+}
+
+void tac_stats_general(struct stat_sink *s)
+{
+    if (tac.ssd != NULL)
+        stat_printf(s, "get_hits_ssd", "%llu",
+                    (unsigned long long)STATS_GET(&tac.stats, get_hits_ssd));
 }
 
 void tac_stats_reset(void)
@@ -362,17 +451,20 @@ void tac_stats_reset(void)
 
 void tac_stats_tiers(struct stat_sink *s)
 {
-    if (tac.nvm == NULL)
+    if (!tac_active())
         return;
-    struct nvm_info info;
-    nvm_get_info(tac.nvm, &info);
-    stat_printf(s, "nvm_capacity", "%zu", info.capacity);
-    stat_printf(s, "nvm_bytes", "%llu", (unsigned long long)info.bytes_used);
-    stat_printf(s, "nvm_items", "%llu", (unsigned long long)info.slots_used);
-    stat_printf(s, "meta_tuples", "%llu", (unsigned long long)info.slots_used);
-    stat_printf(s, "nvm_pages_used", "%llu", (unsigned long long)info.pages_used);
-    stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
-    stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        stat_printf(s, "nvm_capacity", "%zu", info.capacity);
+        stat_printf(s, "nvm_bytes", "%llu", (unsigned long long)info.bytes_used);
+        stat_printf(s, "nvm_items", "%llu", (unsigned long long)info.slots_used);
+        stat_printf(s, "nvm_pages_used", "%llu", (unsigned long long)info.pages_used);
+        stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
+        stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
+    }
+    stat_printf(s, "meta_tuples", "%llu", tac_meta_tuples());
+    tac_ssd_stats_tiers(s);
 #define TAC_PRINT(name) \
     stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&tac.stats, name));
     TAC_STATS_FIELDS(TAC_PRINT)
@@ -382,6 +474,9 @@ void tac_stats_tiers(struct stat_sink *s)
 
 void tac_stats_settings(struct stat_sink *s)
 {
+    tac_ssd_stats_settings(s);
+    if (tac_active())
+        stat_printf(s, "dram_free_watermark_bytes", "%zu", tac.dram_free_wm);
     if (tac.nvm == NULL) {
         stat_printf(s, "nvm_backing", "none");
         return;
@@ -393,6 +488,5 @@ void tac_stats_settings(struct stat_sink *s)
     stat_printf(s, "nvm_capacity", "%zu", info.capacity);
     stat_printf(s, "nvm_read_ns", "%u", info.read_ns);
     stat_printf(s, "nvm_write_ns", "%u", info.write_ns);
-    stat_printf(s, "dram_free_watermark_bytes", "%zu", tac.dram_free_wm);
     stat_printf(s, "nvm_free_watermark_bytes", "%zu", tac.nvm_free_wm);
 }

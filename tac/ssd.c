@@ -1,0 +1,872 @@
+/*
+ * tac/ssd.c - the SSD tier as the cache sees it: writing tuples into bufs,
+ * asynchronous reads for the workers, page reclaim and defrag.
+ *
+ * Design (DESIGN.md 3 and 4, TaC 5.3 and 5.6).  An SSD-resident item is a
+ * DRAM meta tuple on no LRU whose reference is {page version, page id,
+ * offset} (ssd/ssd.h).  Writers pack tuples into bufs: each evictor has its
+ * own buf, the workers share one (a set while DRAM and NVM are full) and
+ * defrag has one; a full buf goes to disk with one write, and until then
+ * reads are served from it.  A buf whose write fails stays in memory, still
+ * serving reads, and is written again by the defrag thread, so an
+ * acknowledged set is never lost to a write error.
+ *
+ * Reads.  A worker never waits for SSD: tac_read_value() snapshots the meta
+ * tuple into a transient item, starts a read of the tuple's 4 KiB extent on
+ * the worker's ring and returns.  The completion runs on the same worker.
+ * The page version makes a successful read exact: a page is rewritten only
+ * after its version is bumped, and the ring checks the version after the
+ * read, so data read at a current reference is the tuple that was written
+ * there; the checksum and key are checked as well.  A stale reference (the
+ * tuple was moved by defrag, or dropped) makes the completion look the key
+ * up again and follow the same version (same CAS) to wherever it lives
+ * now; if that version is gone the read answers a miss, never another
+ * version's value.
+ *
+ * Validity.  A tuple in a page is live iff the key's meta tuple is an SSD
+ * meta tuple whose reference is this tuple's.  Defrag checks that with a
+ * hash lookup of the tuple's key rather than through revPtr, so a meta tuple
+ * can move to another DRAM chunk (the slab page mover) without rewriting
+ * the tuple on SSD.
+ *
+ * Space.  Each page counts its live bytes; a sealed page with none left is
+ * reclaimed at once (ssd/).  When free pages fall below the watermark the
+ * defrag thread takes the oldest sealed page, reads its bufs, and moves
+ * each valid tuple into its own buf, changing only that meta tuple's
+ * reference; then the page is reclaimed.  When moving would gain nothing
+ * (the page is nearly all live, or no page is free), the SSD is full: the
+ * page's items are dropped and counted as evictions, or with -M nothing is
+ * dropped and writes to SSD fail until space frees up.
+ *
+ * Threads: workers (reads, shared writer), evictors (their writers), the
+ * defrag thread, and the ssd/ library's write completion thread.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memcached.h"
+#include "nvm/nvm.h"
+#include "ssd/ssd.h"
+#include "tac/internal.h"
+#include "tac/tac.h"
+#include "tac/tuple.h"
+
+/* Re-reads that follow a tuple moved while it was being read. */
+#define READ_MAX_TRIES 4
+/* A page at least this full (per mille) gains too little from a move:
+ * when space is needed, its items are dropped instead. */
+#define DEFRAG_FULL_PERMILLE 900
+#define DEFRAG_IDLE_MS 20
+#define WRITE_RETRY_MS 100
+
+struct writer {
+    pthread_mutex_t lock;
+    struct ssd_buf *buf;        /* lock: the buf being filled, or NULL */
+};
+
+static struct {
+    struct ssd_info info;
+    unsigned free_wm;           /* free pages defrag keeps */
+    struct writer *writers;     /* evictors, then shared, then defrag */
+    int nwriters;
+    pthread_t defrag_tid;
+    bool defrag_running;
+    pthread_mutex_t lock;       /* the fields below */
+    pthread_cond_t cond;
+    bool wake, stop;
+    struct ssd_buf **failed;    /* bufs whose write failed, to retry */
+    size_t nfailed, failed_cap;
+    struct ssd_ring **rings;    /* synchronous-read rings, closed at exit */
+    size_t nrings, rings_cap;
+} sd;
+
+static unsigned long long ssd_items;    /* atomic: SSD meta tuples */
+static __thread int writer_slot = -1;   /* evictor id, or -1 */
+static __thread struct ssd_ring *sync_ring;
+
+static size_t tuple_len(const item *meta)
+{
+    return tac_tuple_size(meta->nkey, meta->nbytes);
+}
+
+static void defrag_wake(void)
+{
+    pthread_mutex_lock(&sd.lock);
+    sd.wake = true;
+    pthread_cond_signal(&sd.cond);
+    pthread_mutex_unlock(&sd.lock);
+}
+
+/* ---- Writing ------------------------------------------------------------ */
+
+void tac_ssd_set_writer(int evictor_id)
+{
+    writer_slot = evictor_id;
+}
+
+static struct writer *my_writer(void)
+{
+    int evictors = sd.nwriters - 2;
+    if (writer_slot >= 0 && writer_slot < evictors)
+        return &sd.writers[writer_slot];
+    return &sd.writers[evictors];
+}
+
+static struct writer *defrag_writer(void)
+{
+    return &sd.writers[sd.nwriters - 1];
+}
+
+static void failed_push(struct ssd_buf *b)
+{
+    pthread_mutex_lock(&sd.lock);
+    if (sd.nfailed == sd.failed_cap) {
+        size_t cap = sd.failed_cap ? sd.failed_cap * 2 : 16;
+        struct ssd_buf **n = realloc(sd.failed, cap * sizeof(*n));
+        if (n == NULL) {
+            /* Cannot even remember it: the buf stays in memory and keeps
+             * serving its tuples, it is just never written. */
+            pthread_mutex_unlock(&sd.lock);
+            return;
+        }
+        sd.failed = n;
+        sd.failed_cap = cap;
+    }
+    sd.failed[sd.nfailed++] = b;
+    sd.wake = true;
+    pthread_cond_signal(&sd.cond);
+    pthread_mutex_unlock(&sd.lock);
+}
+
+/* Runs on the library's completion thread. */
+static void write_done(void *arg, struct ssd_buf *b, enum ssd_status st)
+{
+    (void)arg;
+    if (st != SSD_OK)
+        failed_push(b);
+}
+
+static void writer_submit_locked(struct writer *w)
+{
+    if (ssd_buf_submit(w->buf, write_done, NULL) != SSD_OK)
+        failed_push(w->buf);
+    w->buf = NULL;
+}
+
+/* Appends one tuple (the pieces of iov) to w's buf; *ref gets its
+ * reference.  False when the SSD has no free page. */
+static bool writer_put(struct writer *w, const struct iovec *iov, int n,
+                       uint64_t *ref)
+{
+    bool ok = false;
+    pthread_mutex_lock(&w->lock);
+    for (int tries = 0; tries < 2 && !ok; tries++) {
+        if (w->buf == NULL) {
+            enum ssd_status st = ssd_buf_open(tac.ssd, &w->buf);
+            if (st != SSD_OK) {
+                w->buf = NULL;
+                TAC_INCR(ssd_full);
+                defrag_wake();
+                break;
+            }
+        }
+        enum ssd_status st = ssd_buf_appendv(w->buf, iov, n, ref);
+        if (st == SSD_OK)
+            ok = true;
+        else if (st == SSD_ERR_NOSPACE)
+            writer_submit_locked(w);
+        else
+            break;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return ok;
+}
+
+/* Writes the tuple header `hdr` and its key and value (`body`, nkey +
+ * nbytes bytes) for new meta tuple `meta`; sets meta's reference. */
+static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
+                      const void *value, struct writer *w)
+{
+    hdr->rev_ptr = (uint64_t)(uintptr_t)meta;
+    struct iovec iov[3] = {
+        { hdr, sizeof(*hdr) },
+        { (void *)key, hdr->nkey },
+        { (void *)value, hdr->nbytes },
+    };
+    uint64_t ref = 0;
+    if (!writer_put(w, iov, 3, &ref))
+        return false;
+    item_set_meta_ref(meta, ref);
+    __atomic_add_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
+/* A new meta tuple for `src` on SSD, not yet pointing anywhere. */
+static item *ssd_meta_new(const item *src, int partition)
+{
+    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition);
+    if (meta == NULL)
+        TAC_INCR(meta_alloc_failures);
+    return meta;
+}
+
+item *tac_ssd_store_copy(const item *it, int partition)
+{
+    if (tac.ssd == NULL)
+        return NULL;
+    if (tac_tuple_size(it->nkey, it->nbytes) > sd.info.buf_size) {
+        TAC_INCR(ssd_too_large);
+        return NULL;
+    }
+    item *meta = ssd_meta_new(it, partition);
+    if (meta == NULL)
+        return NULL;
+    struct tac_tuple_hdr hdr;
+    tac_tuple_fill(&hdr, it, meta);
+    if (!put_tuple(meta, &hdr, ITEM_key(it), ITEM_data(it), my_writer())) {
+        item_release(meta);         /* reference 0: frees nothing on SSD */
+        return NULL;
+    }
+    return meta;
+}
+
+bool tac_ssd_from_nvm(item *meta, uint32_t hv)
+{
+    if (tac.ssd == NULL || tac.nvm == NULL || meta->tier != TIER_NVM ||
+        (meta->it_flags & ITEM_TRANSIENT))
+        return false;
+    uint64_t nref = item_meta_ref(meta);
+    struct tac_tuple_hdr hdr;
+    nvm_read(tac.nvm, nref, 0, &hdr, sizeof(hdr));
+    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
+        tuple_len(meta) > sd.info.buf_size) {
+        /* Unreadable or too large for a buf: no tier can keep it. */
+        if (tuple_len(meta) > sd.info.buf_size)
+            TAC_INCR(ssd_too_large);
+        else
+            TAC_INCR(nvm_read_errors);
+        do_item_evict(meta, hv);
+        return true;
+    }
+    item *n = ssd_meta_new(meta, meta->partition);
+    if (n == NULL)
+        return false;
+    /* The NVM slot is pinned by the meta tuple: read it in place. */
+    const char *body = (const char *)nvm_ptr(tac.nvm, nref) + sizeof(hdr);
+    nvm_charge_read(tac.nvm, nref, sizeof(hdr), hdr.nkey + hdr.nbytes);
+    if (!put_tuple(n, &hdr, body, body + hdr.nkey, my_writer())) {
+        item_release(n);
+        return false;
+    }
+    do_item_move(meta, n, hv);
+    item_release(n);
+    TAC_INCR(evict_nvm_to_ssd);
+    return true;
+}
+
+bool tac_ssd_meta_rehome(item *meta, uint32_t hv)
+{
+    uint64_t ref = item_meta_ref(meta);
+    item *n = item_alloc_meta(meta, TIER_SSD, 0, ref, meta->partition);
+    if (n == NULL) {
+        TAC_INCR(meta_alloc_failures);
+        return false;
+    }
+    do_item_move(meta, n, hv);
+    item_set_meta_ref(meta, 0);     /* its release must not free the tuple */
+    item_release(n);
+    TAC_INCR(meta_rehomed);
+    return true;
+}
+
+void tac_ssd_release(item *meta)
+{
+    uint64_t ref = item_meta_ref(meta);
+    if (tac.ssd == NULL || ref == 0)
+        return;
+    ssd_mark_dead(tac.ssd, ref, tuple_len(meta));
+    __atomic_sub_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
+}
+
+unsigned long long tac_ssd_items(void)
+{
+    return __atomic_load_n(&ssd_items, __ATOMIC_RELAXED);
+}
+
+/* ---- Reading ------------------------------------------------------------ */
+
+/* Checks that [data, data + len) is the tuple of transient item t's key
+ * and version, and copies its value into t. */
+static bool transient_fill(item *t, const char *data, size_t len)
+{
+    struct tac_tuple_hdr hdr;
+    if (data == NULL || len < sizeof(hdr))
+        return false;
+    memcpy(&hdr, data, sizeof(hdr));
+    if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey != t->nkey ||
+        hdr.nbytes != t->nbytes || len < tac_tuple_size(hdr.nkey, hdr.nbytes))
+        return false;
+    const char *key = data + sizeof(hdr);
+    const char *value = key + hdr.nkey;
+    if (memcmp(key, ITEM_key(t), t->nkey) != 0 ||
+        tac_tuple_checksum(&hdr, key, value) != hdr.checksum)
+        return false;
+    memcpy(ITEM_data(t), value, hdr.nbytes);
+    return true;
+}
+
+struct tac_reader {
+    struct ssd_ring *ring;
+};
+
+struct tac_reader *tac_reader_new(void)
+{
+    if (tac.ssd == NULL)
+        return NULL;
+    struct tac_reader *rd = calloc(1, sizeof(*rd));
+    if (rd == NULL)
+        return NULL;
+    rd->ring = ssd_ring_create(tac.ssd);
+    if (rd->ring == NULL) {
+        free(rd);
+        return NULL;
+    }
+    return rd;
+}
+
+int tac_reader_fd(const struct tac_reader *rd)
+{
+    return ssd_ring_eventfd(rd->ring);
+}
+
+void tac_reader_reap(struct tac_reader *rd)
+{
+    ssd_ring_reap(rd->ring);
+}
+
+void tac_reader_free(struct tac_reader *rd)
+{
+    if (rd == NULL)
+        return;
+    ssd_ring_destroy(rd->ring);
+    free(rd);
+}
+
+struct pending_read {
+    struct tac_reader *rd;
+    item *t;                    /* snapshot of the meta tuple, value to fill */
+    uint32_t hv;
+    int tries;
+    tac_value_fn fn;
+    void *arg;
+};
+
+static void read_done(void *arg, enum ssd_status st, const char *data,
+                      size_t len);
+
+static bool read_start(struct pending_read *pr, uint64_t ref)
+{
+    return ssd_read(pr->rd->ring, ref, tuple_len(pr->t), read_done, pr) == SSD_OK;
+}
+
+static void read_finish(struct pending_read *pr, item *value)
+{
+    if (value != pr->t)
+        item_release(pr->t);
+    pr->fn(pr->arg, value);
+    free(pr);
+}
+
+/* The read of pr's reference did not produce its tuple: the tuple moved or
+ * was dropped.  Follows the same version to where it lives now. */
+static void read_relookup(struct pending_read *pr)
+{
+    item *t = pr->t;
+    item *value = NULL;
+    bool again = false;
+    TAC_INCR(ssd_read_retries);
+    item_lock(pr->hv);
+    item *it = do_item_get(ITEM_key(t), t->nkey, pr->hv, NULL, false);
+    if (it != NULL && it->cas == t->cas && it->nbytes == t->nbytes) {
+        if (item_value_async(it)) {
+            again = pr->tries++ < READ_MAX_TRIES &&
+                    read_start(pr, item_meta_ref(it));
+            item_release(it);
+        } else {
+            value = item_value_take(it);
+        }
+    } else if (it != NULL) {
+        item_release(it);
+    }
+    item_unlock(pr->hv);
+    if (again)
+        return;
+    if (value == NULL)
+        TAC_INCR(ssd_read_misses);
+    read_finish(pr, value);
+}
+
+static void read_done(void *arg, enum ssd_status st, const char *data,
+                      size_t len)
+{
+    struct pending_read *pr = arg;
+    if (st == SSD_OK && transient_fill(pr->t, data, len)) {
+        TAC_INCR(get_hits_ssd);
+        read_finish(pr, pr->t);
+        return;
+    }
+    read_relookup(pr);
+}
+
+bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
+                    tac_value_fn fn, void *arg)
+{
+    if (rd == NULL || !item_value_async(meta))
+        return false;
+    struct pending_read *pr = malloc(sizeof(*pr));
+    if (pr == NULL)
+        return false;
+    pr->t = tac_transient_new(meta);
+    if (pr->t == NULL) {
+        free(pr);
+        return false;
+    }
+    pr->rd = rd;
+    pr->hv = hv;
+    pr->tries = 0;
+    pr->fn = fn;
+    pr->arg = arg;
+    if (!read_start(pr, item_meta_ref(meta))) {
+        item_release(pr->t);
+        free(pr);
+        return false;
+    }
+    return true;
+}
+
+/* ---- Synchronous reads (background threads, rare worker paths) ---------- */
+
+struct sync_req {
+    bool done;
+    enum ssd_status st;
+    char *dst;
+    size_t cap, len;
+};
+
+static void sync_done(void *arg, enum ssd_status st, const char *data,
+                      size_t len)
+{
+    struct sync_req *r = arg;
+    r->st = st;
+    if (st == SSD_OK) {
+        r->len = len < r->cap ? len : r->cap;
+        memcpy(r->dst, data, r->len);
+    }
+    r->done = true;
+}
+
+/* This thread's ring for synchronous reads, made on first use. */
+static struct ssd_ring *my_sync_ring(void)
+{
+    if (sync_ring != NULL)
+        return sync_ring;
+    struct ssd_ring *r = ssd_ring_create(tac.ssd);
+    if (r == NULL)
+        return NULL;
+    pthread_mutex_lock(&sd.lock);
+    if (sd.nrings == sd.rings_cap) {
+        size_t cap = sd.rings_cap ? sd.rings_cap * 2 : 8;
+        struct ssd_ring **n = realloc(sd.rings, cap * sizeof(*n));
+        if (n == NULL) {
+            pthread_mutex_unlock(&sd.lock);
+            ssd_ring_destroy(r);
+            return NULL;
+        }
+        sd.rings = n;
+        sd.rings_cap = cap;
+    }
+    sd.rings[sd.nrings++] = r;
+    pthread_mutex_unlock(&sd.lock);
+    sync_ring = r;
+    return r;
+}
+
+/* Reads ref's tuple (len bytes) or, with whole, its whole buf into dst
+ * (cap bytes) and waits.  *got gets the bytes copied. */
+static enum ssd_status read_sync(uint64_t ref, size_t len, bool whole,
+                                 char *dst, size_t cap, size_t *got)
+{
+    struct ssd_ring *ring = my_sync_ring();
+    if (ring == NULL)
+        return SSD_ERR_NOMEM;
+    struct sync_req r = { .dst = dst, .cap = cap };
+    enum ssd_status st = whole ? ssd_read_buf(ring, ref, sync_done, &r)
+                               : ssd_read(ring, ref, len, sync_done, &r);
+    if (st != SSD_OK)
+        return st;
+    while (!r.done) {
+        if (ssd_ring_reap(ring) == 0 && !r.done) {
+            struct pollfd pfd = { .fd = ssd_ring_eventfd(ring), .events = POLLIN };
+            (void)poll(&pfd, 1, 100);
+        }
+    }
+    *got = r.len;
+    return r.st;
+}
+
+item *tac_ssd_materialize(item *meta)
+{
+    if (tac.ssd == NULL || !item_value_async(meta))
+        return NULL;
+    size_t len = tuple_len(meta);
+    item *t = tac_transient_new(meta);
+    char *buf = malloc(len);
+    size_t got = 0;
+    bool ok = t != NULL && buf != NULL &&
+              read_sync(item_meta_ref(meta), len, false, buf, len, &got) == SSD_OK &&
+              transient_fill(t, buf, got);
+    free(buf);
+    TAC_INCR(ssd_sync_reads);
+    if (!ok) {
+        if (t != NULL)
+            item_release(t);
+        return NULL;
+    }
+    TAC_INCR(get_hits_ssd);
+    return t;
+}
+
+/* ---- Defrag, reclaim, write retries ------------------------------------- */
+
+/* Handles the tuple at tref (a copy at data, len bytes) of a page being
+ * emptied: if it is live, moves it into the defrag buf (or, with drop, drops
+ * its item).  False when it is live but could not be moved. */
+static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
+{
+    struct tac_tuple_hdr hdr;
+    memcpy(&hdr, data, sizeof(hdr));
+    const char *key = data + sizeof(hdr);
+    uint32_t hv = item_hash(key, hdr.nkey);
+    bool ok = true;
+    item_lock(hv);
+    item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
+    if (it != NULL && item_value_async(it) && item_meta_ref(it) == tref) {
+        if (drop) {
+            do_item_evict(it, hv);
+            TAC_INCR(ssd_items_dropped);
+        } else {
+            hdr.rev_ptr = (uint64_t)(uintptr_t)it;
+            struct iovec iov[2] = {
+                { &hdr, sizeof(hdr) },
+                { (void *)key, len - sizeof(hdr) },
+            };
+            uint64_t nref = 0;
+            ok = writer_put(defrag_writer(), iov, 2, &nref);
+            if (ok) {
+                item_set_meta_ref(it, nref);
+                ssd_mark_dead(tac.ssd, tref, len);
+                TAC_INCR(ssd_defrag_moved);
+            }
+        }
+    }
+    if (it != NULL)
+        item_release(it);
+    item_unlock(hv);
+    return ok;
+}
+
+/* Walks the tuples of one buf image (mem, used bytes) whose first byte is
+ * at reference base. */
+static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool drop)
+{
+    size_t off = 0;
+    while (off + sizeof(struct tac_tuple_hdr) <= used) {
+        struct tac_tuple_hdr hdr;
+        memcpy(&hdr, mem + off, sizeof(hdr));
+        if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
+            break;
+        size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
+        if (len > used - off)
+            break;
+        if (!defrag_tuple(base + off, mem + off, len, drop))
+            return false;
+        off = (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
+    }
+    return true;
+}
+
+/* Empties the oldest sealed page.  Returns false when there was nothing to
+ * do or it could not proceed. */
+static bool defrag_page(char *mem, unsigned free_pages)
+{
+    struct ssd_page_info pi;
+    int page = ssd_page_oldest(tac.ssd, &pi);
+    if (page < 0)
+        return false;
+    bool full = pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+    bool drop = full || free_pages == 0;
+    if (drop && !settings.evict_to_free)
+        return false;               /* -M: a full SSD refuses new tuples */
+    if (!drop)
+        TAC_INCR(ssd_defrag_runs);
+    for (unsigned slot = 0; slot < sd.info.bufs_per_page; slot++) {
+        uint64_t base;
+        uint32_t used = ssd_page_buf(tac.ssd, page, slot, &base);
+        if (used == 0)
+            continue;
+        if (ssd_ref_version(base) != pi.version)
+            return true;            /* reclaimed meanwhile */
+        size_t got = 0;
+        enum ssd_status st = read_sync(base, 0, true, mem, sd.info.buf_size, &got);
+        if (st == SSD_ERR_STALE)
+            return true;
+        if (st != SSD_OK)
+            return false;           /* counted by ssd/ as an I/O error */
+        if (!defrag_buf(base, mem, got, drop))
+            return false;
+    }
+    /* Every tuple found valid was moved or dropped: whatever live bytes
+     * remain belong to nobody. */
+    ssd_page_drop(tac.ssd, page, pi.version);
+    return true;
+}
+
+static void retry_failed_writes(void)
+{
+    pthread_mutex_lock(&sd.lock);
+    size_t n = sd.nfailed;
+    struct ssd_buf **list = sd.failed;
+    sd.failed = NULL;
+    sd.nfailed = sd.failed_cap = 0;
+    pthread_mutex_unlock(&sd.lock);
+    for (size_t i = 0; i < n; i++) {
+        TAC_INCR(ssd_write_retries);
+        if (ssd_buf_submit(list[i], write_done, NULL) != SSD_OK)
+            failed_push(list[i]);
+    }
+    free(list);
+}
+
+static unsigned free_pages_now(void)
+{
+    struct ssd_stats st;
+    ssd_get_stats(tac.ssd, &st);
+    return (unsigned)st.pages_free;
+}
+
+static void defrag_sleep(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&sd.lock);
+    while (!sd.wake && !sd.stop)
+        if (pthread_cond_timedwait(&sd.cond, &sd.lock, &ts) == ETIMEDOUT)
+            break;
+    sd.wake = false;
+    pthread_mutex_unlock(&sd.lock);
+}
+
+static void *defrag_main(void *arg)
+{
+    (void)arg;
+    char *mem = malloc(sd.info.buf_size);
+    if (mem == NULL) {
+        fprintf(stderr, "SSD tier: no memory for the defrag thread\n");
+        return NULL;
+    }
+    bool have_failed = false;
+    for (;;) {
+        pthread_mutex_lock(&sd.lock);
+        bool stop = sd.stop;
+        have_failed = sd.nfailed > 0;
+        pthread_mutex_unlock(&sd.lock);
+        if (stop)
+            break;
+        if (have_failed)
+            retry_failed_writes();
+        unsigned fp = free_pages_now();
+        if (fp < sd.free_wm && defrag_page(mem, fp))
+            continue;
+        defrag_sleep(have_failed ? WRITE_RETRY_MS : DEFRAG_IDLE_MS);
+    }
+    free(mem);
+    return NULL;
+}
+
+/* ---- Set-up ------------------------------------------------------------- */
+
+bool tac_ssd_open(void)
+{
+    if (settings.ssd_path == NULL)
+        return true;
+    struct ssd_config cfg = { 0 };
+    char *path = NULL;
+    size_t size = 0;
+    if (!tac_parse_path_size(settings.ssd_path, &path, &size) || size == 0) {
+        fprintf(stderr, "-o ssd_path=%s: expected PATH:SIZE, e.g. "
+                "/var/lib/tac/ssd.dat:64g\n", settings.ssd_path);
+        return false;
+    }
+    const char *engine = settings.ssd_io_engine;
+    if (engine == NULL || strcmp(engine, "uring") == 0) {
+        cfg.engine = SSD_IO_URING;
+    } else if (strcmp(engine, "threads") == 0) {
+        cfg.engine = SSD_IO_THREADS;
+    } else {
+        fprintf(stderr, "-o ssd_io_engine=%s: expected uring or threads\n", engine);
+        free(path);
+        return false;
+    }
+    cfg.path = path;
+    cfg.size = size;
+    cfg.page_size = (size_t)settings.ssd_page_size;
+    cfg.buf_size = (size_t)settings.ssd_buf_size;
+    enum ssd_status st = ssd_open(&cfg, &tac.ssd);
+    if (st != SSD_OK) {
+        fprintf(stderr, "cannot open the SSD tier at %s: %s", path, ssd_strerror(st));
+        if (st == SSD_ERR_DIRECT)
+            fprintf(stderr, " (tmpfs such as /dev/shm cannot do O_DIRECT; put "
+                    "the SSD file on a disk file system)");
+        else if (st == SSD_ERR_ARG)
+            fprintf(stderr, " (page size must be a multiple of the buf size, "
+                    "the buf size a multiple of 4k, and the file hold at least "
+                    "4 pages)");
+        else if (errno != 0)
+            fprintf(stderr, " (%s)", strerror(errno));
+        fputc('\n', stderr);
+        free(path);
+        return false;
+    }
+    free(path);
+    ssd_get_info(tac.ssd, &sd.info);
+    if (sd.info.npages < 4) {
+        fprintf(stderr, "SSD tier too small: %u pages of %zu bytes; it needs "
+                "at least 4 (use a larger file or a smaller ssd_page_size)\n",
+                sd.info.npages, sd.info.page_size);
+        ssd_close(tac.ssd);
+        tac.ssd = NULL;
+        return false;
+    }
+    if (cfg.engine == SSD_IO_URING && sd.info.engine == SSD_IO_THREADS)
+        fprintf(stderr, "SSD tier: io_uring is unavailable here; using a "
+                "pread/pwrite thread pool\n");
+    /* Room for the open page, a page defrag fills, and slack: defrag
+     * starts while there is still space to move tuples into. */
+    unsigned wm = settings.ssd_free_pages > 0 ? (unsigned)settings.ssd_free_pages
+                                             : sd.info.npages / 50;
+    if (wm < 3)
+        wm = 3;
+    if (wm > sd.info.npages / 2)
+        wm = sd.info.npages / 2;
+    sd.free_wm = wm;
+    sd.nwriters = settings.evict_threads + 2;
+    sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));
+    if (sd.writers == NULL)
+        return false;
+    for (int i = 0; i < sd.nwriters; i++)
+        pthread_mutex_init(&sd.writers[i].lock, NULL);
+    pthread_mutex_init(&sd.lock, NULL);
+    pthread_cond_init(&sd.cond, NULL);
+    if (settings.verbose)
+        fprintf(stderr, "SSD tier: %s, %llu MB, %u pages of %zu KB, bufs of "
+                "%zu KB, %s\n", settings.ssd_path,
+                (unsigned long long)(sd.info.size >> 20), sd.info.npages,
+                sd.info.page_size >> 10, sd.info.buf_size >> 10,
+                sd.info.engine == SSD_IO_URING ? "io_uring" : "threads");
+    return true;
+}
+
+void tac_ssd_start(void)
+{
+    if (tac.ssd == NULL)
+        return;
+    if (pthread_create(&sd.defrag_tid, NULL, defrag_main, NULL) != 0) {
+        fprintf(stderr, "cannot start the SSD defrag thread\n");
+        exit(EXIT_FAILURE);
+    }
+    sd.defrag_running = true;
+}
+
+void tac_ssd_stop(void)
+{
+    if (!sd.defrag_running)
+        return;
+    pthread_mutex_lock(&sd.lock);
+    sd.stop = true;
+    pthread_cond_signal(&sd.cond);
+    pthread_mutex_unlock(&sd.lock);
+    pthread_join(sd.defrag_tid, NULL);
+    sd.defrag_running = false;
+}
+
+void tac_ssd_close(void)
+{
+    if (tac.ssd == NULL)
+        return;
+    for (size_t i = 0; i < sd.nrings; i++)
+        ssd_ring_destroy(sd.rings[i]);
+    free(sd.rings);
+    for (int i = 0; i < sd.nwriters; i++) {
+        if (sd.writers[i].buf != NULL)
+            ssd_buf_release(sd.writers[i].buf);
+    }
+    free(sd.writers);
+    /* Failed bufs are freed by ssd_close with the rest. */
+    free(sd.failed);
+    ssd_close(tac.ssd);
+    tac.ssd = NULL;
+    memset(&sd, 0, sizeof(sd));
+}
+
+/* ---- Stats -------------------------------------------------------------- */
+
+void tac_ssd_stats_tiers(struct stat_sink *s)
+{
+    if (tac.ssd == NULL)
+        return;
+    struct ssd_stats st;
+    ssd_get_stats(tac.ssd, &st);
+    stat_printf(s, "ssd_capacity", "%llu",
+                (unsigned long long)sd.info.npages * sd.info.page_size);
+    stat_printf(s, "ssd_items", "%llu", tac_ssd_items());
+    stat_printf(s, "ssd_live_bytes", "%llu", (unsigned long long)st.live_bytes);
+    stat_printf(s, "ssd_pages_used", "%llu", (unsigned long long)st.pages_used);
+    stat_printf(s, "ssd_pages_free", "%llu", (unsigned long long)st.pages_free);
+    stat_printf(s, "ssd_pages_total", "%u", sd.info.npages);
+    stat_printf(s, "ssd_bufs_written", "%llu", (unsigned long long)st.bufs_written);
+    stat_printf(s, "ssd_bytes_written", "%llu", (unsigned long long)st.bytes_written);
+    stat_printf(s, "ssd_bytes_read", "%llu", (unsigned long long)st.bytes_read);
+    stat_printf(s, "ssd_reads", "%llu", (unsigned long long)st.reads);
+    stat_printf(s, "ssd_reads_mem", "%llu", (unsigned long long)st.reads_mem);
+    stat_printf(s, "ssd_reads_inflight", "%llu", (unsigned long long)st.inflight);
+    stat_printf(s, "ssd_pages_reclaimed", "%llu", (unsigned long long)st.reclaimed);
+    stat_printf(s, "ssd_io_errors", "%llu", (unsigned long long)st.io_errors);
+    stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_meta_size(0));
+}
+
+void tac_ssd_stats_settings(struct stat_sink *s)
+{
+    if (tac.ssd == NULL) {
+        stat_printf(s, "ssd_backing", "none");
+        return;
+    }
+    stat_printf(s, "ssd_capacity", "%llu",
+                (unsigned long long)sd.info.npages * sd.info.page_size);
+    stat_printf(s, "ssd_page_size", "%zu", sd.info.page_size);
+    stat_printf(s, "ssd_buf_size", "%zu", sd.info.buf_size);
+    stat_printf(s, "ssd_io_engine", "%s",
+                sd.info.engine == SSD_IO_URING ? "uring" : "threads");
+    stat_printf(s, "ssd_free_pages", "%u", sd.free_wm);
+}
