@@ -285,7 +285,7 @@ static bool is_flushed(const item *it, rel_time_t now)
     rel_time_t ol = __atomic_load_n(&oldest_live, __ATOMIC_ACQUIRE);
     if (ol == 0 || ol > now)
         return false;
-    if (it->time <= ol)
+    if (item_time(it) <= ol)
         return true;
     uint64_t oc = __atomic_load_n(&oldest_cas, __ATOMIC_RELAXED);
     return oc != 0 && it->cas != 0 && it->cas < oc;
@@ -333,7 +333,8 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
         /* A new version; a tier move (keep_cas) keeps time and CAS. */
-        it->time = mc_now();
+        if (!(it->it_flags & ITEM_COMPACT))
+            it->time = mc_now();
         it->cas = item_next_cas();
     }
     assoc_insert(it, hv);
@@ -396,7 +397,7 @@ static void stats_evicted(const item *it, unsigned int clsid)
     GSTATS_INCR(evictions);
     CLS_INCR(clsid, evicted);
     __atomic_store_n(&cls_stats[clsid].evicted_time,
-                     (uint64_t)(mc_now() - it->time), __ATOMIC_RELAXED);
+                     (uint64_t)(mc_now() - item_time(it)), __ATOMIC_RELAXED);
     if (it->exptime != 0)
         CLS_INCR(clsid, evicted_nonzero);
     if ((it->it_flags & ITEM_FETCHED) == 0) {
@@ -525,10 +526,23 @@ static void item_init_fields(item *it, const char *key, size_t nkey,
     ITEM_key(it)[nkey] = '\0';
 }
 
+rel_time_t item_time(const item *it)
+{
+    if (!(it->it_flags & ITEM_COMPACT))
+        return it->time;
+    /* The access field keeps the low 24 bits of the last access. */
+    rel_time_t now = mc_now();
+    rel_time_t t = (now & ~(rel_time_t)LLRU_TIME_MASK) | llru_access_time(it);
+    return t > now ? t - (LLRU_TIME_MASK + 1) : t;
+}
+
 item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls,
                       uint64_t ref, int partition)
 {
-    unsigned int clsid = slabs_clsid(item_meta_size(src->nkey));
+    bool compact = tier == TIER_SSD;
+    size_t size = compact ? item_compact_size(src->nkey)
+                          : item_meta_size(src->nkey);
+    unsigned int clsid = slabs_clsid(size);
     int p = part_index(partition);
     if (clsid == 0)
         return NULL;
@@ -537,15 +551,29 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
     item *it = alloc_chunk(clsid, p, false, true);
     if (it == NULL)
         return NULL;
-    item_init_fields(it, ITEM_key(src), src->nkey, src->flags, src->exptime,
-                     src->nbytes, clsid, p);
-    it->time = src->time;
+    uint16_t keep = src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
+                                     ITEM_TOKEN_SENT | ITEM_STALE);
+    if (compact) {
+        /* Only the core, the reference and the key exist. */
+        it->h_next = NULL;
+        it->exptime = src->exptime;
+        it->nbytes = src->nbytes;
+        it->flags = src->flags;
+        it->slabs_clsid = (uint8_t)clsid;
+        it->partition = (uint8_t)p;
+        it->nkey = src->nkey;
+        it->it_flags = ITEM_META | ITEM_COMPACT | keep;
+        memcpy(ITEM_key(it), ITEM_key(src), src->nkey);
+    } else {
+        item_init_fields(it, ITEM_key(src), src->nkey, src->flags,
+                         src->exptime, src->nbytes, clsid, p);
+        it->time = item_time(src);
+        it->it_flags = ITEM_META | keep;
+        it->lru_cls = (uint8_t)lru_cls;
+    }
     it->cas = src->cas;
     it->access = __atomic_load_n(&src->access, __ATOMIC_RELAXED);
-    it->it_flags = ITEM_META | (src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
-                                                 ITEM_TOKEN_SENT | ITEM_STALE));
     it->tier = (uint8_t)tier;
-    it->lru_cls = (uint8_t)lru_cls;
     item_set_meta_ref(it, ref);
     __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     return it;
@@ -731,7 +759,8 @@ void do_item_touch_access(item *it)
     else
         it->it_flags |= ITEM_FETCHED;
 
-    if ((it->it_flags & ITEM_LINKED) == 0 ||
+    /* A compact item's time is its access field, just updated. */
+    if ((it->it_flags & (ITEM_LINKED | ITEM_COMPACT)) != ITEM_LINKED ||
         it->time + ITEM_UPDATE_INTERVAL > now)
         return;
     struct lru *l = lru_of(it);

@@ -38,6 +38,8 @@
                                    reader, or a staging item (below) */
 #define ITEM_STAGING    0x0200  /* transient item taking a new value when
                                    DRAM is full; stored into a lower tier */
+#define ITEM_COMPACT    0x0400  /* meta tuple in the compact layout (below):
+                                   an SSD-resident item */
 
 /* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same
@@ -46,12 +48,21 @@
  * needs only metadata stays in DRAM. */
 enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
 
+/*
+ * Layout.  Every item begins with the same 40-byte core (h_next .. nkey):
+ * all that lookups, the protocols and expiry need.  A full item (DRAM
+ * data, or an NVM meta tuple) continues with its LRU fields and then data:
+ * key, '\0', value or reference.  A compact item (ITEM_COMPACT: the meta
+ * tuple of an SSD-resident item, which is on no LRU) continues right after
+ * the core with its 8-byte SSD reference and the key, with no '\0': it
+ * costs ITEM_COMPACT_HDR + nkey bytes of DRAM.  Its `time` is the access
+ * field's (item_time()), and its next/prev/time/lru_cls do not exist:
+ * only code that knows the item is not compact may touch them.
+ */
 typedef struct item item;
 struct item {
-    item *next;             /* LRU links: partition LRU lock */
-    item *prev;
     item *h_next;           /* hash chain: item lock */
-    rel_time_t time;        /* last access, server clock */
+    uint64_t cas;           /* 0 when CAS is disabled (-C) */
     rel_time_t exptime;     /* 0 = never; item lock */
     uint32_t access;        /* lazy_lru.h: time:24 | readCount:8 */
     uint32_t nbytes;        /* value length INCLUDING the trailing "\r\n" */
@@ -62,42 +73,66 @@ struct item {
     uint8_t partition;      /* partition whose LRU/free list holds it */
     uint8_t tier;           /* enum item_tier */
     uint8_t nkey;           /* key length, <= KEY_MAX_LENGTH */
+    /* ---- end of the core; a compact item has its reference here ---- */
+    rel_time_t time;        /* last access, server clock (item_time()) */
     uint8_t lru_cls;        /* meta tuple: class of its lower-tier slot,
                                which picks its LRU; fixed while linked */
     uint8_t unused[3];
-    uint64_t cas;           /* 0 when CAS is disabled (-C) */
+    item *next;             /* LRU links: partition LRU lock; free-list */
+    item *prev;             /*   links while the chunk is free */
     char data[];            /* key, '\0', value (nbytes, ends "\r\n") */
 };
 
-#define ITEM_key(it)    ((it)->data)
+#define ITEM_CORE_SIZE   __builtin_offsetof(item, time)
+#define ITEM_COMPACT_HDR (ITEM_CORE_SIZE + sizeof(uint64_t))
+
+#define ITEM_key(it)    ((it)->it_flags & ITEM_COMPACT \
+                         ? (char *)(it) + ITEM_COMPACT_HDR : (it)->data)
 #define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
 
-/* Size of a meta tuple's DRAM chunk for a key of nkey bytes. */
+/* Size of an NVM meta tuple (full layout) for a key of nkey bytes. */
 static inline size_t item_meta_size(size_t nkey)
 {
     return sizeof(item) + nkey + 1 + sizeof(uint64_t);
 }
 
+/* Size of an SSD meta tuple (compact layout): the DRAM an SSD-resident
+ * item costs, before rounding up to its slab chunk. */
+static inline size_t item_compact_size(size_t nkey)
+{
+    return ITEM_COMPACT_HDR + nkey;
+}
+
 /* Bytes an item occupies in DRAM (its chunk's payload). */
 static inline size_t ITEM_ntotal(const item *it)
 {
+    if (it->it_flags & ITEM_COMPACT)
+        return item_compact_size(it->nkey);
     if (it->it_flags & ITEM_META)
         return item_meta_size(it->nkey);
     return sizeof(item) + it->nkey + 1 + it->nbytes;
 }
 
-/* The lower-tier reference of a meta tuple (stored unaligned after the
- * key). */
+/* Where a meta tuple keeps its lower-tier reference (unaligned). */
+static inline char *item_ref_ptr_(const item *it)
+{
+    return it->it_flags & ITEM_COMPACT ? (char *)it + ITEM_CORE_SIZE
+                                       : (char *)ITEM_data(it);
+}
 static inline uint64_t item_meta_ref(const item *it)
 {
     uint64_t ref;
-    __builtin_memcpy(&ref, ITEM_data(it), sizeof(ref));
+    __builtin_memcpy(&ref, item_ref_ptr_(it), sizeof(ref));
     return ref;
 }
 static inline void item_set_meta_ref(item *it, uint64_t ref)
 {
-    __builtin_memcpy(ITEM_data(it), &ref, sizeof(ref));
+    __builtin_memcpy(item_ref_ptr_(it), &ref, sizeof(ref));
 }
+
+/* Last access time (server clock); a compact item derives it from its
+ * access field. */
+rel_time_t item_time(const item *it);
 
 /* Total size an item of this key and value length would take. */
 static inline size_t item_make_size(size_t nkey, size_t nbytes)

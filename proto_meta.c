@@ -360,7 +360,7 @@ static bool mg_hit_flags(struct meta_line *m, struct util_token *tok,
         case 't': ml_ttl(m, it); break;
         case 'c': ml_flag_u64(m, 'c', it->cas); break;
         case 'f': ml_flag_u64(m, 'f', it->flags); break;
-        case 'l': ml_flag_u64(m, 'l', (uint32_t)(mc_now() - it->time)); break;
+        case 'l': ml_flag_u64(m, 'l', (uint32_t)(mc_now() - item_time(it))); break;
         case 'h':
             ml_flag_u64(m, 'h', (it->it_flags & ITEM_FETCHED) ? 1 : 0);
             break;
@@ -1014,7 +1014,7 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
     m.p += snprintf(m.p, sizeof(m.buf) - ml_len(&m),
                     " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%zu"
                     " tier=%s\r\n",
-                    exp, (unsigned long long)(uint32_t)(now - it->time),
+                    exp, (unsigned long long)(uint32_t)(now - item_time(it)),
                     (unsigned long long)it->cas,
                     (it->it_flags & ITEM_FETCHED) ? "yes" : "no",
                     (unsigned)it->slabs_clsid,

@@ -516,8 +516,11 @@ bool settings_finalize(void)
         fprintf(stderr, "Cannot set item size limit higher than 1/2 of memory max.\n");
         return false;
     }
-    if (!chunk_size_given &&
-        (settings.nvm_path != NULL || settings.ssd_path != NULL))
+    /* Lower tiers keep meta tuples in DRAM: small first classes.  With
+     * SSD the first holds a compact meta tuple with an 8-byte key. */
+    if (!chunk_size_given && settings.ssd_path != NULL)
+        settings.chunk_size = 8;
+    else if (!chunk_size_given && settings.nvm_path != NULL)
         settings.chunk_size = 24;
     if (settings.chunk_size + 64 > settings.item_size_max) {
         fprintf(stderr, "slab minimum size (-n) is larger than the item size limit\n");

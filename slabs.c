@@ -325,17 +325,28 @@ static void init_class(unsigned int id, size_t size)
         pthread_mutex_init(&c->part[p].lock, NULL);
 }
 
+#define META_FINE_MAX 128
+
 static void build_classes(void)
 {
     size_t max = align_up((size_t)settings.item_size_max);
-    size_t size = align_up(sizeof(item) + (size_t)settings.chunk_size);
+    /* The smallest chunk holds a compact meta tuple's header plus -n bytes
+     * of key (free chunks keep their list link in the core). */
+    size_t size = align_up(ITEM_COMPACT_HDR + (size_t)settings.chunk_size);
     double factor = settings.factor > 1.0 ? settings.factor : 1.01;
+    /* With an SSD tier most of DRAM may hold meta tuples of
+     * ITEM_COMPACT_HDR + key bytes: classes step by CHUNK_ALIGN up to
+     * META_FINE_MAX, so that one costs at most CHUNK_ALIGN - 1 bytes of
+     * rounding for keys up to META_FINE_MAX - ITEM_COMPACT_HDR bytes. */
+    size_t fine_max = settings.ssd_path != NULL ? META_FINE_MAX : 0;
 
     nclasses = 0;
     while (nclasses < MAX_SLAB_CLASSES - 2 && size < max &&
            (double)size <= (double)max / factor) {
         init_class(++nclasses, size);
         size_t next = align_up((size_t)((double)size * factor));
+        if (size < fine_max)
+            next = size + CHUNK_ALIGN;
         size = next > size ? next : size + CHUNK_ALIGN;
     }
     init_class(++nclasses, max);
@@ -638,7 +649,7 @@ static item *part_take_locked(struct slab_class *c, struct slab_part *sp)
 {
     item *it;
     while ((it = sp->free_list) != NULL) {
-        sp->free_list = it->next;
+        sp->free_list = it->h_next;
         sp->nfree--;
         if (!drain_claim(it))
             return it;
@@ -655,8 +666,7 @@ static item *part_take_locked(struct slab_class *c, struct slab_part *sp)
 static void chunk_push_locked(struct slab_part *sp, item *it)
 {
     it->it_flags = ITEM_SLABBED;
-    it->prev = NULL;
-    it->next = sp->free_list;
+    it->h_next = sp->free_list;
     sp->free_list = it;
     sp->nfree++;
 }
@@ -723,11 +733,13 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
     }
 
     /* Zero the header but refcount, which is already 0 and which the
-     * mover may be reading atomically (item_evict_chunk). */
+     * mover may be reading atomically (item_evict_chunk); a chunk smaller
+     * than a full header (compact meta tuples) only up to its end. */
     size_t rc = offsetof(item, refcount);
+    size_t hdr = c->size < sizeof(*it) ? c->size : sizeof(*it);
     memset(it, 0, rc);
     memset((char *)it + rc + sizeof(it->refcount), 0,
-           sizeof(*it) - rc - sizeof(it->refcount));
+           hdr - rc - sizeof(it->refcount));
     it->slabs_clsid = (uint8_t)clsid;
     it->partition = (uint8_t)p;
     __atomic_fetch_add(&c->used_chunks, 1, __ATOMIC_RELAXED);
@@ -873,11 +885,11 @@ static void move_purge_part(struct slab_class *c, struct slab_part *sp,
     while (*pp != NULL) {
         item *it = *pp;
         if (page_base_of(it) == base) {
-            *pp = it->next;
+            *pp = it->h_next;
             sp->nfree--;
             drain_mark_locked((char *)it);
         } else {
-            pp = &it->next;
+            pp = &it->h_next;
         }
     }
     if (sp->end_free > 0 && page_base_of(sp->end_ptr) == base) {

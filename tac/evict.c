@@ -102,7 +102,8 @@ static int evict_round(struct evictor *e)
         if (reserve == 0 || free_now >= reserve)
             continue;
         /* Demoting into a meta tuple of the same class frees nothing. */
-        if (slabs_clsid(item_meta_size(1)) >= c)
+        if (slabs_clsid(tac.nvm != NULL ? item_meta_size(1)
+                                         : item_compact_size(1)) >= c)
             continue;
         short_classes++;
         for (int p = e->id; p < settings.partitions; p += nevictors)

@@ -853,7 +853,7 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_reads_inflight", "%llu", (unsigned long long)st.inflight);
     stat_printf(s, "ssd_pages_reclaimed", "%llu", (unsigned long long)st.reclaimed);
     stat_printf(s, "ssd_io_errors", "%llu", (unsigned long long)st.io_errors);
-    stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_meta_size(0));
+    stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
 }
 
 void tac_ssd_stats_settings(struct stat_sink *s)

@@ -173,7 +173,7 @@ item *tac_transient_new(const item *meta)
         return NULL;
     /* The caller holds the meta tuple's item lock: its fields are stable. */
     memset(copy, 0, sizeof(item));
-    copy->time = meta->time;
+    copy->time = item_time(meta);
     copy->exptime = meta->exptime;
     copy->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
     copy->nbytes = meta->nbytes;

@@ -48,7 +48,7 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta)
     hdr->nbytes = it->nbytes;
     hdr->flags = it->flags;
     hdr->exptime = it->exptime;
-    hdr->time = it->time;
+    hdr->time = item_time(it);
     hdr->nkey = it->nkey;
     hdr->version = TAC_TUPLE_VERSION;
     hdr->checksum = tac_tuple_checksum(hdr, ITEM_key(it), ITEM_data(it));

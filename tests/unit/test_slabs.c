@@ -63,7 +63,7 @@ static void test_class_sizes_default(void)
     setup(64 * MB, 1);
     unsigned int n = slabs_nclasses();
     CHECK(n > 10 && n < MAX_SLAB_CLASSES);
-    CHECK_UEQ(slabs_chunk_size(1), (sizeof(item) + 48 + 7) & ~7u);
+    CHECK_UEQ(slabs_chunk_size(1), (ITEM_COMPACT_HDR + 48 + 7) & ~7u);
     for (unsigned int i = 1; i <= n; i++) {
         size_t sz = slabs_chunk_size(i);
         CHECK_UEQ(sz % 8, 0);
@@ -92,7 +92,7 @@ static void test_class_sizes_n_f(void)
     settings.chunk_size = 100;
     settings.factor = 2.0;
     slabs_init();
-    size_t c1 = (sizeof(item) + 100 + 7) & ~(size_t)7;
+    size_t c1 = (ITEM_COMPACT_HDR + 100 + 7) & ~(size_t)7;
     CHECK_UEQ(slabs_chunk_size(1), c1);
     CHECK_UEQ(slabs_chunk_size(2), c1 * 2);
     CHECK_UEQ(slabs_chunk_size(3), c1 * 4);
