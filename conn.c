@@ -288,6 +288,7 @@ struct parked {
     conn *c;                    /* NULL once the conn closed */
     struct resp *r;             /* the placeholder */
     conn_fill_fn fill;
+    void (*cleanup)(void *ctx); /* when fill will never run; may be NULL */
     _Alignas(max_align_t) char ctx[];
 };
 
@@ -298,6 +299,8 @@ static void park_done(void *arg, struct item *value)
     if (c == NULL) {
         if (value != NULL)
             item_release(value);
+        if (p->cleanup != NULL)
+            p->cleanup(p->ctx);
         free(p);
         return;
     }
@@ -310,6 +313,8 @@ static void park_done(void *arg, struct item *value)
         /* The request's responses were cancelled meanwhile. */
         if (value != NULL)
             item_release(value);
+        if (p->cleanup != NULL)
+            p->cleanup(p->ctx);
     } else {
         bool noreply = c->noreply;
         c->noreply = false;
@@ -329,8 +334,9 @@ static void park_done(void *arg, struct item *value)
     }
 }
 
-bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
-                     conn_fill_fn fill, const void *ctx, size_t ctxlen)
+static bool park_value(conn *c, struct item *meta, uint32_t hv,
+                       conn_fill_fn fill, void (*cleanup)(void *),
+                       const void *ctx, size_t ctxlen)
 {
     if (c->thread->reader == NULL || c->transport == TRANSPORT_UDP)
         return false;
@@ -345,6 +351,7 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
     p->c = c;
     p->r = r;
     p->fill = fill;
+    p->cleanup = cleanup;
     memcpy(p->ctx, ctx, ctxlen);
     if (!tac_read_value(c->thread->reader, meta, hv, park_done, p)) {
         r->skip = true;             /* an empty resp, dropped when sent */
@@ -356,6 +363,132 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
     c->parked = p;
     c->npending++;
     return true;
+}
+
+bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
+                     conn_fill_fn fill, const void *ctx, size_t ctxlen)
+{
+    return park_value(c, meta, hv, fill, NULL, ctx, ctxlen);
+}
+
+/* Retries past this many read the old value synchronously. */
+#define RETRY_SYNC_AFTER 4
+
+struct retry_ctx {
+    conn_retry_fn fn;
+    void (*cleanup)(void *args);
+    int tries;
+    bool parked;                /* holds a barrier until it ran */
+    _Alignas(max_align_t) char args[];
+};
+
+static void retry_fill(conn *c, struct item *value, void *ctx)
+{
+    struct retry_ctx *r = ctx;
+    if (r->parked)
+        c->barriers--;
+    int tries = c->redo_tries;
+    c->redo_tries = r->tries;
+    item_set_value_hint(value, r->tries > RETRY_SYNC_AFTER);
+    r->fn(c, r->args);
+    item_set_value_hint(NULL, false);
+    c->redo_tries = tries;
+    if (value != NULL)
+        item_release(value);
+}
+
+static void retry_cleanup(void *ctx)
+{
+    struct retry_ctx *r = ctx;
+    /* Only for a closing conn or cancelled responses: the barrier goes
+     * with them. */
+    if (r->cleanup != NULL)
+        r->cleanup(r->args);
+}
+
+void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
+                void (*cleanup)(void *args), const void *args, size_t argslen)
+{
+    size_t len = sizeof(struct retry_ctx) + argslen;
+    struct retry_ctx *r = malloc(len);
+    if (r == NULL) {
+        if (cleanup != NULL)
+            cleanup((void *)args);
+        out_errstring(c, "SERVER_ERROR out of memory");
+        return;
+    }
+    r->fn = fn;
+    r->cleanup = cleanup;
+    r->tries = c->redo_tries + 1;
+    r->parked = true;
+    memcpy(r->args, args, argslen);
+
+    uint32_t hv = item_hash(key, nkey);
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, NULL, false);
+    bool parked = it != NULL && item_value_async(it) &&
+                  park_value(c, it, hv, retry_fill, retry_cleanup, r, len);
+    item *value = NULL;
+    if (parked) {
+        /* A write: the requests after it must see its result. */
+        c->barriers++;
+        item_release(it);
+    } else {
+        value = item_value_take(it);    /* no read needed, or cannot park */
+    }
+    item_unlock(hv);
+    if (!parked) {
+        r->parked = false;
+        retry_fill(c, value, r);
+    }
+    free(r);
+}
+
+/* The request of a storage command, for conn_retry_nread. */
+struct nread_retry {
+    struct item *it;            /* the new data; a reference */
+    struct conn_nread_ctx nr;
+    __typeof__(((conn *)0)->bin) bin;
+    enum conn_protocol protocol;
+};
+
+static void nread_retry_run(conn *c, void *args)
+{
+    struct nread_retry *a = args;
+    struct item *item = c->item;
+    struct conn_nread_ctx nr = c->nr;
+    __typeof__(c->bin) bin = c->bin;
+    enum conn_state state = c->state;
+
+    c->item = a->it;                /* complete_nread releases it */
+    c->nr = a->nr;
+    c->bin = a->bin;
+    if (a->protocol == PROTO_BINARY)
+        proto_bin_complete_nread(c);
+    else
+        proto_text_complete_nread(c);
+    if (c->state == conn_closing)
+        c->close_after_write = true;
+    c->item = item;
+    c->nr = nr;
+    c->bin = bin;
+    c->state = state;
+}
+
+static void nread_retry_cleanup(void *args)
+{
+    struct nread_retry *a = args;
+    item_release(a->it);
+}
+
+void conn_retry_nread(conn *c)
+{
+    struct nread_retry a = {
+        .it = c->item, .nr = c->nr, .bin = c->bin, .protocol = c->protocol,
+    };
+    item_ref(a.it);
+    conn_retry(c, ITEM_key(a.it), a.it->nkey, nread_retry_run,
+               nread_retry_cleanup, &a, sizeof(a));
 }
 
 void conn_run_ready(struct worker *w)
@@ -879,12 +1012,13 @@ void conn_drive(conn *c)
             c->noreply = false;
             bool can_parse = c->rbytes > 0 && !need_read &&
                              c->npending < CONN_PARK_MAX &&
-                             !c->close_after_write;
+                             c->barriers == 0 && !c->close_after_write;
             if (can_parse && --nreqs >= 0) {
                 conn_set_state(c, conn_parse_cmd);
             } else if (c->resp_head && !c->resp_head->pending) {
                 conn_set_state(c, conn_write);
             } else if (c->resp_head && (c->close_after_write ||
+                                        c->barriers > 0 ||
                                         c->npending >= CONN_PARK_MAX)) {
                 /* Only pending responses are queued and no request may be
                  * read now: wait for the reads (conn_run_ready). */

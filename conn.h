@@ -125,6 +125,9 @@ struct conn {
     struct resp *resp_insert; /* resp_new inserts after this, not at the
                                  tail, while a parked response is filled */
     bool ready;             /* on the worker's ready list */
+    int redo_tries;         /* > 0 while conn_retry() runs a request again */
+    unsigned barriers;      /* conn_retry() requests waiting for a value:
+                               later requests wait until they ran */
     conn *ready_next;
 
     /* binary protocol: the request being handled (proto_bin.c) */
@@ -197,6 +200,27 @@ void out_errstring(conn *c, const char *str);
 typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
 bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
                      conn_fill_fn fill, const void *ctx, size_t ctxlen);
+/*
+ * Retrying a request that needs an SSD-resident old value (append,
+ * prepend, incr, decr got *_NEED_VALUE).  conn_retry() reads the key's
+ * value, parking a placeholder as above, then runs fn(c, args) with that
+ * value as the item value hint (item_set_value_hint), in request order;
+ * fn answers the request, or calls conn_retry() again if the version
+ * changed meanwhile (c->redo_tries counts; past a few tries the old value
+ * is read synchronously).  args (argslen bytes) are copied; cleanup, if
+ * any, releases what they hold when the request is dropped unanswered (the
+ * connection closed).  When no read is needed any more or the connection
+ * cannot park, fn runs at once.
+ *
+ * conn_retry_nread() does this for the storage command whose value was
+ * just read (c->item, c->nr, c->bin): the protocol's complete_nread hook
+ * runs again.
+ */
+typedef void (*conn_retry_fn)(conn *c, void *args);
+void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
+                void (*cleanup)(void *args), const void *args, size_t argslen);
+void conn_retry_nread(conn *c);
+
 /* Drives the connections whose parked responses were filled (thread.c,
  * after reaping the worker's reads). */
 void conn_run_ready(struct worker *w);

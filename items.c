@@ -855,13 +855,43 @@ static item *store_ready(item *it, int partition)
     return tier_ops != NULL ? tier_ops->stage(it, partition) : NULL;
 }
 
-/* Holds a value-bearing version of `it` (itself, or a copy of a lower-tier
- * value); NULL on failure.  Caller holds a reference to `it`. */
-static item *value_peek(item *it)
+static __thread item *value_hint;    /* item_set_value_hint() */
+static __thread bool value_sync_ok;
+
+void item_set_value_hint(item *value, bool sync_ok)
 {
+    value_hint = value;
+    value_sync_ok = sync_ok;
+}
+
+void item_ref(item *it)
+{
+    refcount_incr(it);
+}
+
+/* Holds a value-bearing version of `it` (itself, a copy of an NVM value,
+ * or the hint when it is this version of an SSD value).  NULL on failure;
+ * NULL with *need set when the value must first be read from SSD.  Caller
+ * holds a reference to `it`. */
+static item *value_peek(item *it, bool *need)
+{
+    *need = false;
     if (!(it->it_flags & ITEM_META)) {
         refcount_incr(it);
         return it;
+    }
+    if (item_value_async(it)) {
+        item *h = value_hint;
+        if (h != NULL && h->cas == it->cas && h->nbytes == it->nbytes &&
+            h->nkey == it->nkey &&
+            memcmp(ITEM_key(h), ITEM_key(it), it->nkey) == 0) {
+            refcount_incr(h);
+            return h;
+        }
+        if (!value_sync_ok) {
+            *need = true;
+            return NULL;
+        }
     }
     return tier_ops != NULL ? tier_ops->materialize(it) : NULL;
 }
@@ -877,9 +907,10 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     size_t nbytes = (size_t)old->nbytes + add->nbytes - 2;
     if (!item_size_ok(old->nkey, nbytes))
         return STORE_TOO_LARGE;
-    item *oldv = value_peek(old);
+    bool need;
+    item *oldv = value_peek(old, &need);
     if (oldv == NULL)
-        return STORE_NO_MEMORY;
+        return need ? STORE_NEED_VALUE : STORE_NO_MEMORY;
     item *n = item_alloc(ITEM_key(old), old->nkey, old->flags, old->exptime,
                          nbytes, partition);
     if (n == NULL) {
@@ -1006,9 +1037,10 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
                                         uint32_t hv, int partition)
 {
     uint64_t v;
-    item *val = value_peek(it);
+    bool need;
+    item *val = value_peek(it, &need);
     if (val == NULL)
-        return DELTA_NO_MEMORY;
+        return need ? DELTA_NEED_VALUE : DELTA_NO_MEMORY;
     bool numeric = val->nbytes >= 2 &&
                    parse_u64(ITEM_data(val), val->nbytes - 2, &v);
     item_release(val);

@@ -223,6 +223,8 @@ enum store_result {
     STORE_NOT_FOUND,    /* cas on a missing key */
     STORE_NO_MEMORY,    /* append/prepend could not allocate */
     STORE_TOO_LARGE,    /* append/prepend result exceeds -I */
+    STORE_NEED_VALUE,   /* append/prepend: the old value is on SSD; read it
+                           (conn_park_key) and retry with the value hint */
 };
 
 /*
@@ -240,7 +242,22 @@ enum delta_result {
     DELTA_NO_MEMORY,
     DELTA_NOT_FOUND,
     DELTA_EXISTS,       /* req_cas given and mismatched */
+    DELTA_NEED_VALUE,   /* as STORE_NEED_VALUE */
 };
+
+/*
+ * The value hint of this thread: an item holding the value of some version
+ * of a key, read from SSD.  While set, append/prepend/incr/decr use it as
+ * the old value when the key's current version is that version (same
+ * CAS); otherwise an SSD-resident old value makes them answer *_NEED_VALUE.
+ * Set it around one retried operation, then clear it (NULL).
+ */
+void item_set_value_hint(item *value, bool sync_ok);
+/* With sync_ok the old value is read from SSD synchronously instead (a
+ * retry that keeps missing its version). */
+
+/* Takes one more reference to an item the caller already references. */
+void item_ref(item *it);
 
 /*
  * incr/decr.  incr wraps at 2^64; decr stops at 0 (memcached rules).

@@ -309,16 +309,21 @@ void proto_bin_complete_nread(conn *c)
     uint64_t cas = 0;
 
     memcpy(ITEM_data(it) + it->nbytes - 2, "\r\n", 2);
-    SLAB_STATS_INCR(&c->thread->stats, it->slabs_clsid, set_cmds);
+    if (c->redo_tries == 0)
+        SLAB_STATS_INCR(&c->thread->stats, it->slabs_clsid, set_cmds);
     if (op == STORE_SET && c->bin.cas)
         op = STORE_CAS;
     enum store_result res = item_store(it, op, c->bin.cas, &cas,
                                        c->thread->partition);
+    if (res == STORE_NEED_VALUE)
+        conn_retry_nread(c);        /* append/prepend to an SSD value */
     c->item = NULL;
     item_release(it);
     conn_set_state(c, conn_new_cmd);
 
     switch (res) {
+    case STORE_NEED_VALUE:
+        break;                      /* answered once the value is read */
     case STORE_STORED:
         bin_ok(c, cas);
         break;
@@ -394,6 +399,26 @@ static void bin_delta_create(conn *c, const char *key, uint16_t nkey,
 }
 
 static void bin_delta(conn *c, const char *key, uint16_t nkey,
+                      const unsigned char *ext);
+
+/* An incr/decr whose old value is on SSD, run again once it is read. */
+struct bin_delta_args {
+    __typeof__(((conn *)0)->bin) bin;
+    uint16_t nkey;
+    unsigned char ext[20];
+    char key[KEY_MAX_LENGTH];
+};
+
+static void bin_delta_retry(conn *c, void *args)
+{
+    struct bin_delta_args *a = args;
+    __typeof__(c->bin) cur = c->bin;
+    c->bin = a->bin;
+    bin_delta(c, a->key, a->nkey, a->ext);
+    c->bin = cur;
+}
+
+static void bin_delta(conn *c, const char *key, uint16_t nkey,
                       const unsigned char *ext)
 {
     bool incr = c->bin.opcode == OP_INCREMENT || c->bin.opcode == OP_INCREMENTQ;
@@ -406,6 +431,13 @@ static void bin_delta(conn *c, const char *key, uint16_t nkey,
 
     switch (item_add_delta(key, nkey, incr, delta, c->bin.cas, out, &cas,
                            c->thread->partition)) {
+    case DELTA_NEED_VALUE: {
+        struct bin_delta_args a = { .bin = c->bin, .nkey = nkey };
+        memcpy(a.ext, ext, sizeof(a.ext));
+        memcpy(a.key, key, nkey);
+        conn_retry(c, key, nkey, bin_delta_retry, NULL, &a, sizeof(a));
+        break;
+    }
     case DELTA_OK: {
         if (incr)
             SLAB_STATS_INCR(ts, 0, incr_hits);

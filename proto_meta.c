@@ -25,6 +25,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -685,7 +686,8 @@ void proto_meta_complete_set(conn *c)
     uint64_t cas = 0;
 
     c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
-    SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+    if (c->redo_tries == 0)
+        SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
     if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
         out_errstring(c, "CLIENT_ERROR bad data chunk");
         return;
@@ -697,6 +699,10 @@ void proto_meta_complete_set(conn *c)
         ret = ms_store_locked(c, it, op, &cas);
     else
         ret = pt_store(c, it, op, c->nr.req_cas, &cas);
+    if (ret == STORE_NEED_VALUE) {
+        conn_retry_nread(c);        /* append/prepend to an SSD value */
+        return;
+    }
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -901,6 +907,55 @@ static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
     pt_out_buf(c, m.buf, ml_len(&m), skip);
 }
 
+/* An ma whose old value is on SSD: the request line, run again once the
+ * value is read. */
+struct ma_retry_args {
+    size_t len;
+    char line[PT_MAX_TOKENS * (KEY_MAX_LENGTH * 2 + 8)];
+};
+
+static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
+                       char *rest);
+
+static void ma_retry(conn *c, void *args)
+{
+    struct ma_retry_args *a = args;
+    struct util_token tok[PT_MAX_TOKENS];
+    char *rest = NULL;
+    a->line[a->len] = '\0';
+    size_t ntok = util_tokenize(a->line, tok, PT_MAX_TOKENS, &rest);
+    meta_arith(c, tok, ntok, rest);
+}
+
+/* Rebuilds the request line (the key as the client sent it: base64 again
+ * if the b flag decoded it) and retries it once the value is read. */
+static void ma_park(conn *c, struct util_token *tok, size_t ntok,
+                    bool key_binary)
+{
+    struct ma_retry_args *a = malloc(sizeof(*a));
+    if (a == NULL) {
+        out_errstring(c, "SERVER_ERROR out of memory");
+        return;
+    }
+    a->len = 0;
+    for (size_t i = 0; i < ntok && a->len + tok[i].length * 2 + 8 < sizeof(a->line); i++) {
+        if (i > 0)
+            a->line[a->len++] = ' ';
+        if (i == 1 && key_binary) {
+            a->len += base64_encode((const unsigned char *)tok[i].value,
+                                    tok[i].length,
+                                    (unsigned char *)a->line + a->len,
+                                    sizeof(a->line) - a->len);
+            continue;
+        }
+        memcpy(a->line + a->len, tok[i].value, tok[i].length);
+        a->len += tok[i].length;
+    }
+    conn_retry(c, tok[1].value, tok[1].length, ma_retry, NULL, a,
+               offsetof(struct ma_retry_args, line) + a->len + 1);
+    free(a);
+}
+
 static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
                        char *rest)
 {
@@ -928,6 +983,9 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
     switch (item_add_delta(key, nkey, incr, of.delta,
                            of.has_cas ? of.req_cas : 0, num, NULL,
                            c->thread->partition)) {
+    case DELTA_NEED_VALUE:
+        ma_park(c, tok, ntok, of.key_binary);
+        return;
     case DELTA_OK:
         pt_count_delta_hit(c, nkey, num, incr);
         ma_reply(c, tok, ntok, &of, num, false, c->noreply);

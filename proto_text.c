@@ -320,12 +320,17 @@ static void pt_complete_classic(conn *c, item *it)
     struct thread_stats *ts = PT_STATS(c);
 
     c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
-    SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+    if (c->redo_tries == 0)
+        SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
     if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
         out_string(c, "CLIENT_ERROR bad data chunk");
         return;
     }
     enum store_result ret = pt_store(c, it, op, c->nr.req_cas, NULL);
+    if (ret == STORE_NEED_VALUE) {
+        conn_retry_nread(c);        /* append/prepend to an SSD value */
+        return;
+    }
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -391,25 +396,33 @@ void proto_text_conn_cleanup(conn *c)
 
 /* ---- incr/decr, delete, touch --------------------------------------- */
 
-static void pt_process_arith(conn *c, struct util_token *tok, size_t ntok,
-                             bool incr)
-{
+struct pt_arith_args {
+    bool incr, noreply;
     uint64_t delta;
-    char out[32];
+    size_t nkey;
+    char key[KEY_MAX_LENGTH];
+};
 
-    pt_noreply_maybe(c, tok, ntok);
-    if (tok[1].length > KEY_MAX_LENGTH) {
-        out_string(c, "CLIENT_ERROR bad command line format");
-        return;
-    }
-    if (!safe_strtoull(tok[2].value, &delta)) {
-        out_string(c, "CLIENT_ERROR invalid numeric delta argument");
-        return;
-    }
-    switch (item_add_delta(tok[1].value, tok[1].length, incr, delta, 0, out,
+static void pt_arith_apply(conn *c, const struct pt_arith_args *a);
+
+static void pt_arith_retry(conn *c, void *args)
+{
+    const struct pt_arith_args *a = args;
+    c->noreply = a->noreply;
+    pt_arith_apply(c, a);
+}
+
+static void pt_arith_apply(conn *c, const struct pt_arith_args *a)
+{
+    char out[32];
+    bool incr = a->incr;
+    switch (item_add_delta(a->key, a->nkey, incr, a->delta, 0, out,
                            NULL, c->thread->partition)) {
+    case DELTA_NEED_VALUE:
+        conn_retry(c, a->key, a->nkey, pt_arith_retry, NULL, a, sizeof(*a));
+        break;
     case DELTA_OK:
-        pt_count_delta_hit(c, tok[1].length, out, incr);
+        pt_count_delta_hit(c, a->nkey, out, incr);
         out_string(c, out);
         break;
     case DELTA_NON_NUMERIC:
@@ -428,6 +441,26 @@ static void pt_process_arith(conn *c, struct util_token *tok, size_t ntok,
         out_string(c, "NOT_FOUND");
         break;
     }
+}
+
+static void pt_process_arith(conn *c, struct util_token *tok, size_t ntok,
+                             bool incr)
+{
+    struct pt_arith_args a = { .incr = incr };
+
+    pt_noreply_maybe(c, tok, ntok);
+    if (tok[1].length > KEY_MAX_LENGTH) {
+        out_string(c, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    if (!safe_strtoull(tok[2].value, &a.delta)) {
+        out_string(c, "CLIENT_ERROR invalid numeric delta argument");
+        return;
+    }
+    a.noreply = c->noreply;
+    a.nkey = tok[1].length;
+    memcpy(a.key, tok[1].value, a.nkey);
+    pt_arith_apply(c, &a);
 }
 
 static void pt_process_delete(conn *c, struct util_token *tok, size_t ntok)

@@ -361,6 +361,7 @@ void tac_reader_free(struct tac_reader *rd)
 
 struct pending_read {
     struct tac_reader *rd;
+    item *meta;                 /* pinned: its tuple is not freed meanwhile */
     item *t;                    /* snapshot of the meta tuple, value to fill */
     uint32_t hv;
     int tries;
@@ -378,6 +379,7 @@ static bool read_start(struct pending_read *pr, uint64_t ref)
 
 static void read_finish(struct pending_read *pr, item *value)
 {
+    item_release(pr->meta);
     if (value != pr->t)
         item_release(pr->t);
     pr->fn(pr->arg, value);
@@ -398,7 +400,13 @@ static void read_relookup(struct pending_read *pr)
         if (item_value_async(it)) {
             again = pr->tries++ < READ_MAX_TRIES &&
                     read_start(pr, item_meta_ref(it));
-            item_release(it);
+            if (again) {
+                /* Pin the meta tuple that now holds the tuple. */
+                item_release(pr->meta);
+                pr->meta = it;
+            } else {
+                item_release(it);
+            }
         } else {
             value = item_value_take(it);
         }
@@ -439,11 +447,14 @@ bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
         return false;
     }
     pr->rd = rd;
+    pr->meta = meta;
+    item_ref(meta);
     pr->hv = hv;
     pr->tries = 0;
     pr->fn = fn;
     pr->arg = arg;
     if (!read_start(pr, item_meta_ref(meta))) {
+        item_release(pr->meta);
         item_release(pr->t);
         free(pr);
         return false;
