@@ -333,7 +333,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
         /* A new version; a tier move (keep_cas) keeps time and CAS. */
-        if (!(it->it_flags & ITEM_COMPACT))
+        if (!item_compact(it))
             it->time = mc_now();
         it->cas = item_next_cas();
     }
@@ -528,7 +528,7 @@ static void item_init_fields(item *it, const char *key, size_t nkey,
 
 rel_time_t item_time(const item *it)
 {
-    if (!(it->it_flags & ITEM_COMPACT))
+    if (!item_compact(it))
         return it->time;
     /* The access field keeps the low 24 bits of the last access. */
     rel_time_t now = mc_now();
@@ -562,7 +562,8 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
         it->slabs_clsid = (uint8_t)clsid;
         it->partition = (uint8_t)p;
         it->nkey = src->nkey;
-        it->it_flags = ITEM_META | ITEM_COMPACT | keep;
+        it->it_flags = ITEM_META | keep;
+        it->tier = TIER_SSD;        /* before the key: it picks the layout */
         memcpy(ITEM_key(it), ITEM_key(src), src->nkey);
     } else {
         item_init_fields(it, ITEM_key(src), src->nkey, src->flags,
@@ -760,7 +761,7 @@ void do_item_touch_access(item *it)
         it->it_flags |= ITEM_FETCHED;
 
     /* A compact item's time is its access field, just updated. */
-    if ((it->it_flags & (ITEM_LINKED | ITEM_COMPACT)) != ITEM_LINKED ||
+    if ((it->it_flags & ITEM_LINKED) == 0 || item_compact(it) ||
         it->time + ITEM_UPDATE_INTERVAL > now)
         return;
     struct lru *l = lru_of(it);

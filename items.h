@@ -38,8 +38,6 @@
                                    reader, or a staging item (below) */
 #define ITEM_STAGING    0x0200  /* transient item taking a new value when
                                    DRAM is full; stored into a lower tier */
-#define ITEM_COMPACT    0x0400  /* meta tuple in the compact layout (below):
-                                   an SSD-resident item */
 
 /* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same
@@ -52,7 +50,7 @@ enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
  * Layout.  Every item begins with the same 40-byte core (h_next .. nkey):
  * all that lookups, the protocols and expiry need.  A full item (DRAM
  * data, or an NVM meta tuple) continues with its LRU fields and then data:
- * key, '\0', value or reference.  A compact item (ITEM_COMPACT: the meta
+ * key, '\0', value or reference.  A compact item (item_compact(): the meta
  * tuple of an SSD-resident item, which is on no LRU) continues right after
  * the core with its 8-byte SSD reference and the key, with no '\0': it
  * costs ITEM_COMPACT_HDR + nkey bytes of DRAM.  Its `time` is the access
@@ -86,7 +84,11 @@ struct item {
 #define ITEM_CORE_SIZE   __builtin_offsetof(item, time)
 #define ITEM_COMPACT_HDR (ITEM_CORE_SIZE + sizeof(uint64_t))
 
-#define ITEM_key(it)    ((it)->it_flags & ITEM_COMPACT \
+/* Compact layout.  Told by the tier, which is fixed for an item's life
+ * (a tier move makes a new item), so it may be read without the lock. */
+#define item_compact(it) ((it)->tier == TIER_SSD)
+
+#define ITEM_key(it)    (item_compact(it) \
                          ? (char *)(it) + ITEM_COMPACT_HDR : (it)->data)
 #define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
 
@@ -106,7 +108,7 @@ static inline size_t item_compact_size(size_t nkey)
 /* Bytes an item occupies in DRAM (its chunk's payload). */
 static inline size_t ITEM_ntotal(const item *it)
 {
-    if (it->it_flags & ITEM_COMPACT)
+    if (item_compact(it))
         return item_compact_size(it->nkey);
     if (it->it_flags & ITEM_META)
         return item_meta_size(it->nkey);
@@ -116,7 +118,7 @@ static inline size_t ITEM_ntotal(const item *it)
 /* Where a meta tuple keeps its lower-tier reference (unaligned). */
 static inline char *item_ref_ptr_(const item *it)
 {
-    return it->it_flags & ITEM_COMPACT ? (char *)it + ITEM_CORE_SIZE
+    return item_compact(it) ? (char *)it + ITEM_CORE_SIZE
                                        : (char *)ITEM_data(it);
 }
 static inline uint64_t item_meta_ref(const item *it)
