@@ -171,7 +171,7 @@ static const struct option_def options[] = {
       "growth_factor", "<num>", "chunk size growth factor (default: 1.25)" },
     { 'n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
       "chunk_size", "<bytes>", "min space used for key+value+flags (default: 48;\n"
-      "                          24 with an NVM tier, to fit meta tuples closely)" },
+      "                          24 with NVM, 8 with SSD, to fit meta tuples closely)" },
     { 'L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start" },
     { 'D', "delimiter", OPT_CHAR, S(prefix_delimiter), 0, 0, false,
