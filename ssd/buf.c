@@ -32,7 +32,7 @@
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static enum ssd_status buf_open(struct ssd_store *s, int page,
-                                struct ssd_buf **out)
+                                unsigned keep_free, struct ssd_buf **out)
 {
     enum ssd_status st = SSD_OK;
     *out = NULL;
@@ -46,7 +46,7 @@ static enum ssd_status buf_open(struct ssd_store *s, int page,
     b->s = s;
     atomic_init(&b->refs, 1);
     pthread_mutex_lock(&s->lock);
-    int id = do_page_take_slot(s, page, &b->slot, &st);
+    int id = do_page_take_slot(s, page, keep_free, &b->slot, &st);
     if (id >= 0) {
         b->page = (unsigned)id;
         b->version = (uint16_t)atomic_load(&s->pages[id].version);
@@ -68,7 +68,13 @@ static enum ssd_status buf_open(struct ssd_store *s, int page,
 
 enum ssd_status ssd_buf_open(struct ssd_store *s, struct ssd_buf **out)
 {
-    return buf_open(s, -1, out);
+    return buf_open(s, -1, 0, out);
+}
+
+enum ssd_status ssd_buf_open_keep(struct ssd_store *s, unsigned keep_free,
+                                  struct ssd_buf **out)
+{
+    return buf_open(s, -1, keep_free, out);
 }
 
 enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
@@ -78,7 +84,7 @@ enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
         *out = NULL;
         return SSD_ERR_ARG;
     }
-    return buf_open(s, page, out);
+    return buf_open(s, page, 0, out);
 }
 
 enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,

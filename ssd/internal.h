@@ -142,9 +142,10 @@ uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page);
 /* A buf of page finished (written or released): lock held. */
 void do_page_buf_done(struct ssd_store *s, unsigned page);
 /* Lock held.  Takes the next buf slot of page (of the shared open page
- * when page < 0).  Returns the page id, or -1 with *st set. */
-int do_page_take_slot(struct ssd_store *s, int page, unsigned *slot,
-                      enum ssd_status *st);
+ * when page < 0, opening a new one only while more than keep_free pages
+ * are free).  Returns the page id, or -1 with *st set. */
+int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
+                      unsigned *slot, enum ssd_status *st);
 
 /* buf.c */
 void ssd_buf_write_done(struct ssd_buf *b, enum ssd_status st);

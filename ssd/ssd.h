@@ -195,6 +195,10 @@ bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len);
 /* Opens a buf bound to the next free buf slot of the store's open page,
  * taking a new page when needed.  SSD_ERR_FULL when no page is free. */
 enum ssd_status ssd_buf_open(struct ssd_store *s, struct ssd_buf **out);
+/* Same, but SSD_ERR_FULL rather than take one of the last keep_free free
+ * pages (kept for a writer that frees space, such as defrag). */
+enum ssd_status ssd_buf_open_keep(struct ssd_store *s, unsigned keep_free,
+                                  struct ssd_buf **out);
 /* Same, in a page obtained from ssd_page_alloc; SSD_ERR_FULL when that
  * page has no unused buf slot left. */
 enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,

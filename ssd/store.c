@@ -409,13 +409,18 @@ bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len)
 
 /* ---- buf slot hand-out (called by buf.c through ssd_buf_open*) ---------- */
 
-int do_page_take_slot(struct ssd_store *s, int page, unsigned *slot,
-                      enum ssd_status *st)
+int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
+                      unsigned *slot, enum ssd_status *st)
 {
     if (page < 0) {
         if (s->cur_page >= 0 &&
             s->pages[s->cur_page].next_slot >= s->bufs_per_page)
             s->cur_page = -1;
+        if (s->cur_page < 0 &&
+            atomic_load_explicit(&s->st_pages_free, memory_order_relaxed) <= keep_free) {
+            *st = SSD_ERR_FULL;
+            return -1;
+        }
         if (s->cur_page < 0)
             s->cur_page = do_page_alloc(s);
         page = s->cur_page;

@@ -44,11 +44,15 @@
 #include "config.h"
 
 #include <errno.h>
+#include <libgen.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 
 #include "memcached.h"
@@ -69,7 +73,13 @@
 struct writer {
     pthread_mutex_t lock;
     struct ssd_buf *buf;        /* lock: the buf being filled, or NULL */
+    bool own_pages;             /* defrag: fills pages of its own */
+    int page;                   /* lock: that page, or -1 */
 };
+
+/* Free pages the other writers leave to defrag, so that it always has
+ * somewhere to move live tuples to and space can be won back. */
+#define DEFRAG_RESERVE_PAGES 1
 
 static struct {
     struct ssd_info info;
@@ -160,8 +170,28 @@ static void writer_submit_locked(struct writer *w)
     w->buf = NULL;
 }
 
+/* Opens a buf for w: in the shared open page, leaving the defrag reserve
+ * alone, or for defrag in a page of its own, which may take the last free
+ * ones. */
+static enum ssd_status writer_open(struct writer *w)
+{
+    if (!w->own_pages)
+        return ssd_buf_open_keep(tac.ssd, DEFRAG_RESERVE_PAGES, &w->buf);
+    enum ssd_status st = SSD_ERR_FULL;
+    if (w->page >= 0)
+        st = ssd_buf_open_page(tac.ssd, w->page, &w->buf);
+    if (st != SSD_OK) {
+        if (w->page >= 0)
+            ssd_page_finish(tac.ssd, w->page);
+        w->page = ssd_page_alloc(tac.ssd);
+        st = w->page < 0 ? SSD_ERR_FULL
+                         : ssd_buf_open_page(tac.ssd, w->page, &w->buf);
+    }
+    return st;
+}
+
 /* Appends one tuple (the pieces of iov) to w's buf; *ref gets its
- * reference.  False when the SSD has no free page. */
+ * reference.  False when the SSD has no free page (for w). */
 static bool writer_put(struct writer *w, const struct iovec *iov, int n,
                        uint64_t *ref)
 {
@@ -169,11 +199,12 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
     pthread_mutex_lock(&w->lock);
     for (int tries = 0; tries < 2 && !ok; tries++) {
         if (w->buf == NULL) {
-            enum ssd_status st = ssd_buf_open(tac.ssd, &w->buf);
+            enum ssd_status st = writer_open(w);
             if (st != SSD_OK) {
                 w->buf = NULL;
                 TAC_INCR(ssd_full);
-                defrag_wake();
+                if (!w->own_pages)
+                    defrag_wake();
                 break;
             }
         }
@@ -594,8 +625,10 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
 }
 
 /* Walks the tuples of one buf image (mem, used bytes) whose first byte is
- * at reference base. */
-static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool drop)
+ * at reference base.  When a live tuple cannot be moved (no page left for
+ * defrag either), the SSD is full: the rest are dropped (*drop), or with
+ * -M defrag gives up. */
+static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
 {
     size_t off = 0;
     while (off + sizeof(struct tac_tuple_hdr) <= used) {
@@ -606,8 +639,12 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool drop)
         size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
         if (len > used - off)
             break;
-        if (!defrag_tuple(base + off, mem + off, len, drop))
-            return false;
+        if (!defrag_tuple(base + off, mem + off, len, *drop)) {
+            if (!settings.evict_to_free)
+                return false;
+            *drop = true;
+            defrag_tuple(base + off, mem + off, len, true);
+        }
         off = (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
     }
     return true;
@@ -615,14 +652,13 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool drop)
 
 /* Empties the oldest sealed page.  Returns false when there was nothing to
  * do or it could not proceed. */
-static bool defrag_page(char *mem, unsigned free_pages)
+static bool defrag_page(char *mem)
 {
     struct ssd_page_info pi;
     int page = ssd_page_oldest(tac.ssd, &pi);
     if (page < 0)
         return false;
-    bool full = pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
-    bool drop = full || free_pages == 0;
+    bool drop = pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
     if (!drop)
@@ -640,7 +676,7 @@ static bool defrag_page(char *mem, unsigned free_pages)
             return true;
         if (st != SSD_OK)
             return false;           /* counted by ssd/ as an I/O error */
-        if (!defrag_buf(base, mem, got, drop))
+        if (!defrag_buf(base, mem, got, &drop))
             return false;
     }
     /* Every tuple found valid was moved or dropped: whatever live bytes
@@ -707,8 +743,7 @@ static void *defrag_main(void *arg)
             break;
         if (have_failed)
             retry_failed_writes();
-        unsigned fp = free_pages_now();
-        if (fp < sd.free_wm && defrag_page(mem, fp))
+        if (free_pages_now() < sd.free_wm && defrag_page(mem))
             continue;
         defrag_sleep(have_failed ? WRITE_RETRY_MS : DEFRAG_IDLE_MS);
     }
@@ -717,6 +752,23 @@ static void *defrag_main(void *arg)
 }
 
 /* ---- Set-up ------------------------------------------------------------- */
+
+/* True when path (or, for a file not yet created, its directory) is on
+ * tmpfs: RAM, not a disk.  A block device is never refused. */
+static bool on_tmpfs(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISBLK(st.st_mode))
+        return false;
+    char *copy = strdup(path);
+    if (copy == NULL)
+        return false;
+    struct statfs fs;
+    bool exists = stat(path, &st) == 0;
+    int rc = statfs(exists ? path : dirname(copy), &fs);
+    free(copy);
+    return rc == 0 && fs.f_type == TMPFS_MAGIC;
+}
 
 bool tac_ssd_open(void)
 {
@@ -737,6 +789,13 @@ bool tac_ssd_open(void)
         cfg.engine = SSD_IO_THREADS;
     } else {
         fprintf(stderr, "-o ssd_io_engine=%s: expected uring or threads\n", engine);
+        free(path);
+        return false;
+    }
+    if (on_tmpfs(path)) {
+        fprintf(stderr, "cannot open the SSD tier at %s: it is on tmpfs, which is "
+                "memory; put the SSD file on a disk file system or use a block "
+                "device\n", path);
         free(path);
         return false;
     }
@@ -786,8 +845,11 @@ bool tac_ssd_open(void)
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));
     if (sd.writers == NULL)
         return false;
-    for (int i = 0; i < sd.nwriters; i++)
+    for (int i = 0; i < sd.nwriters; i++) {
         pthread_mutex_init(&sd.writers[i].lock, NULL);
+        sd.writers[i].page = -1;
+    }
+    defrag_writer()->own_pages = true;
     pthread_mutex_init(&sd.lock, NULL);
     pthread_cond_init(&sd.cond, NULL);
     if (settings.verbose)

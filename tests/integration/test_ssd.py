@@ -1,0 +1,1017 @@
+"""SSD tier (cold tier): items that fit neither DRAM nor NVM move to an O_DIRECT
+page store on a disk file instead of being evicted, and every command works on them.
+
+The SSD file (`-o ssd_path=<file>:<size>`) lives in a fresh directory under
+$TAC_SSD_DIR (default: the system temp dir, which must be a disk file system
+such as ext4: the store is opened O_DIRECT).  Each test removes its files.
+`me <key>` tells which tier a key lives in (`tier=dram` / `nvm` / `ssd`).
+
+Values are b"key|version|crc32|pad": the pad is a slice of a fixed random hex
+pool chosen by key and version, so two values never share long runs and a
+block read from the wrong place shows up; the crc covers b"key|version|pad".
+Every read is compared byte for byte with the value last stored, and a wrong
+value is explained (whose key and version it carries, first differing byte).
+
+Engines: the I/O engine (`ssd_io_engine=uring|threads`) is a parameter of the
+tests whose data path goes through it.
+"""
+import mmap
+import os
+import random
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+import zlib
+
+import bmemcached
+import pylibmc
+import pytest
+from pymemcache.client.base import Client as PyClient
+
+from mcserver import SERVER_BIN, base_args, free_port, recv_exact, recv_for, recv_until
+from test_binary import (APPEND, DELETE, EEXISTS, ENOENT, GAT, GET, GETK, GETKQ, INCR, NOOP, OK, PREPEND,
+                         SET, TOUCH, Bin, frame)
+from test_nvm import parse_get
+
+pytestmark = pytest.mark.tac_only
+
+MB = 1 << 20
+OOM = b"SERVER_ERROR out of memory storing object"
+ENGINES = ["uring", "threads"]
+# How long the churn test may rewrite keys waiting for defrag to run 3 times.
+CHURN_SECONDS = float(os.environ.get("TAC_SSD_CHURN_SECONDS", "120"))
+
+SETTINGS_KEYS = ["ssd_path", "ssd_capacity", "ssd_page_size", "ssd_buf_size", "ssd_io_engine", "ssd_free_pages"]
+TIERS_KEYS = ["ssd_capacity", "ssd_items", "ssd_live_bytes", "ssd_pages_used", "ssd_pages_free", "ssd_pages_total",
+              "ssd_bufs_written", "ssd_bytes_written", "ssd_bytes_read", "ssd_reads", "ssd_reads_mem",
+              "ssd_reads_inflight", "ssd_defrag_runs", "ssd_defrag_moved", "ssd_pages_reclaimed",
+              "ssd_items_dropped", "ssd_io_errors", "get_hits_ssd", "evict_dram_to_ssd", "evict_nvm_to_ssd",
+              "set_fallback_ssd"]
+
+
+# ---------------------------------------------------------------- fixtures
+
+def direct_io_problem(d):
+    """None if a file in `d` can be created O_DIRECT and written with an aligned 4 KiB block."""
+    p = os.path.join(d, ".odirect-probe-%s" % uuid.uuid4().hex[:8])
+    try:
+        fd = os.open(p, os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600)
+    except OSError as e:
+        return "open O_DIRECT: %s" % e
+    try:
+        os.write(fd, mmap.mmap(-1, 4096))  # mmap memory is page aligned
+    except OSError as e:
+        return "O_DIRECT write: %s" % e
+    finally:
+        os.close(fd)
+        os.unlink(p)
+    return None
+
+
+@pytest.fixture
+def ssd_dir():
+    """A fresh directory for SSD files on a file system that takes O_DIRECT; removed afterwards."""
+    base = os.environ.get("TAC_SSD_DIR") or tempfile.gettempdir()
+    d = tempfile.mkdtemp(prefix="tac-ssd-", dir=base)
+    why = direct_io_problem(d)
+    if why:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.fail("%s cannot hold the SSD file (%s); set TAC_SSD_DIR to a directory on a disk file system"
+                    % (base, why))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def nvm_file():
+    """Factory of unique /dev/shm paths for the NVM tier; removed afterwards."""
+    paths = []
+
+    def make():
+        p = "/dev/shm/tac-test-ssdnvm-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
+        paths.append(p)
+        return p
+
+    yield make
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def ssd_server(server, ssd_dir, size, engine=None, mem=16, opts=(), nvm=None, extra=(), threads=2):
+    """A server with `-m mem` and an SSD file <ssd_dir>/ssd of `size` (and an NVM spec "path:size")."""
+    path = os.path.join(ssd_dir, "ssd")
+    o = ["ssd_path=%s:%s" % (path, size)]
+    if engine:
+        o.append("ssd_io_engine=" + engine)
+    if nvm:
+        o.append("nvm_path=" + nvm)
+    o += list(opts)
+    s = server(["-m", str(mem), "-t", str(threads), "-o", ",".join(o)] + list(extra))
+    s.ssd_file = path
+    return s
+
+
+# ---------------------------------------------------------------- values
+
+POOL = random.Random(0x55D).randbytes(1 << 19).hex().encode()  # 1 MB of random lowercase hex
+
+
+def vsize(key, ver, lo=2048, hi=8192):
+    """Value size for (key, version): lo..hi bytes."""
+    return lo + zlib.crc32(b"%s#%d" % (key, ver)) % (hi - lo + 1)
+
+
+def make_value(key, ver, size=None):
+    """b"key|ver|crc32|pad" of exactly `size` bytes (default vsize(key, ver))."""
+    if size is None:
+        size = vsize(key, ver)
+    npad = size - len(key) - len(b"%d" % ver) - 11
+    assert npad >= 0, (key, ver, size)
+    off = zlib.crc32(b"%s|%d" % (key, ver)) % (len(POOL) - npad)
+    pad = POOL[off:off + npad]
+    return b"%s|%d|%08x|%s" % (key, ver, zlib.crc32(b"%s|%d|%s" % (key, ver, pad)), pad)
+
+
+def decode_value(raw):
+    """(key, version, problem or None) of something that should be a make_value() value."""
+    parts = raw.split(b"|", 3)
+    if len(parts) != 4:
+        return None, None, "malformed"
+    k, ver, crc, pad = parts
+    if not re.fullmatch(rb"\d+", ver):
+        return k, None, "malformed version"
+    if not re.fullmatch(rb"[0-9a-f]{8}", crc) or int(crc, 16) != zlib.crc32(b"%s|%s|%s" % (k, ver, pad)):
+        return k, int(ver), "checksum mismatch"
+    return k, int(ver), None
+
+
+def explain(key, got, want):
+    """One line saying how `got` differs from `want` (for the value of `key`)."""
+    k, ver, problem = decode_value(got)
+    wk, wver, _ = decode_value(want)
+    n = min(len(got), len(want))
+    diff = next((i for i in range(n) if got[i] != want[i]), n)
+    return ("%r: got %d bytes (carries key %r version %s%s), want %d bytes (version %s); first difference at "
+            "byte %d (4 KiB block %d): got %r want %r"
+            % (key, len(got), k, ver, ", " + problem if problem else "", len(want), wver, diff, diff // 4096,
+               got[diff:diff + 24], want[diff:diff + 24]))
+
+
+def short(b, n=300):
+    return b if len(b) <= n else b[:n] + b"...(%d bytes)" % len(b)
+
+
+def assert_same(got, want, what):
+    """Byte-exact comparison of a whole response, with a readable failure message."""
+    if got == want:
+        return
+    n = min(len(got), len(want))
+    i = next((j for j in range(n) if got[j] != want[j]), n)
+    raise AssertionError("%s: response differs at byte %d of %d (want %d bytes)\n got: ...%r\nwant: ...%r"
+                         % (what, i, len(got), len(want), got[max(0, i - 80):i + 120], want[max(0, i - 80):i + 120]))
+
+
+def exchange(c, data, want, what, timeout=30):
+    """Send `data` in one write; the reply must be exactly `want` (nothing more)."""
+    c.send(data)
+    try:
+        got = recv_exact(c.sock, len(want), timeout)
+    except (TimeoutError, ConnectionError) as e:
+        raise AssertionError("%s: %s\nwant: %r" % (what, e, short(want)))
+    got += recv_for(c.sock, 0.02)
+    assert_same(got, want, what)
+
+
+def vresp(key, flags, value, cas=None):
+    if cas is None:
+        return b"VALUE %s %d %d\r\n%s\r\n" % (key, flags, len(value), value)
+    return b"VALUE %s %d %d %d\r\n%s\r\n" % (key, flags, len(value), cas, value)
+
+
+# ---------------------------------------------------------------- protocol helpers
+
+def load(c, items, flags_of=lambda k: 0, batch=200, retries=40, retry_sleep=0.1, stop_after_refused_batches=0):
+    """Pipeline `set`s (with replies) in batches of `batch`.  A set answered SERVER_ERROR out
+    of memory is retried up to `retries` times (evictors may lag, most on sanitizer builds).
+    With stop_after_refused_batches=N, stops once N batches in a row stored nothing.
+    Returns (stored keys in order, {key: last reply} of the others, bytes stored)."""
+    stored, failures, nbytes = [], {}, 0
+    items = list(items)
+    refused_run = 0
+    for b0 in range(0, len(items), batch):
+        chunk = items[b0:b0 + batch]
+        c.send(b"".join(b"set %s %d 0 %d\r\n%s\r\n" % (k, flags_of(k), len(v), v) for k, v in chunk))
+        buf = recv_until(c.sock, b"\r\n", timeout=120)
+        while buf.count(b"\r\n") < len(chunk):
+            buf += recv_until(c.sock, b"\r\n", timeout=120)
+        replies = buf.split(b"\r\n")[:-1]
+        assert len(replies) == len(chunk), "%d replies for %d sets: %r" % (len(replies), len(chunk), replies[:5])
+        n_ok = 0
+        for (k, v), r in zip(chunk, replies):
+            tries = 0
+            while r == OOM and tries < retries:
+                tries += 1
+                time.sleep(retry_sleep)
+                r = c.line(b"set %s %d 0 %d\r\n%s\r\n" % (k, flags_of(k), len(v), v), timeout=60).rstrip(b"\r\n")
+            if r == b"STORED":
+                stored.append(k)
+                nbytes += len(v)
+                n_ok += 1
+                failures.pop(k, None)
+            else:
+                failures[k] = r
+        refused_run = 0 if n_ok else refused_run + 1
+        if stop_after_refused_batches and refused_run >= stop_after_refused_batches:
+            break
+    return stored, failures, nbytes
+
+
+def fmt_failures(failures, st):
+    kinds = {}
+    for r in failures.values():
+        kinds[r] = kinds.get(r, 0) + 1
+    return "%d sets not STORED; replies %r; first %r\nstats tiers: %r" % (
+        len(failures), kinds, list(failures.items())[:5], st)
+
+
+def read_check(c, keys, want_of, per=50, verbs=(b"get",)):
+    """Multi-get `keys` `per` at a time (cycling through `verbs`); responses must be well formed,
+    in request order, and every hit must equal want_of(key) = (flags, value) byte for byte
+    (want_of(key) None: the key must miss).  Returns (hits, misses, wrong): misses are keys
+    that should have hit, wrong holds explanations."""
+    hits, misses, wrong = 0, [], []
+    for i, b0 in enumerate(range(0, len(keys), per)):
+        chunk = keys[b0:b0 + per]
+        verb = verbs[i % len(verbs)]
+        got = parse_get(c.get(verb + b" " + b" ".join(chunk) + b"\r\n", timeout=60))
+        assert set(got) <= set(chunk), "unrequested keys returned: %r" % (set(got) - set(chunk))
+        order = [k for k in chunk if k in got]
+        assert list(got) == order, "multi-get answered out of request order: %r vs %r" % (list(got)[:10], order[:10])
+        for k in chunk:
+            want = want_of(k)
+            if k not in got:
+                if want is not None:
+                    misses.append(k)
+                continue
+            hits += 1
+            flags, v, cas = got[k]
+            if want is None:
+                wrong.append("%r readable after it was deleted: %r" % (k, short(v, 60)))
+                continue
+            wflags, wv = want
+            if v != wv:
+                wrong.append(explain(k, v, wv))
+            elif flags != wflags:
+                wrong.append("%r: flags %d, want %d" % (k, flags, wflags))
+            elif verb == b"gets" and not cas:
+                wrong.append("%r: gets gave cas %r" % (k, cas))
+    return hits, misses, wrong
+
+
+def tier_of(c, key):
+    r = c.line(b"me " + key + b"\r\n")
+    if r == b"EN\r\n":
+        return None
+    m = re.search(rb" tier=(\w+)", r)
+    assert r.startswith(b"ME ") and m, "me %r: %r" % (key, r)
+    return m.group(1).decode()
+
+
+def me_cas(c, key):
+    r = c.line(b"me " + key + b"\r\n")
+    m = re.search(rb" cas=(\d+)", r)
+    assert m, "me %r: %r" % (key, r)
+    return int(m.group(1))
+
+
+def stat_int(st, name):
+    assert name in st, "stats lack %s; have %r" % (name, sorted(st))
+    assert re.fullmatch(r"\d+", st[name]), "%s = %r is not a number" % (name, st[name])
+    return int(st[name])
+
+
+def check_space_stats(st):
+    """Page and byte accounting of the SSD store stays within its size."""
+    total, used, free = (stat_int(st, n) for n in ("ssd_pages_total", "ssd_pages_used", "ssd_pages_free"))
+    assert used <= total and free <= total and used + free <= total, st
+    assert stat_int(st, "ssd_live_bytes") <= stat_int(st, "ssd_capacity"), st
+    assert stat_int(st, "ssd_io_errors") == 0, st
+
+
+def keys_totalling(prefix, nbytes, ver=1):
+    keys, acc = [], 0
+    while acc < nbytes:
+        k = b"%s%06d" % (prefix, len(keys))
+        keys.append(k)
+        acc += vsize(k, ver)
+    return keys
+
+
+def mixed_tier_reads(c, keys, want_of, tiers):
+    """Find keys in each of `tiers` with `me`, then check that a multi-get and a pipeline of single
+    gets mixing the tiers (and misses) answer exactly, in request order."""
+    step = max(1, len(keys) // 400)
+    sample = keys[::step] + keys[-40:]
+    by = {t: [] for t in tiers}
+    for k in sample:
+        t = tier_of(c, k)
+        if t in by and k not in by[t]:
+            by[t].append(k)
+    counts = {t: len(v) for t, v in by.items()}
+    assert all(n >= 4 for n in counts.values()), "too few keys found per tier among %d sampled: %r\nstats tiers %r" % (
+        len(sample), counts, c.stats(b"tiers"))
+    # interleave: one key of each tier, then a miss, twice
+    req = []
+    for j in (0, 1):
+        req += [by[t][j] for t in tiers] + [b"nosuch-mixed-%d" % j]
+    want = b"".join(vresp(k, *want_of(k)) for k in req if not k.startswith(b"nosuch")) + b"END\r\n"
+    exchange(c, b"get " + b" ".join(req) + b"\r\n", want, "multi-get across tiers %r" % (tiers,))
+    # a pipeline of single gets in one send (fresh keys: the multi-get may have promoted its keys)
+    req = []
+    for j in (2, 3):
+        req += [b"nosuch-pipe-%d" % j] + [by[t][j] for t in reversed(tiers)]
+    want = b"".join((vresp(k, *want_of(k)) if not k.startswith(b"nosuch") else b"") + b"END\r\n" for k in req)
+    exchange(c, b"".join(b"get %s\r\n" % k for k in req), want, "pipelined gets across tiers %r" % (tiers,))
+    return counts
+
+
+# ---------------------------------------------------------------- a. options and stats
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ssd_settings_and_stats(server, ssd_dir, engine):
+    s = ssd_server(server, ssd_dir, "64m", engine,
+                   opts=["ssd_page_size=4m", "ssd_buf_size=128k", "ssd_free_pages=3"])
+    c = s.connect()
+    st = c.stats(b"settings")
+    missing = [k for k in SETTINGS_KEYS if k not in st]
+    assert not missing, "stats settings lacks %r: %r" % (missing, {k: v for k, v in st.items() if "ssd" in k})
+    assert st["ssd_path"].startswith(s.ssd_file), st["ssd_path"]
+    cap = stat_int(st, "ssd_capacity")  # the file size, or its usable pages (the header block costs one)
+    assert 64 * MB - 4 * MB <= cap <= 64 * MB, "ssd_capacity %d for a 64 MB file in 4 MB pages" % cap
+    assert st["ssd_page_size"] == str(4 * MB), st
+    assert st["ssd_buf_size"] == str(128 * 1024), st
+    assert st["ssd_io_engine"] == engine, (
+        "asked for ssd_io_engine=%s, stats settings says %r (did io_uring set-up fail and fall back?)\n%s"
+        % (engine, st["ssd_io_engine"], s.stderr_text()))
+    assert st["ssd_free_pages"] == "3", st
+
+    t = c.stats(b"tiers")
+    missing = [k for k in TIERS_KEYS if k not in t]
+    assert not missing, "stats tiers lacks %r: %r" % (missing, t)
+    assert all(re.fullmatch(r"\d+", t[k]) for k in TIERS_KEYS), t
+    assert t.get("tiers") == "dram,ssd", t
+    assert t["ssd_capacity"] == str(cap), "stats tiers ssd_capacity %s, stats settings %d" % (t["ssd_capacity"], cap)
+    total = stat_int(t, "ssd_pages_total")
+    assert 64 // 4 - 1 <= total <= 64 // 4, "64 MB in 4 MB pages (less a header) gives %d pages" % total
+    assert cap in (64 * MB, total * 4 * MB), "ssd_capacity %d: neither the file size nor %d pages" % (cap, total)
+    check_space_stats(t)
+    assert stat_int(t, "ssd_items") == 0 and stat_int(t, "ssd_live_bytes") == 0, t
+    plain = c.stats()
+    assert "get_hits_ssd" in plain, "plain `stats` lacks get_hits_ssd"
+    if "tiers" in plain:
+        assert plain["tiers"] == "dram,ssd", plain["tiers"]
+    assert os.path.exists(s.ssd_file), "ssd_path file %s was not created" % s.ssd_file
+    assert os.path.getsize(s.ssd_file) == 64 * MB, "ssd file is %d bytes, want %d" % (
+        os.path.getsize(s.ssd_file), 64 * MB)
+    # and it is a working cache
+    v = make_value(b"hello", 1)
+    assert c.line(b"set hello 3 0 %d\r\n%s\r\n" % (len(v), v)) == b"STORED\r\n"
+    assert c.get(b"get hello\r\n") == vresp(b"hello", 3, v) + b"END\r\n"
+
+
+def test_ssd_defaults_and_repeated_o(server, ssd_dir):
+    """Options given as repeated -o; unset ones take their defaults (8m pages, uring)."""
+    path = os.path.join(ssd_dir, "ssd")
+    s = server(["-m", "16", "-t", "2", "-o", "ssd_path=%s:128m" % path, "-o", "ssd_buf_size=64k"])
+    c = s.connect()
+    st = c.stats(b"settings")
+    assert 120 * MB <= stat_int(st, "ssd_capacity") <= 128 * MB, st.get("ssd_capacity")
+    assert st.get("ssd_page_size") == str(8 * MB), st
+    assert st.get("ssd_buf_size") == str(64 * 1024), "second -o not applied: %r" % st.get("ssd_buf_size")
+    assert st.get("ssd_io_engine") == "uring", st.get("ssd_io_engine")
+    assert re.fullmatch(r"\d+", st.get("ssd_free_pages", "")), st.get("ssd_free_pages")
+    t = c.stats(b"tiers")
+    assert 15 <= stat_int(t, "ssd_pages_total") <= 16, t
+    assert t.get("tiers") == "dram,ssd", t
+
+
+@pytest.mark.parametrize("case", ["dev-shm", "no-size", "missing-dir", "nvm-and-bad-ssd"])
+def test_bad_ssd_path_fails(ssd_dir, case):
+    tag = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+    extra = []
+    if case == "dev-shm":
+        # Refused whether or not the kernel allows O_DIRECT on tmpfs (Linux
+        # >= 6.6 does): tmpfs is memory, not a disk.
+        if not os.path.isdir("/dev/shm"):
+            pytest.skip("no /dev/shm here")
+        path, spec = "/dev/shm/tac-test-ssd-%s" % tag, "/dev/shm/tac-test-ssd-%s:64m" % tag
+    elif case == "no-size":
+        path = spec = os.path.join(ssd_dir, "ssd-nosize")
+    elif case == "missing-dir":
+        path = "/nonexistent-dir-tac-%s/ssd" % tag
+        spec = path + ":64m"
+    else:  # a valid NVM tier does not rescue a bad SSD spec
+        path = spec = os.path.join(ssd_dir, "ssd-nosize2")
+        extra = ["nvm_path=/dev/shm/tac-test-ssdnvm-%s:16m" % tag]
+    cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0",
+                                        "-o", ",".join(extra + ["ssd_path=" + spec])]
+    try:
+        try:
+            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError("server accepted a bad ssd_path (%s: %r) and kept running; output %r"
+                                 % (case, spec, (e.stdout or b"") + (e.stderr or b"")))
+        msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+        assert p.returncode != 0, "server accepted a bad ssd_path (%s: %r): rc=0, output %r" % (case, spec, msg)
+        assert path in msg, "stderr does not name the bad path %r (%s): %r" % (path, case, msg)
+    finally:
+        for f in (path, "/dev/shm/tac-test-ssdnvm-%s" % tag):
+            if f.startswith("/dev/shm/") and os.path.exists(f):
+                os.unlink(f)
+
+
+@pytest.mark.parametrize("opts,why", [
+    ("ssd_io_engine=bogus", "unknown engine"),
+    ("ssd_buf_size=1000", "buf size not a multiple of 4 KiB"),
+    ("ssd_page_size=300k", "page size not a multiple of the buf size"),
+    (None, "file too small for a few pages"),
+])
+def test_bad_ssd_options_fail(ssd_dir, opts, why):
+    path = os.path.join(ssd_dir, "ssd")
+    o = "ssd_path=%s:%s" % (path, "64m" if opts else "8m") + ("," + opts if opts else "")
+    cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0", "-o", o]
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("server started with a bad SSD option (%s): -o %s" % (why, o))
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode != 0, "server accepted -o %s (%s): rc=0, output %r" % (o, why, msg)
+    assert "ssd" in msg.lower() and len(msg.strip()) > 10, "unclear message for %s: %r" % (why, msg)
+
+
+# ---------------------------------------------------------------- b, c. 16x DRAM
+
+@pytest.mark.parametrize("engine,with_nvm", [("uring", False), ("threads", False), ("uring", True), ("threads", True)],
+                         ids=["uring", "threads", "uring-nvm", "threads-nvm"])
+def test_ssd_16x_dram(server, ssd_dir, nvm_file, engine, with_nvm):
+    """-m 16 and 256 MB of 2-8 KB values: everything reads back, byte-exact."""
+    nvm = "%s:64m" % nvm_file() if with_nvm else None
+    s = ssd_server(server, ssd_dir, "1g", engine, mem=16, nvm=nvm)
+    c = s.connect()
+    keys = keys_totalling(b"x", 16 * 16 * MB)
+    n = len(keys)
+    flags_of = lambda k: zlib.crc32(k) & 0xFFFF  # noqa: E731
+    want_of = lambda k: (flags_of(k), make_value(k, 1))  # noqa: E731
+    t0 = time.time()
+    stored, failures, nbytes = load(c, ((k, make_value(k, 1)) for k in keys), flags_of=flags_of)
+    t_load = time.time() - t0
+    st_load = c.stats(b"tiers")
+    assert not failures, fmt_failures(failures, st_load)
+    assert stat_int(st_load, "ssd_items") >= n // 2, (
+        "%d keys, %d MB, -m 16, yet only %s on SSD after the load; stats tiers %r"
+        % (n, nbytes >> 20, st_load.get("ssd_items"), st_load))
+
+    tiers = ["dram", "nvm", "ssd"] if with_nvm else ["dram", "ssd"]
+    counts = mixed_tier_reads(c, keys, want_of, tiers)
+
+    t0 = time.time()
+    hits, misses, wrong = read_check(c, keys, want_of, per=50, verbs=(b"get", b"get", b"get", b"gets"))
+    t_read = time.time() - t0
+    st = c.stats(b"tiers")
+    plain = c.stats()
+    print("%d keys, %d MB: load %.1fs, read %.1fs, tiers sampled %r; stats tiers %r"
+          % (n, nbytes >> 20, t_load, t_read, counts, st))
+    assert not wrong, "%d wrong values of %d hits:\n%s" % (len(wrong), hits, "\n".join(wrong[:8]))
+    assert not misses, "hit rate %.3f%%: %d of %d keys missing (first %r)\nstats tiers %r" % (
+        100.0 * hits / n, len(misses), n, misses[:5], st)
+    assert int(plain["curr_items"]) == n, plain["curr_items"]
+    assert stat_int(st, "get_hits_ssd") > 0, st
+    assert stat_int(plain, "get_hits_ssd") > 0, "plain stats get_hits_ssd = %r" % plain.get("get_hits_ssd")
+    if with_nvm:  # SSD tuples come from NVM then
+        assert stat_int(st, "evict_nvm_to_ssd") > 0, st
+        assert stat_int(st, "get_hits_nvm") > 0, st
+    else:
+        assert stat_int(st, "evict_dram_to_ssd") + stat_int(st, "set_fallback_ssd") > 0, st
+    assert stat_int(st, "ssd_items") > 0 and stat_int(st, "ssd_bytes_written") > 0, st
+    assert stat_int(st, "ssd_items_dropped") == 0 and int(plain["evictions"]) == 0, st
+    assert st.get("tiers") == ",".join(tiers), st.get("tiers")
+    check_space_stats(st)
+
+
+# ---------------------------------------------------------------- d. every command on SSD items
+
+SIZE = 4000  # test keys and filler share one slab class
+FL = 4242
+
+
+class SsdKeys:
+    """Hands out keys that are SSD-resident right now, with their current value."""
+
+    def __init__(self, c, keys, vals):
+        self.c, self.keys, self.vals, self.i = c, list(keys), vals, 0
+
+    def take(self):
+        while self.i < len(self.keys):
+            k = self.keys[self.i]
+            self.i += 1
+            if tier_of(self.c, k) == "ssd":
+                return k, self.vals[k]
+        raise AssertionError("ran out of SSD-resident keys (used %d); stats tiers %r"
+                             % (self.i, self.c.stats(b"tiers")))
+
+
+def push_to_ssd(c, want, max_bytes=120 * MB):
+    """Load filler values of SIZE bytes until every key of `want` is SSD-resident."""
+    n = 0
+    deadline = None
+    while True:
+        tiers = [tier_of(c, k) for k in want]
+        if all(t == "ssd" for t in tiers):
+            return n
+        if n * SIZE < max_bytes:
+            items = [(b"fill%06d" % i, make_value(b"fill%06d" % i, 1, SIZE)) for i in range(n, n + 1000)]
+            _, failures, _ = load(c, items)
+            assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+            n += 1000
+        else:
+            deadline = deadline or time.time() + 10
+            if time.time() > deadline:
+                where = {}
+                for t in tiers:
+                    where[t] = where.get(t, 0) + 1
+                raise AssertionError("after %d MB of filler the early keys are in tiers %r, not all on SSD; "
+                                     "stats tiers %r" % (n * SIZE >> 20, where, c.stats(b"tiers")))
+            time.sleep(0.2)
+
+
+def expect_get(c, key, value, flags):
+    exchange(c, b"get %s\r\n" % key, vresp(key, flags, value) + b"END\r\n", "get %r" % key)
+
+
+def read_mg_value(c, key):
+    c.send(b"mg %s v\r\n" % key)
+    buf = recv_until(c.sock, b"\r\n")
+    m = re.match(rb"VA (\d+)\r\n", buf)
+    assert m, "mg %r v: %r" % (key, buf[:100])
+    total = m.end() + int(m.group(1)) + 2
+    while len(buf) < total:
+        buf += recv_until(c.sock, b"\r\n")
+    assert len(buf) == total, buf[-100:]
+    return buf[m.end():-2]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_commands_on_ssd_items(server, ssd_dir, engine):
+    s = ssd_server(server, ssd_dir, "256m", engine, mem=16)
+    c = s.connect()
+    keys = [b"sk%03d" % i for i in range(130)]
+    nums = [b"num%02d" % i for i in range(10)]
+    cli = [b"cl%03d" % i for i in range(40)]
+    vals = {k: make_value(k, 1, SIZE) for k in keys + cli}
+    for k in nums:
+        vals[k] = b"100" + b" " * (SIZE - 3)  # padded so it shares the filler's slab class
+    flags = {k: (0 if k in cli else FL) for k in vals}
+    _, failures, _ = load(c, [(k, vals[k]) for k in keys + nums + cli], flags_of=flags.get)
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    push_to_ssd(c, keys + nums + cli)
+    pool = SsdKeys(c, keys, vals)
+    numpool = SsdKeys(c, nums, vals)
+    clipool = SsdKeys(c, cli, vals)
+
+    # -- get (twice: from SSD, then from wherever the first read left it), gets
+    k, v = pool.take()
+    expect_get(c, k, v, FL)
+    expect_get(c, k, v, FL)
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    exchange(c, b"gets %s\r\n" % k, vresp(k, FL, v, cas) + b"END\r\n", "gets")
+    # multi-get: SSD keys, a miss and a DRAM key, in request order
+    k1, v1 = pool.take()
+    k2, v2 = pool.take()
+    k3, v3 = pool.take()
+    assert c.line(b"set dramkey 1 0 2\r\nhi\r\n") == b"STORED\r\n"
+    exchange(c, b"get %s missing dramkey %s %s\r\n" % (k1, k2, k3),
+             vresp(k1, FL, v1) + b"VALUE dramkey 1 2\r\nhi\r\n" + vresp(k2, FL, v2) + vresp(k3, FL, v3) + b"END\r\n",
+             "multi-get mixing SSD, DRAM and a miss")
+    k1, v1 = pool.take()
+    k2, v2 = pool.take()
+    c1, c2 = me_cas(c, k1), me_cas(c, k2)
+    exchange(c, b"gets dramkey %s %s\r\n" % (k1, k2),
+             b"VALUE dramkey 1 2 %d\r\nhi\r\n" % me_cas(c, b"dramkey") + vresp(k1, FL, v1, c1) + vresp(k2, FL, v2, c2)
+             + b"END\r\n", "gets mixing DRAM and SSD")
+
+    # -- TTL changes on SSD items (expiry checked after one shared sleep at the end)
+    expire, keep = [], []
+    k1, v1 = pool.take()
+    k2, v2 = pool.take()
+    exchange(c, b"gat 0 %s %s\r\n" % (k1, k2), vresp(k1, FL, v1) + vresp(k2, FL, v2) + b"END\r\n", "gat 0, two keys")
+    keep += [(k1, v1), (k2, v2)]
+    k, v = pool.take()
+    exchange(c, b"gat 1 %s\r\n" % k, vresp(k, FL, v) + b"END\r\n", "gat 1")
+    expire.append(k)
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    exchange(c, b"gats 1 %s\r\n" % k, vresp(k, FL, v, cas) + b"END\r\n", "gats 1")
+    expire.append(k)
+    k, v = pool.take()
+    assert c.line(b"touch %s 1\r\n" % k) == b"TOUCHED\r\n"
+    expire.append(k)
+    k, v = pool.take()
+    assert c.line(b"mg %s T1 t\r\n" % k) == b"HD t1\r\n"
+    expire.append(k)
+    k, v = pool.take()
+    assert c.line(b"touch %s 3600\r\n" % k) == b"TOUCHED\r\n"
+    assert c.line(b"mg %s t\r\n" % k) in (b"HD t3600\r\n", b"HD t3599\r\n")
+    keep.append((k, v))
+    assert c.line(b"touch nosuchkey 1\r\n") == b"NOT_FOUND\r\n"
+
+    # -- cas: a bad cas leaves the SSD value alone, the right one replaces it
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    nv = make_value(k, 2, 700)
+    assert c.line(b"cas %s 5 0 %d %d\r\n%s\r\n" % (k, len(nv), cas + 1000, nv)) == b"EXISTS\r\n"
+    expect_get(c, k, v, FL)
+    assert c.line(b"cas %s 5 0 %d %d\r\n%s\r\n" % (k, len(nv), cas, nv)) == b"STORED\r\n"
+    expect_get(c, k, nv, 5)
+    assert me_cas(c, k) != cas
+    assert c.line(b"cas nosuchkey 0 0 1 5\r\nx\r\n") == b"NOT_FOUND\r\n"
+
+    # -- incr / decr on SSD-resident numbers
+    k, v = numpool.take()
+    assert c.line(b"incr %s 5\r\n" % k) == b"105\r\n"
+    got = read_mg_value(c, k)
+    assert got in (b"105", b"105" + b" " * (SIZE - 3)), got[:40]
+    assert c.line(b"incr %s 1\r\n" % k) == b"106\r\n"
+    k, v = numpool.take()
+    assert c.line(b"decr %s 3\r\n" % k) == b"97\r\n"
+    got = read_mg_value(c, k)
+    assert got in (b"97", b"97" + b" " * (SIZE - 2)), got[:40]
+    k, v = numpool.take()
+    assert c.line(b"decr %s 1000\r\n" % k) == b"0\r\n"
+    k, v = pool.take()
+    assert c.line(b"incr %s 1\r\n" % k) == b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    expect_get(c, k, v, FL)
+
+    # -- append / prepend keep the flags
+    k, v = pool.take()
+    assert c.line(b"append %s 99 0 6\r\n+tail+\r\n" % k) == b"STORED\r\n"
+    expect_get(c, k, v + b"+tail+", FL)
+    k, v = pool.take()
+    assert c.line(b"prepend %s 99 0 6\r\n+head+\r\n" % k) == b"STORED\r\n"
+    expect_get(c, k, b"+head+" + v, FL)
+
+    # -- delete, then add
+    k, v = pool.take()
+    assert c.line(b"delete %s\r\n" % k) == b"DELETED\r\n"
+    assert c.get(b"get %s\r\n" % k) == b"END\r\n"
+    assert c.line(b"me %s\r\n" % k) == b"EN\r\n"
+    assert c.line(b"delete %s\r\n" % k) == b"NOT_FOUND\r\n"
+    assert c.line(b"add %s 2 0 5\r\nfresh\r\n" % k) == b"STORED\r\n"
+    expect_get(c, k, b"fresh", 2)
+
+    # -- add / replace / set
+    k, v = pool.take()
+    assert c.line(b"add %s 0 0 3\r\nnew\r\n" % k) == b"NOT_STORED\r\n"
+    expect_get(c, k, v, FL)
+    k, v = pool.take()
+    nv = make_value(k, 3, 1500)
+    assert c.line(b"replace %s 8 0 %d\r\n%s\r\n" % (k, len(nv), nv)) == b"STORED\r\n"
+    expect_get(c, k, nv, 8)
+    k, v = pool.take()
+    nv = make_value(k, 4, 6000)
+    assert c.line(b"set %s 9 0 %d\r\n%s\r\n" % (k, len(nv), nv)) == b"STORED\r\n"
+    expect_get(c, k, nv, 9)
+
+    # -- meta commands
+    k, v = pool.take()
+    assert tier_of(c, k) == "ssd"
+    r = c.line(b"me %s\r\n" % k)
+    assert r.startswith(b"ME %s " % k) and b" tier=ssd" in r, r
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    exchange(c, b"mg %s s v f t c k\r\n" % k, b"VA %d s%d f%d t-1 c%d k%s\r\n%s\r\n" % (SIZE, SIZE, FL, cas, k, v),
+             "mg s v f t c k")
+    k, v = pool.take()
+    exchange(c, b"mg %s k v Oabc\r\n" % k, b"VA %d k%s Oabc\r\n%s\r\n" % (SIZE, k, v), "mg k v O")
+    k, v = pool.take()
+    assert c.line(b"mg %s s k\r\n" % k) == b"HD s%d k%s\r\n" % (SIZE, k)
+    k1, v1 = pool.take()
+    k2, v2 = pool.take()
+    exchange(c, b"mg %s v q\r\nmg nosuch v q\r\nmg %s v q k\r\nmn\r\n" % (k1, k2),
+             b"VA %d\r\n%s\r\nVA %d k%s\r\n%s\r\nMN\r\n" % (SIZE, v1, SIZE, k2, v2), "quiet mg pipeline + mn")
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    nv = make_value(k, 5, 900)
+    assert c.line(b"ms %s %d C%d\r\n%s\r\n" % (k, len(nv), cas + 1000, nv)) == b"EX\r\n"
+    expect_get(c, k, v, FL)
+    assert c.line(b"ms %s %d C%d F3\r\n%s\r\n" % (k, len(nv), cas, nv)) == b"HD\r\n"
+    expect_get(c, k, nv, 3)
+    k, v = pool.take()
+    assert c.line(b"ms %s 4 MA\r\n=ms=\r\n" % k) == b"HD\r\n"
+    expect_get(c, k, v + b"=ms=", FL)
+    k, v = pool.take()
+    assert c.line(b"ms %s 4 MP\r\n=ms=\r\n" % k) == b"HD\r\n"
+    expect_get(c, k, b"=ms=" + v, FL)
+    k, v = pool.take()
+    assert c.line(b"ms %s 3 ME\r\nnew\r\n" % k) == b"NS\r\n"
+    expect_get(c, k, v, FL)
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    assert c.line(b"md %s C%d\r\n" % (k, cas + 1000)) == b"EX\r\n"
+    expect_get(c, k, v, FL)
+    assert c.line(b"md %s\r\n" % k) == b"HD\r\n"
+    assert c.line(b"mg %s v\r\n" % k) == b"EN\r\n"
+    k, v = numpool.take()
+    exchange(c, b"ma %s D11 v\r\n" % k, b"VA 3\r\n111\r\n", "ma D11 v")
+    k, v = numpool.take()
+    assert c.line(b"ma %s MD D1\r\n" % k) == b"HD\r\n"
+    assert read_mg_value(c, k) in (b"99", b"99" + b" " * (SIZE - 2))
+
+    # -- pipelines in ONE send: a read queued before a write to the same key sees the old value
+    ks = [pool.take() for _ in range(3)]
+    data, want = b"", b""
+    for k, v in ks:
+        nv = make_value(k, 6, 3000)
+        data += b"get %s\r\nset %s 0 0 %d\r\n%s\r\nget %s\r\n" % (k, k, len(nv), nv, k)
+        want += vresp(k, FL, v) + b"END\r\nSTORED\r\n" + vresp(k, 0, nv) + b"END\r\n"
+    exchange(c, data, want, "pipelined get/set/get on SSD keys")
+    k, v = pool.take()
+    exchange(c, b"get %s\r\ndelete %s\r\nget %s\r\n" % (k, k, k), vresp(k, FL, v) + b"END\r\nDELETED\r\nEND\r\n",
+             "pipelined get/delete/get")
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    nv = make_value(k, 7, 2500)
+    exchange(c, b"gets %s\r\ncas %s 4 0 %d %d\r\n%s\r\nget %s\r\n" % (k, k, len(nv), cas, nv, k),
+             vresp(k, FL, v, cas) + b"END\r\nSTORED\r\n" + vresp(k, 4, nv) + b"END\r\n", "pipelined gets/cas/get")
+    k, v = pool.take()
+    nv = make_value(k, 8, 5000)
+    exchange(c, b"mg %s v\r\nms %s %d\r\n%s\r\nmg %s v\r\n" % (k, k, len(nv), nv, k),
+             b"VA %d\r\n%s\r\nHD\r\nVA %d\r\n%s\r\n" % (SIZE, v, len(nv), nv), "pipelined mg/ms/mg")
+    k1, v1 = pool.take()
+    k2, v2 = pool.take()
+    exchange(c, b"get %s %s\r\nappend %s 0 0 3\r\n+++\r\nget %s %s\r\n" % (k1, k2, k2, k2, k1),
+             vresp(k1, FL, v1) + vresp(k2, FL, v2) + b"END\r\nSTORED\r\n" + vresp(k2, FL, v2 + b"+++")
+             + vresp(k1, FL, v1) + b"END\r\n", "pipelined multi-get/append/multi-get")
+    k, v = numpool.take()
+    exchange(c, b"get %s\r\nincr %s 1\r\nincr %s 2\r\n" % (k, k, k), vresp(k, FL, v) + b"END\r\n101\r\n103\r\n",
+             "pipelined get/incr/incr")
+    assert read_mg_value(c, k) in (b"103", b"103" + b" " * (SIZE - 3))
+
+    # -- binary protocol on SSD items (own connection: the protocol is chosen per connection)
+    bs = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    b = Bin(bs)
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    g = b.call(GET, key=k, opaque=11)
+    assert (g["status"], g["opaque"], g["key"], g["value"], g["cas"], g["extras"]) == \
+        (OK, 11, b"", v, cas, struct.pack(">I", FL)), (g["status"], g["opaque"], g["cas"], cas, short(g["value"]))
+    k, v = pool.take()
+    g = b.call(GETK, key=k)
+    assert (g["status"], g["key"], g["value"], g["extras"]) == (OK, k, v, struct.pack(">I", FL))
+    # quiet multi-get: hits in request order, misses silent, then the NOOP
+    got_keys = [pool.take() for _ in range(3)]
+    b.send(frame(GETKQ, key=got_keys[0][0], opaque=1) + frame(GETKQ, key=b"nosuch", opaque=2)
+           + frame(GETKQ, key=got_keys[1][0], opaque=3) + frame(GETKQ, key=got_keys[2][0], opaque=4)
+           + frame(NOOP, opaque=5))
+    for (k, v), op in zip(got_keys, (1, 3, 4)):
+        r = b.recv()
+        assert (r["op"], r["status"], r["opaque"], r["key"], r["value"]) == (GETKQ, OK, op, k, v), \
+            (r["op"], r["status"], r["opaque"], r["key"], short(r["value"]))
+    r = b.recv()
+    assert r["op"] == NOOP and r["opaque"] == 5, r
+    # pipelined GET / SET / GET of one key in one send
+    k, v = pool.take()
+    nv = make_value(k, 9, 2222)
+    b.send(frame(GET, key=k, opaque=21) + frame(SET, key=k, value=nv, extras=struct.pack(">II", 7, 0), opaque=22)
+           + frame(GET, key=k, opaque=23))
+    r1, r2, r3 = b.recv(), b.recv(), b.recv()
+    assert (r1["opaque"], r1["status"], r1["value"]) == (21, OK, v), (r1["opaque"], r1["status"], short(r1["value"]))
+    assert (r2["opaque"], r2["status"]) == (22, OK), r2
+    assert (r3["opaque"], r3["status"], r3["value"], r3["extras"]) == (23, OK, nv, struct.pack(">I", 7)), \
+        (r3["opaque"], r3["status"], short(r3["value"]))
+    k, v = pool.take()
+    cas = me_cas(c, k)
+    nv = make_value(k, 10, 1111)
+    assert b.set(k, nv, flags=6, cas=cas + 1000)["status"] == EEXISTS
+    assert b.set(k, nv, flags=6, cas=cas)["status"] == OK
+    assert b.call(GET, key=k)["value"] == nv
+    k, v = pool.take()
+    r = b.call(TOUCH, key=k, extras=struct.pack(">I", 1))
+    assert r["status"] == OK and r["value"] == b""
+    expire.append(k)
+    k, v = pool.take()
+    r = b.call(GAT, key=k, extras=struct.pack(">I", 1))
+    assert (r["status"], r["value"], r["extras"]) == (OK, v, struct.pack(">I", FL))
+    expire.append(k)
+    k, v = pool.take()
+    assert b.call(DELETE, key=k)["status"] == OK
+    assert b.call(GET, key=k)["status"] == ENOENT
+    assert tier_of(c, k) is None
+    k, v = pool.take()
+    assert b.call(APPEND, key=k, value=b"+bin")["status"] == OK
+    expect_get(c, k, v + b"+bin", FL)
+    k, v = pool.take()
+    assert b.call(PREPEND, key=k, value=b"bin+")["status"] == OK
+    expect_get(c, k, b"bin+" + v, FL)
+    k, v = numpool.take()
+    r = b.call(INCR, key=k, extras=struct.pack(">QQI", 7, 0, 0))
+    assert r["status"] == OK and struct.unpack(">Q", r["value"])[0] == 107, r
+    bs.close()
+
+    # -- client libraries reading SSD-resident keys
+    pm = PyClient((s.host, s.port), connect_timeout=5, timeout=30, default_noreply=False)
+    k, v = clipool.take()
+    assert pm.get(k.decode()) == v, "pymemcache get of an SSD key"
+    ks = [clipool.take() for _ in range(3)]
+    got = pm.get_many([ks[0][0].decode(), "nosuch", ks[1][0].decode(), ks[2][0].decode()])
+    assert got == {k.decode(): v for k, v in ks}, "pymemcache get_many: %r" % sorted(got)
+    k, v = clipool.take()
+    cas = me_cas(c, k)
+    gv, gcas = pm.gets(k.decode())
+    assert gv == v and int(gcas) == cas, (short(gv or b""), gcas, cas)
+    pm.close()
+    for binary in (False, True):
+        lm = pylibmc.Client(["%s:%d" % (s.host, s.port)], binary=binary,
+                            behaviors={"connect_timeout": 5000, "receive_timeout": 30000000,
+                                       "send_timeout": 30000000})
+        k, v = clipool.take()
+        assert lm.get(k.decode()) == v, "pylibmc (binary=%s) get of an SSD key" % binary
+        ks = [clipool.take() for _ in range(3)]
+        got = lm.get_multi([ks[0][0].decode(), "nosuch", ks[1][0].decode(), ks[2][0].decode()])
+        assert got == {k.decode(): v for k, v in ks}, "pylibmc (binary=%s) get_multi: %r" % (binary, sorted(got))
+        lm.disconnect_all()
+    bm = bmemcached.Client(("%s:%d" % (s.host, s.port),), socket_timeout=30, raw_data=True)
+    k, v = clipool.take()
+    assert bm.get(k.decode()) == v, "python-binary-memcached get of an SSD key"
+    ks = [clipool.take() for _ in range(3)]
+    got = bm.get_multi([ks[0][0].decode(), "nosuch", ks[1][0].decode(), ks[2][0].decode()])
+    assert got == {k.decode(): v for k, v in ks}, "python-binary-memcached get_multi: %r" % sorted(got)
+    bm.disconnect_all()
+
+    # keys whose TTL was cleared or lengthened are still there, byte-exact
+    for k, v in keep:
+        expect_get(c, k, v, FL)
+    # keys given a 1 s TTL while on SSD are gone after 2.5 s
+    time.sleep(2.5)
+    got = parse_get(c.get(b"get " + b" ".join(expire) + b"\r\n"))
+    assert not got, "keys outlived a 1 s TTL set while they were on SSD: %r" % sorted(got)
+    st = c.stats(b"tiers")
+    assert stat_int(st, "get_hits_ssd") > 0, st
+    assert stat_int(c.stats(), "get_hits_ssd") > 0
+    assert stat_int(st, "ssd_reads") + stat_int(st, "ssd_reads_mem") > 0, st
+    assert stat_int(st, "ssd_reads_inflight") == 0, st
+    check_space_stats(st)
+
+
+# ---------------------------------------------------------------- e. churn and defrag
+
+@pytest.mark.parametrize("engine,free_pages", [("uring", None), ("threads", 5)], ids=["uring", "threads-free5"])
+def test_ssd_update_churn_defrag(server, ssd_dir, engine, free_pages):
+    """A 96 MB SSD in 4 MB pages under ~44 MB of keys rewritten (and some deleted) at random
+    until at least 4x the SSD was rewritten and defrag ran three times: every key reads back
+    as its latest version, deleted keys stay gone."""
+    opts = ["ssd_page_size=4m", "ssd_buf_size=256k"] + (["ssd_free_pages=%d" % free_pages] if free_pages else [])
+    s = ssd_server(server, ssd_dir, "96m", engine, mem=16, opts=opts)
+    c = s.connect()
+    keys = keys_totalling(b"u", 44 * MB)
+    ver = {k: 1 for k in keys}
+    deleted = set()
+
+    def want_of(k):
+        return None if k in deleted else (0, make_value(k, ver[k]))
+
+    _, failures, _ = load(c, [(k, make_value(k, 1)) for k in keys])
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    seed = int(os.environ.get("TAC_SSD_SEED", random.randrange(1 << 30)))
+    print("TAC_SSD_SEED=%d" % seed)
+    rnd = random.Random(seed)
+    t0 = time.time()
+    passes, written, ndel = 0, 0, 0
+    while True:
+        st = c.stats(b"tiers")
+        check_space_stats(st)
+        runs = stat_int(st, "ssd_defrag_runs")
+        if (runs >= 3 and written >= 4 * 96 * MB) or time.time() - t0 > CHURN_SECONDS:
+            break
+        # rewrite a random half of the keys, in random order: SSD pages die partly, so
+        # free pages come back only through defrag
+        subset = rnd.sample(keys, len(keys) // 2)
+        for k in subset:
+            ver[k] += 1
+            deleted.discard(k)
+        _, failures, nbytes = load(c, [(k, make_value(k, ver[k])) for k in subset])
+        assert not failures, "pass %d: %s" % (passes, fmt_failures(failures, c.stats(b"tiers")))
+        written += nbytes
+        passes += 1
+        # delete 2% of the keys (most of them SSD-resident), pipelined
+        dels = [k for k in rnd.sample(keys, len(keys) // 50) if k not in deleted]
+        c.send(b"".join(b"delete %s\r\n" % k for k in dels))
+        buf = b""
+        while buf.count(b"\r\n") < len(dels):
+            buf += recv_until(c.sock, b"\r\n", timeout=60)
+        replies = buf.split(b"\r\n")[:-1]
+        assert len(replies) == len(dels), "%d replies to %d deletes" % (len(replies), len(dels))
+        deleted.update(dels)
+        bad = [(k, r) for k, r in zip(dels, replies) if r != b"DELETED"]
+        if bad:
+            st = c.stats(b"tiers")
+            raise AssertionError("pass %d: %d deletes of stored keys did not answer DELETED: %r; "
+                                 "ssd_items_dropped=%s ssd_full=%s; stats tiers %r"
+                                 % (passes, len(bad), bad[:5], st["ssd_items_dropped"], st.get("ssd_full"), st))
+        ndel += len(dels)
+        # spot check while defrag may be moving tuples
+        _, misses, wrong = read_check(c, rnd.sample(keys, 300), want_of)
+        assert not wrong, "pass %d: %d wrong values:\n%s\nstats tiers %r" % (
+            passes, len(wrong), "\n".join(wrong[:8]), c.stats(b"tiers"))
+        if misses:
+            st = c.stats(b"tiers")
+            raise AssertionError("pass %d: %d of 300 sampled keys lost (first %r): ssd_items_dropped=%s ssd_full=%s "
+                                 "ssd_live_bytes=%s of %s, pages used %s free %s; stats tiers %r"
+                                 % (passes, len(misses), misses[:5], st["ssd_items_dropped"], st.get("ssd_full"),
+                                    st["ssd_live_bytes"], st["ssd_capacity"], st["ssd_pages_used"],
+                                    st["ssd_pages_free"], st))
+    elapsed = time.time() - t0
+    hits, misses, wrong = read_check(c, keys, want_of, per=50)
+    st = c.stats(b"tiers")
+    print("%d keys, %d passes, %d MB rewritten, %d deletes in %.1fs; stats tiers %r"
+          % (len(keys), passes, written >> 20, ndel, elapsed, st))
+    assert not wrong, "%d wrong values (stale or corrupt):\n%s\nstats tiers %r" % (
+        len(wrong), "\n".join(wrong[:8]), st)
+    assert not misses, "%d of %d keys lost (first %r): ssd_items_dropped=%s ssd_full=%s; stats tiers %r" % (
+        len(misses), len(keys), misses[:5], st["ssd_items_dropped"], st.get("ssd_full"), st)
+    assert hits == len(keys) - len(deleted)
+    assert stat_int(st, "ssd_defrag_runs") >= 3, (
+        "only %s defrag runs after %d passes (%d MB rewritten, %.0fs); stats tiers %r"
+        % (st["ssd_defrag_runs"], passes, written >> 20, elapsed, st))
+    assert stat_int(st, "ssd_defrag_moved") > 0, st
+    assert stat_int(st, "ssd_items_dropped") == 0, st
+    assert int(c.stats()["curr_items"]) == len(keys) - len(deleted)
+    check_space_stats(st)
+
+
+# ---------------------------------------------------------------- f. SSD full
+
+def test_ssd_full_drops_oldest(server, ssd_dir):
+    """Cache mode: 160 MB into -m 16 + a 48 MB SSD.  Sets never fail; the oldest keys go;
+    every hit is exact."""
+    s = ssd_server(server, ssd_dir, "48m", "threads", mem=16, opts=["ssd_page_size=4m"])
+    c = s.connect()
+    keys = keys_totalling(b"z", 160 * MB)
+    stored, failures, _ = load(c, ((k, make_value(k, 1)) for k in keys))
+    st = c.stats(b"tiers")
+    assert not failures, "cache mode (no -M) must make room, not refuse: " + fmt_failures(failures, st)
+    # the newest keys first: reads may promote SSD items and so push others out of a full SSD
+    recent = keys[-400:]  # ~2 MB: well inside DRAM
+    _, lost_recent, wrong = read_check(c, recent, lambda k: (0, make_value(k, 1)))
+    assert not wrong, "%d wrong values:\n%s" % (len(wrong), "\n".join(wrong[:8]))
+    assert not lost_recent, "%d of the %d most recent keys miss (first %r); stats tiers %r" % (
+        len(lost_recent), len(recent), lost_recent[:5], st)
+    hits, misses, wrong = read_check(c, keys, lambda k: (0, make_value(k, 1)))
+    st = c.stats(b"tiers")
+    plain = c.stats()
+    print("hits %d of %d; stats tiers %r" % (hits, len(keys), st))
+    assert not wrong, "%d wrong values:\n%s" % (len(wrong), "\n".join(wrong[:8]))
+    missed = set(misses)
+    assert missed, "160 MB in 64 MB of DRAM+SSD and every key hits?"
+    assert any(k in missed for k in keys[:len(keys) // 4]), "no old key dropped"
+    assert stat_int(st, "ssd_items_dropped") > 0, st
+    assert int(plain["evictions"]) > 0, "evictions = %s" % plain["evictions"]
+    assert stat_int(st, "ssd_items") > 0, st
+    check_space_stats(st)
+
+
+def test_ssd_full_with_M_refuses(server, ssd_dir):
+    """-M: once DRAM and a 48 MB SSD are full, sets answer SERVER_ERROR; nothing stored is dropped."""
+    s = ssd_server(server, ssd_dir, "48m", "uring", mem=16, opts=["ssd_page_size=4m"], extra=["-M"])
+    c = s.connect()
+    keys = keys_totalling(b"m", 128 * MB)
+    # no client retries: a full -M server keeps refusing; stop after 5 batches refused whole
+    stored, failures, nbytes = load(c, ((k, make_value(k, 1)) for k in keys), retries=0,
+                                    stop_after_refused_batches=5)
+    st = c.stats(b"tiers")
+    other = {k: r for k, r in failures.items() if not r.startswith(b"SERVER_ERROR")}
+    assert not other, fmt_failures(other, st)
+    assert failures, "-M and 128 MB of data for 64 MB of DRAM+SSD, yet no SERVER_ERROR; stats tiers %r" % st
+    assert s.alive()
+    stored_set = set(stored)
+    hits, misses, wrong = read_check(c, stored, lambda k: (0, make_value(k, 1)))
+    st = c.stats(b"tiers")
+    plain = c.stats()
+    print("stored %d keys (%d MB), %d refused; stats tiers %r" % (len(stored), nbytes >> 20, len(failures), st))
+    assert not wrong, "%d wrong values:\n%s" % (len(wrong), "\n".join(wrong[:8]))
+    assert not misses, "-M dropped %d of %d acknowledged keys (first %r); stats tiers %r" % (
+        len(misses), len(stored_set), misses[:5], st)
+    assert stat_int(st, "ssd_items_dropped") == 0, st
+    assert int(plain["evictions"]) == 0, "evictions = %s with -M" % plain["evictions"]
+    # the refusals came once the SSD held a real share of the data
+    assert nbytes > 32 * MB, "only %d MB stored before SERVER_ERROR; stats tiers %r" % (nbytes >> 20, st)
+    assert stat_int(st, "ssd_items") > 0, st
+    check_space_stats(st)
