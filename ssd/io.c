@@ -424,6 +424,7 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
                     else
                         ST_ADD(s, bytes_read, q->xlen);
                     ST_SUB(s, inflight, 1);
+                    ST_SUB(s, reads_inflight, 1);
                     fin[nfin++] = q;
                 }
             }
@@ -441,6 +442,7 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
         struct ssd_req *next = q->next;
         if (q->xlen != 0) {             /* device read (pool) */
             ST_SUB(s, inflight, 1);
+            ST_SUB(s, reads_inflight, 1);
             if (q->status != SSD_OK)
                 ST_ADD(s, io_errors, 1);
             else
@@ -522,12 +524,14 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
     q->fpos = ssd_page_fpos(s, ssd_ref_page(ref)) + start;
     q->xlen = end - start;
     ST_ADD(s, inflight, 1);
+    ST_ADD(s, reads_inflight, 1);
     if (r->uring) {
         ring_queue(r, q);
         if (io_uring_submit(&r->ur) < 0)
             efd_signal(r->efd);         /* the next reap retries */
     } else if (ssd_pool_push(s, q, NULL) != 0) {
         ST_SUB(s, inflight, 1);
+        ST_SUB(s, reads_inflight, 1);
         r->pending--;
         free(q->mem);
         free(q);

@@ -47,14 +47,14 @@
 
 #define SSD_BLOCK 4096u              /* O_DIRECT granule; read extents align to it */
 #define SSD_TUPLE_ALIGN 8u           /* tuple starts inside a buf align to this */
-/* 8 MB pages: 32 bufs of 256 KB.  Whole-page reclaim needs every tuple of
- * the page dead, so pages must be small enough that this happens without
- * much defrag and that even a 1 GB device has 128 pages to choose from,
- * yet with 16-bit page ids they still address 512 GB. */
+/* Defaults, measured with bench/ssd-bufsize.sh (bench/RESULTS.md, "SSD buf
+ * and page size").  256 KB bufs are the smallest that reach full sequential
+ * write bandwidth (1.9-2.8 GB/s here, the same as 1-4 MB; 64 KB gets about
+ * half), while 4 KiB reads running next to the writer keep sub-millisecond
+ * latency, which 1 MB and larger bufs lose.  8 MB pages (32 bufs) are read
+ * whole by defrag in under 4 ms, leave a 1 GB file 127 pages to choose
+ * from, and with 16-bit page ids still address 512 GB. */
 #define SSD_DEFAULT_PAGE_SIZE (8u * 1024u * 1024u)
-/* 256 KB bufs: one write holds ~250 tuples of ~1 KB, large enough to reach
- * full sequential bandwidth on NVMe, small enough that an evictor fills
- * one quickly and a whole-buf fetch costs one modest read. */
 #define SSD_DEFAULT_BUF_SIZE (256u * 1024u)
 #define SSD_DEFAULT_QUEUE_DEPTH 64u
 #define SSD_DEFAULT_THREADS 4u
@@ -292,6 +292,7 @@ enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
     X(reads_mem,     "reads served from an in-memory buf") \
     X(bytes_read,    "bytes read from the device") \
     X(inflight,      "device reads and writes in flight") \
+    X(reads_inflight, "device reads in flight") \
     X(reclaimed,     "pages reclaimed (version bumped)") \
     X(io_errors,     "failed or short device reads and writes")
 
