@@ -1,6 +1,8 @@
 /*
  * tac/evict.c - evictor threads: keep free DRAM above its watermark by
- * demoting the coldest DRAM items to NVM (TaC 5.3).
+ * demoting the coldest DRAM items one tier down (to NVM, or to SSD when
+ * there is no NVM), and free NVM above its own by moving NVM's coldest
+ * tuples to SSD (TaC 5.3).
  *
  * Design.  DRAM is "tight" once the -m page budget left unassigned falls
  * below the watermark (-o dram_free_watermark).  From then on each slab
@@ -10,6 +12,11 @@
  * the cold end of its partitions' LRUs until the class has twice its
  * reserve.  A class whose items would need a meta tuple of the same class
  * gains nothing from demotion and is skipped.
+ *
+ * NVM is "tight" while its free bytes are below -o nvm_free_watermark (only
+ * with an SSD tier); then each round also moves EVICT_BATCH / 4 of the
+ * coldest tuples of every NVM class in the evictor's partitions to SSD,
+ * packed into the evictor's own SSD buf (tac_ssd_set_writer).
  *
  * Bounded work: one round handles at most EVICT_BATCH items per (class,
  * partition); an evictor sleeps EVICT_IDLE_MS when a round did nothing, and

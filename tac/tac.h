@@ -1,11 +1,13 @@
 /*
  * tac/tac.h - the tier policy: the only code that moves items between
- * DRAM, NVM and (later) SSD.
+ * DRAM, NVM and SSD.
  *
- * tac_init() opens the lower tiers named by the settings (-o nvm_path=...)
- * and plugs the tier operations into items.c; with no lower tier it does
- * nothing and the server is a DRAM-only memcached.  tac_start() starts the
- * evictor threads once the workers run; tac_stop() joins them.
+ * tac_init() opens the lower tiers named by the settings (-o nvm_path=...,
+ * -o ssd_path=...) and plugs the tier operations into items.c; with no
+ * lower tier it does nothing and the server is a DRAM-only memcached.
+ * tac_start() starts the evictor threads and the SSD defrag thread once the
+ * workers run; tac_stop() joins them.  Workers read SSD-resident values
+ * through their own tac_reader (below).
  *
  * nvm/ and ssd/ are reached only through their own APIs, from here.
  */

@@ -3,16 +3,17 @@
  * tier statistics.
  *
  * Design.  An item leaves DRAM in one of two ways: an evictor demotes a
- * cold DRAM item (tac_demote_to_nvm), or a set arrives while DRAM is full
- * and its staging item is written straight to NVM (tier_stage, TaC 4.1).
+ * cold DRAM item (tac_demote), or a set arrives while DRAM is full and its
+ * staging item is written straight to NVM (tier_stage, TaC 4.1); without
+ * NVM, or with NVM full, both go to SSD instead (ssd.c).
  * Either way the value goes into a 256 B-aligned NVM slot as a tuple
  * (tuple.h) and a DRAM meta tuple takes the item's place in the index,
  * published under the item lock.  A read of an NVM item copies the value
  * out (tier_materialize) while a reference pins the meta tuple: the slot is
  * freed only when the meta tuple's last reference goes (tier_release), so a
- * copy never races a free.  When NVM is full and there is no lower tier,
- * the coldest NVM tuple of the needed class is dropped (cache semantics),
- * or with -M nothing is dropped and the store fails.
+ * copy never races a free.  When an NVM class is full, its coldest tuple
+ * moves to SSD; without an SSD tier it is dropped (cache semantics), or
+ * with -M nothing is dropped and the store fails.
  *
  * Threads: workers (materialize, stage), evictors (demote), any thread
  * (release).  Locks: callers hold the item lock of the key being moved;
