@@ -374,6 +374,9 @@ int main(int argc, char **argv)
         exit(EX_USAGE);
 
     signal(SIGPIPE, SIG_IGN);
+    /* A file size limit makes an SSD write fail with EFBIG (it is then
+     * retried) instead of killing the server. */
+    signal(SIGXFSZ, SIG_IGN);
     raise_fd_limit();
     drop_privileges();
     if (settings.daemonize)

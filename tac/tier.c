@@ -439,9 +439,11 @@ unsigned long long tac_lower_hits(void)
 
 void tac_stats_general(struct stat_sink *s)
 {
-    if (tac.ssd != NULL)
+    if (tac.ssd != NULL) {
         stat_printf(s, "get_hits_ssd", "%llu",
                     (unsigned long long)STATS_GET(&tac.stats, get_hits_ssd));
+        stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
+    }
 }
 
 void tac_stats_reset(void)
