@@ -137,6 +137,12 @@ item *assoc_find(const char *key, size_t nkey, uint32_t hv)
     return NULL;
 }
 
+void assoc_visit_bucket(uint32_t hv, void (*fn)(item *it, void *arg), void *arg)
+{
+    for (item *it = *bucket_for(hv); it != NULL; it = it->h_next)
+        fn(it, arg);
+}
+
 void assoc_insert(item *it, uint32_t hv)
 {
     item **b = bucket_for(hv);

@@ -19,6 +19,11 @@ struct item;
 void assoc_init(int hashpower);
 
 struct item *assoc_find(const char *key, size_t nkey, uint32_t hv);
+/* Calls fn on every item of the bucket that hash value hv falls in (the
+ * sampler picks random hv).  Caller holds item_lock(hv); fn must not
+ * change the bucket. */
+void assoc_visit_bucket(uint32_t hv, void (*fn)(struct item *it, void *arg),
+                        void *arg);
 /* Inserts; the key must not be present. */
 void assoc_insert(struct item *it, uint32_t hv);
 void assoc_delete(const char *key, size_t nkey, uint32_t hv);

@@ -1,5 +1,6 @@
 /*
- * lazy_lru.c - Lazy LRU access field and temperature thresholds.
+ * lazy_lru.c - Lazy LRU access field, temperature thresholds and the
+ * sampler that sets them.
  *
  * Owns: the `access` field of every item (layout and formula in
  * lazy_lru.h) and the THR_hot / THR_warm thresholds.  Bump rings and the
@@ -12,7 +13,13 @@
  */
 #include "config.h"
 
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "assoc.h"
 #include "lazy_lru.h"
+#include "stats.h"
 
 static unsigned int thr_hot = LLRU_THR_HOT_DEFAULT;   /* atomic */
 static unsigned int thr_warm = LLRU_THR_WARM_DEFAULT; /* atomic */
@@ -93,4 +100,145 @@ void llru_set_thresholds(unsigned int hot, unsigned int warm)
         warm = hot - 1;
     __atomic_store_n(&thr_hot, hot, __ATOMIC_RELAXED);
     __atomic_store_n(&thr_warm, warm, __ATOMIC_RELAXED);
+}
+
+/* ---- Threshold sampler ---------------------------------------------------- */
+
+#define HISTORY 16
+
+struct sample_rec {
+    rel_time_t time;
+    unsigned int sampled, hot, warm;
+    unsigned int dram_pct, nvm_pct;     /* where the sampled items are */
+    unsigned int hot_pct, warm_pct;     /* how many are hot, warm or hotter */
+};
+
+static pthread_mutex_t hist_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sample_rec history[HISTORY];  /* hist_lock; a ring */
+static unsigned int nsamples;               /* hist_lock */
+
+void llru_thresholds_from(const uint64_t hist[LLRU_COUNT_MASK + 1], uint64_t n,
+                          double hot_share, double warm_share,
+                          unsigned int *hot, unsigned int *warm)
+{
+    /* above[v]: items with readCount > v. */
+    uint64_t above[LLRU_COUNT_MASK + 1];
+    uint64_t acc = 0;
+    for (int v = LLRU_COUNT_MASK; v >= 0; v--) {
+        above[v] = acc;
+        acc += hist[v];
+    }
+    unsigned int h = LLRU_THR_HOT_MAX;
+    for (unsigned int v = 1; v <= LLRU_THR_HOT_MAX; v++)
+        if ((double)above[v] <= hot_share * (double)n) {
+            h = v;
+            break;
+        }
+    unsigned int w = h - 1;
+    for (unsigned int v = 0; v < h; v++)
+        if ((double)above[v] <= warm_share * (double)n) {
+            w = v;
+            break;
+        }
+    *hot = h;
+    *warm = w;
+}
+
+struct sample_acc {
+    rel_time_t now;
+    uint64_t hist[LLRU_COUNT_MASK + 1];
+    uint64_t n, dram, nvm;
+};
+
+static void sample_item(item *it, void *arg)
+{
+    struct sample_acc *a = arg;
+    uint32_t acc = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
+    uint32_t elapsed = ((a->now & LLRU_TIME_MASK) - (acc >> 8)) & LLRU_TIME_MASK;
+    a->hist[(acc & LLRU_COUNT_MASK) / (elapsed + 1)]++;
+    a->n++;
+    if (it->tier == TIER_DRAM)
+        a->dram++;
+    else if (it->tier == TIER_NVM)
+        a->nvm++;
+}
+
+unsigned int llru_sample(unsigned int want, rel_time_t now)
+{
+    static __thread uint64_t rnd;
+    if (rnd == 0)
+        rnd = 0x9E3779B97F4A7C15ULL ^ (uint64_t)now ^ (uint64_t)(uintptr_t)&rnd;
+    struct sample_acc a;
+    memset(&a, 0, sizeof(a));
+    a.now = now;
+    /* Random buckets until enough items; many buckets are empty. */
+    for (unsigned int tries = 0; a.n < want && tries < 8 * want; tries++) {
+        rnd ^= rnd << 13;
+        rnd ^= rnd >> 7;
+        rnd ^= rnd << 17;
+        uint32_t hv = (uint32_t)(rnd >> 16);
+        if (!item_trylock(hv))
+            continue;
+        assoc_visit_bucket(hv, sample_item, &a);
+        item_unlock(hv);
+    }
+    if (a.n == 0)
+        return 0;
+    double dram = (double)a.dram / (double)a.n;
+    double nvm = (double)a.nvm / (double)a.n;
+    unsigned int hot, warm;
+    llru_thresholds_from(a.hist, a.n, dram, dram + nvm, &hot, &warm);
+    llru_set_thresholds(hot, warm);
+    hot = llru_thr_hot();
+    warm = llru_thr_warm();
+
+    uint64_t hotter = 0, warmer = 0;
+    for (unsigned int v = 0; v <= LLRU_COUNT_MASK; v++) {
+        if (v > hot)
+            hotter += a.hist[v];
+        if (v > warm)
+            warmer += a.hist[v];
+    }
+    struct sample_rec r = {
+        .time = now, .sampled = (unsigned int)a.n, .hot = hot, .warm = warm,
+        .dram_pct = (unsigned int)(100 * a.dram / a.n),
+        .nvm_pct = (unsigned int)(100 * a.nvm / a.n),
+        .hot_pct = (unsigned int)(100 * hotter / a.n),
+        .warm_pct = (unsigned int)(100 * warmer / a.n),
+    };
+    pthread_mutex_lock(&hist_lock);
+    history[nsamples % HISTORY] = r;
+    nsamples++;
+    pthread_mutex_unlock(&hist_lock);
+    return (unsigned int)a.n;
+}
+
+void llru_stats_temperature(struct stat_sink *s)
+{
+    stat_printf(s, "thr_hot", "%u", llru_thr_hot());
+    stat_printf(s, "thr_warm", "%u", llru_thr_warm());
+    pthread_mutex_lock(&hist_lock);
+    unsigned int n = nsamples;
+    struct sample_rec h[HISTORY];
+    memcpy(h, history, sizeof(h));
+    pthread_mutex_unlock(&hist_lock);
+    stat_printf(s, "samples", "%u", n);
+    /* Newest first. */
+    unsigned int shown = n < HISTORY ? n : HISTORY;
+    for (unsigned int i = 0; i < shown; i++) {
+        const struct sample_rec *r = &h[(n - 1 - i) % HISTORY];
+        char key[48];
+#define HIST_LINE(field) \
+        snprintf(key, sizeof(key), "sample:%u:" #field, i); \
+        stat_printf(s, key, "%u", (unsigned int)r->field);
+        HIST_LINE(time)
+        HIST_LINE(sampled)
+        HIST_LINE(hot)
+        HIST_LINE(warm)
+        HIST_LINE(dram_pct)
+        HIST_LINE(nvm_pct)
+        HIST_LINE(hot_pct)
+        HIST_LINE(warm_pct)
+#undef HIST_LINE
+    }
 }

@@ -55,4 +55,27 @@ unsigned int llru_thr_warm(void);
  * to [0, hot - 1]. */
 void llru_set_thresholds(unsigned int hot, unsigned int warm);
 
+/* ---- Threshold sampler (TaC 4.3) ---------------------------------------
+ * Every -o temp_sample_interval seconds the maintainer reads the access
+ * fields of a random sample of all items (-o temp_sample_size), each
+ * readCount decayed to now as an access would decay it.  If DRAM holds a
+ * share d of the sampled items and NVM a share n, THR_hot becomes the
+ * smallest value that at most d of the sample exceeds, and THR_warm the
+ * smallest that at most d + n exceeds: as many items are hot as DRAM can
+ * hold, and as many warm as DRAM and NVM together.
+ */
+
+/* The rule above on a histogram of decayed readCounts (hist[v] = items
+ * with readCount v, n in all); a share is a fraction in [0, 1]. */
+void llru_thresholds_from(const uint64_t hist[LLRU_COUNT_MASK + 1], uint64_t n,
+                          double hot_share, double warm_share,
+                          unsigned int *hot, unsigned int *warm);
+/* One sample of about `want` items (maintainer thread); sets the
+ * thresholds and records them in the history.  Returns the items read. */
+unsigned int llru_sample(unsigned int want, rel_time_t now);
+
+struct stat_sink;
+/* `stats temperature`: thresholds and the last samples. */
+void llru_stats_temperature(struct stat_sink *sink);
+
 #endif

@@ -79,6 +79,8 @@ struct settings {
     int ssd_buf_size;       /* -o ssd_buf_size, bytes (0 = default) */
     char *ssd_io_engine;    /* -o ssd_io_engine=uring|threads (NULL = uring) */
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
+    int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
+    int temp_sample_size;   /* -o temp_sample_size: items per sample */
 };
 
 extern struct settings settings;

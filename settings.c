@@ -52,6 +52,8 @@ void settings_init(void)
     settings.maxconns_fast = true;
     settings.hashpower_init = 16;
     settings.crawler_interval = 1;
+    settings.temp_sample_interval = 5;
+    settings.temp_sample_size = 2000;
     settings.prefix_delimiter = ':';
     settings.slab_reassign = true;
     settings.slab_automove = 1;
@@ -208,6 +210,11 @@ static const struct option_def options[] = {
       "hashpower_init", "<num>", "initial hash table size as a power of two (default: 16)" },
     { 0, "crawler_interval", OPT_INT, S(crawler_interval), 1, 3600, true,
       "crawler_interval", "<secs>", "seconds between expiry crawler steps (default: 1)" },
+    { 0, "temp_sample_interval", OPT_INT, S(temp_sample_interval), 0, 3600, true,
+      "temp_sample_interval", "<secs>", "seconds between samples that set the hot/warm\n"
+      "                          thresholds, with a lower tier (default: 5, 0 = off)" },
+    { 0, "temp_sample_size", OPT_INT, S(temp_sample_size), 10, 1000000, true,
+      "temp_sample_size", "<items>", "items read per threshold sample (default: 2000)" },
     { 0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
       NULL, "let the page mover move slab pages between classes (default: on)" },
     { 0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,

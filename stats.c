@@ -22,6 +22,7 @@
 #include "assoc.h"
 #include "conn.h"
 #include "items.h"
+#include "lazy_lru.h"
 #include "slabs.h"
 #include "stats.h"
 #include "tac/tac.h"
@@ -276,6 +277,8 @@ static void stats_tiers(struct stat_sink *s)
                 tot.get_hits > lower ? (unsigned long long)tot.get_hits - lower : 0);
     stat_printf(s, "evictions", "%llu",
                 (unsigned long long)STATS_GET(&gstats, evictions));
+    stat_printf(s, "thr_hot", "%u", llru_thr_hot());
+    stat_printf(s, "thr_warm", "%u", llru_thr_warm());
     tac_stats_tiers(s);
 }
 
@@ -297,6 +300,8 @@ bool stats_run(const char *sub, struct stat_sink *sink)
         conn_stats(sink);
     else if (strcmp(sub, "tiers") == 0)
         stats_tiers(sink);
+    else if (strcmp(sub, "temperature") == 0)
+        llru_stats_temperature(sink);
     else
         return false;
     return true;

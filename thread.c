@@ -32,6 +32,7 @@
 #include "assoc.h"
 #include "conn.h"
 #include "items.h"
+#include "lazy_lru.h"
 #include "slabs.h"
 #include "tac/tac.h"
 #include "thread.h"
@@ -180,6 +181,7 @@ static void *maintainer_main(void *arg)
     (void)arg;
     struct timespec tick = { 0, MAINT_TICK_MS * 1000000L };
     int crawl_every = settings.crawler_interval * 1000 / MAINT_TICK_MS;
+    int sample_every = settings.temp_sample_interval * 1000 / MAINT_TICK_MS;
     int ticks = 0;
 
     while (!__atomic_load_n(&maint_stop, __ATOMIC_RELAXED)) {
@@ -191,6 +193,10 @@ static void *maintainer_main(void *arg)
                 slabs_automove_step();
             slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET);
         }
+        /* The temperature thresholds matter only with a lower tier. */
+        if (sample_every > 0 && items_tiered() && ticks % sample_every == 0 &&
+            ticks > 0)
+            llru_sample((unsigned int)settings.temp_sample_size, mc_now());
         ticks++;
         nanosleep(&tick, NULL);
     }

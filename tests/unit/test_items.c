@@ -523,6 +523,37 @@ static void test_crawler(void)
         CHECK_UEQ(used_chunks(c), 0);
 }
 
+/* The sampler's rule: THR_hot is the smallest value at most the DRAM share
+ * of the sample exceeds, THR_warm the same for DRAM + NVM. */
+static void test_thresholds_rule(void)
+{
+    uint64_t hist[LLRU_COUNT_MASK + 1] = { 0 };
+    /* 1000 items: 600 at readCount 1, 250 at 3, 100 at 6, 50 at 9. */
+    hist[1] = 600;
+    hist[3] = 250;
+    hist[6] = 100;
+    hist[9] = 50;
+    unsigned int hot, warm;
+    /* DRAM holds 10%: > 5 is 150 items (15%), > 6 is 50 (5%): hot = 6.
+     * DRAM+NVM hold 40%: > 1 is 400 items: warm = 1. */
+    llru_thresholds_from(hist, 1000, 0.10, 0.40, &hot, &warm);
+    CHECK_EQ(hot, 6);
+    CHECK_EQ(warm, 1);
+    /* DRAM holds 20%: > 3 is 150 (15%) but > 2 is 400: hot = 3; warm must
+     * stay below hot even when DRAM+NVM hold everything. */
+    llru_thresholds_from(hist, 1000, 0.20, 1.0, &hot, &warm);
+    CHECK_EQ(hot, 3);
+    CHECK_EQ(warm, 0);
+    /* Everything fits DRAM: the lowest threshold, 1. */
+    llru_thresholds_from(hist, 1000, 1.0, 1.0, &hot, &warm);
+    CHECK_EQ(hot, 1);
+    CHECK_EQ(warm, 0);
+    /* DRAM holds nothing of it: nothing may be hot; warm keeps below. */
+    llru_thresholds_from(hist, 1000, 0.0, 0.0, &hot, &warm);
+    CHECK_EQ(hot, 9);
+    CHECK_EQ(warm, 8);
+}
+
 static void test_lazy_lru(void)
 {
     setup(64 * MB, 1);
@@ -779,6 +810,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_pinned_not_evicted);
     RUN_TEST(test_crawler);
     RUN_TEST(test_lazy_lru);
+    RUN_TEST(test_thresholds_rule);
     RUN_TEST(test_stats);
     RUN_TEST(test_threads);
     fprintf(stderr, "test_items: ok\n");
