@@ -625,6 +625,30 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
 
 /* ---- Tier moves (driven by tac/). ------------------------------------ */
 
+item *item_alloc_promote(const item *meta, int partition)
+{
+    size_t nkey = meta->nkey, nbytes = meta->nbytes;
+    if (!item_size_ok(nkey, nbytes))
+        return NULL;
+    unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
+    int p = part_index(partition);
+    item *it = alloc_chunk(clsid, p, false, false);
+    if (it == NULL) {
+        if (tier_ops != NULL)
+            tier_ops->dram_pressure(clsid, p);
+        return NULL;
+    }
+    item_init_fields(it, ITEM_key(meta), nkey, meta->flags, meta->exptime,
+                     nbytes, clsid, p);
+    it->cas = meta->cas;
+    it->time = item_time(meta);
+    it->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
+    it->it_flags = meta->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
+                                     ITEM_TOKEN_SENT | ITEM_STALE);
+    __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
+    return it;
+}
+
 /* Pins the coldest movable item of l (alive or dead, unreferenced) and
  * returns it with its item lock held; NULL if none among the last
  * LRU_SEARCH_DEPTH. */

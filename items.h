@@ -362,6 +362,15 @@ item *item_alloc_meta(const item *src, enum item_tier tier,
                       unsigned int lru_cls, uint64_t ref, int partition);
 
 /*
+ * A DRAM item for the value of meta tuple `meta` (a fetch moving it up):
+ * same key, flags, exptime, size, CAS and access info, value left to the
+ * caller; unlinked, refcount 1.  Takes a free chunk only (never evicts or
+ * stages); NULL when DRAM has none, after waking the evictors.  Caller
+ * holds meta's item lock.
+ */
+item *item_alloc_promote(const item *meta, int partition);
+
+/*
  * Moves up to `max` of the coldest unreferenced items of class clsid,
  * partition p, of tier (DRAM, or NVM whose LRUs hold meta tuples), by
  * calling demote(it, hv) with the item locked and pinned;

@@ -53,6 +53,7 @@ void settings_init(void)
     settings.hashpower_init = 16;
     settings.crawler_interval = 1;
     settings.temp_sample_interval = 5;
+    settings.fetch_threads = 0;
     settings.temp_sample_size = 2000;
     settings.prefix_delimiter = ':';
     settings.slab_reassign = true;
@@ -228,6 +229,9 @@ static const struct option_def options[] = {
       "<rd:wr>", "emulated NVM latency in ns per 256 B block read/written (default: 0:0)" },
     { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
       "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
+    { 0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
+      "fetch_threads", "<num>", "threads moving hot and warm items up a tier\n"
+      "                          (default: 0, off until eviction weighs temperature)" },
     { 0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
       "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
     { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,

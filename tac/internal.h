@@ -40,7 +40,14 @@ struct ssd_store;
     X(ssd_write_retries)     \
     X(ssd_defrag_runs)       \
     X(ssd_defrag_moved)      \
-    X(ssd_items_dropped)
+    X(ssd_items_dropped)     \
+    X(fetch_queued)          \
+    X(fetch_dropped)         \
+    X(fetch_nvm_to_dram)     \
+    X(fetch_ssd_bufs)        \
+    X(fetch_ssd_to_dram)     \
+    X(fetch_ssd_to_nvm)      \
+    X(fetch_no_room)
 
 struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -68,6 +75,27 @@ extern struct tac_state tac;
  * tuple is moved to another DRAM chunk instead (the page mover).  Returns
  * false when the lower tier or the meta tuple could not be had. */
 bool tac_demote(item *it, uint32_t hv);
+
+/* Copies `it` (a DRAM or staging item) into NVM and returns its new,
+ * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room. */
+item *tac_nvm_store_copy(const item *it, int partition);
+/* Copies the value of NVM meta tuple `meta` into dst after checking the
+ * tuple (key, size, checksum).  Item lock held. */
+bool tac_nvm_read_value(const item *meta, char *dst);
+
+/* ---- Fetchers (fetch.c): move hot and warm items up (TaC 4.2, 5.4) ---- */
+void tac_fetchers_start(void);
+void tac_fetchers_stop(void);
+/* Queues hot NVM meta tuple `meta` for a copy to DRAM (any thread, item
+ * lock held; never blocks: a busy or full queue drops the request). */
+void tac_fetch_nvm(const item *meta);
+/* Queues the SSD buf holding ref for a whole-buf fetch. */
+void tac_fetch_ssd_buf(uint64_t ref);
+/* Fetches the buf holding ref (fetcher thread; mem holds a buf): valid hot
+ * tuples go to DRAM, warm ones to NVM, cold ones stay. */
+void tac_ssd_fetch_buf(uint64_t ref, char *mem);
+/* Bytes of an SSD buf (for the fetchers' buffers). */
+size_t tac_ssd_buf_size(void);
 
 /* A transient item (refcount 1, outside -m) with the fields and key of
  * meta tuple `meta`, its value left to fill in; NULL when out of memory.

@@ -55,6 +55,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 
+#include "lazy_lru.h"
 #include "memcached.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
@@ -392,6 +393,7 @@ void tac_reader_free(struct tac_reader *rd)
 
 struct pending_read {
     struct tac_reader *rd;
+    uint64_t ref;               /* the tuple being read */
     item *meta;                 /* pinned: its tuple is not freed meanwhile */
     item *t;                    /* snapshot of the meta tuple, value to fill */
     uint32_t hv;
@@ -405,6 +407,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
 
 static bool read_start(struct pending_read *pr, uint64_t ref)
 {
+    pr->ref = ref;
     return ssd_read(pr->rd->ring, ref, tuple_len(pr->t), read_done, pr) == SSD_OK;
 }
 
@@ -458,6 +461,9 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
     struct pending_read *pr = arg;
     if (st == SSD_OK && transient_fill(pr->t, data, len)) {
         TAC_INCR(get_hits_ssd);
+        /* A warm or hot SSD item brings its whole buf up (TaC 4.2). */
+        if (llru_temperature(pr->meta) >= LLRU_WARM)
+            tac_fetch_ssd_buf(pr->ref);
         read_finish(pr, pr->t);
         return;
     }
@@ -583,6 +589,91 @@ item *tac_ssd_materialize(item *meta)
     }
     TAC_INCR(get_hits_ssd);
     return t;
+}
+
+/* ---- Fetch (hybrid swapping, TaC 4.2 and 5.4) ---------------------------- */
+
+size_t tac_ssd_buf_size(void)
+{
+    return tac.ssd != NULL ? sd.info.buf_size : 0;
+}
+
+/* Moves the tuple at tref (a copy at data) up if it is valid and warm or
+ * hot.  Caller holds the key's item lock. */
+static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
+{
+    struct tac_tuple_hdr hdr;
+    memcpy(&hdr, data, sizeof(hdr));
+    const char *key = data + sizeof(hdr);
+    /* Valid iff the key's meta tuple points at this tuple.  Found by a
+     * hash lookup, as defrag does, rather than through revPtr: a chunk
+     * reached through a stale revPtr may be changing under another key's
+     * lock, a data race even if the key check then fails. */
+    item *meta = do_item_get(key, hdr.nkey, hv, NULL, false);
+    if (meta == NULL)
+        return;
+    enum llru_temp temp = llru_temperature(meta);
+    item *t = NULL;
+    if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
+        temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
+        item_release(meta);
+        return;
+    }
+    if (!transient_fill(t, data, tac_tuple_size(hdr.nkey, hdr.nbytes))) {
+        item_release(t);
+        item_release(meta);
+        return;
+    }
+    item *up = NULL;
+    if (temp == LLRU_WARM) {
+        /* Warm items go to NVM while it has room to spare; never push
+         * NVM's own items down to make room for them. */
+        if (tac.nvm != NULL && !tac_nvm_tight())
+            up = tac_nvm_store_copy(t, meta->partition);
+        if (up != NULL)
+            TAC_INCR(fetch_ssd_to_nvm);
+    } else {
+        up = item_alloc_promote(meta, meta->partition);
+        if (up != NULL) {
+            memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
+            TAC_INCR(fetch_ssd_to_dram);
+        }
+    }
+    item_release(t);
+    if (up == NULL) {
+        if (temp == LLRU_HOT)
+            TAC_INCR(fetch_no_room);
+    } else {
+        do_item_move(meta, up, hv); /* frees the SSD bytes with meta */
+        item_release(up);
+    }
+    item_release(meta);
+}
+
+void tac_ssd_fetch_buf(uint64_t ref, char *mem)
+{
+    if (tac.ssd == NULL)
+        return;
+    size_t bs = sd.info.buf_size;
+    uint64_t base = ref - ssd_ref_offset(ref) % bs;
+    size_t used = 0;
+    if (read_sync(base, 0, true, mem, bs, &used) != SSD_OK)
+        return;
+    size_t off = 0;
+    while (off + sizeof(struct tac_tuple_hdr) <= used) {
+        struct tac_tuple_hdr hdr;
+        memcpy(&hdr, mem + off, sizeof(hdr));
+        if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
+            break;
+        size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
+        if (len > used - off)
+            break;
+        uint32_t hv = item_hash(mem + off + sizeof(hdr), hdr.nkey);
+        item_lock(hv);
+        fetch_tuple(base + off, mem + off, hv);
+        item_unlock(hv);
+        off = (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
+    }
 }
 
 /* ---- Defrag, reclaim, write retries ------------------------------------- */

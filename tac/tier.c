@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lazy_lru.h"
 #include "memcached.h"
 #include "nvm/nvm.h"
 #include "slabs.h"
@@ -98,7 +99,7 @@ static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
 
 /* Copies `it` (a DRAM or staging item) into NVM and returns its new,
  * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room. */
-static item *nvm_store_copy(const item *it, int partition)
+item *tac_nvm_store_copy(const item *it, int partition)
 {
     unsigned cls = 0;
     uint64_t ref = nvm_place(tac_tuple_size(it->nkey, it->nbytes), partition, &cls);
@@ -150,7 +151,7 @@ bool tac_demote(item *it, uint32_t hv)
     }
     item *meta = NULL;
     if (tac.nvm != NULL) {
-        meta = nvm_store_copy(it, it->partition);
+        meta = tac_nvm_store_copy(it, it->partition);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
     } else if (tac.ssd != NULL) {
@@ -191,7 +192,7 @@ item *tac_transient_new(const item *meta)
     return copy;
 }
 
-static item *nvm_materialize(item *meta)
+bool tac_nvm_read_value(const item *meta, char *dst)
 {
     uint64_t ref = item_meta_ref(meta);
     struct tac_tuple_hdr hdr;
@@ -200,20 +201,31 @@ static item *nvm_materialize(item *meta)
     if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
         hdr.rev_ptr != (uint64_t)(uintptr_t)meta) {
         TAC_INCR(nvm_read_errors);
-        return NULL;
+        return false;
     }
     nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
+    nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, dst, hdr.nbytes);
+    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
+        tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
+        TAC_INCR(nvm_read_errors);
+        return false;
+    }
+    return true;
+}
+
+static item *nvm_materialize(item *meta)
+{
     item *copy = tac_transient_new(meta);
     if (copy == NULL)
         return NULL;
-    nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, ITEM_data(copy), hdr.nbytes);
-    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
-        tac_tuple_checksum(&hdr, key, ITEM_data(copy)) != hdr.checksum) {
-        TAC_INCR(nvm_read_errors);
+    if (!tac_nvm_read_value(meta, ITEM_data(copy))) {
         free(copy);
         return NULL;
     }
     TAC_INCR(get_hits_nvm);
+    /* A hot NVM item goes up to DRAM (TaC 4.2). */
+    if (llru_temperature(meta) == LLRU_HOT)
+        tac_fetch_nvm(meta);
     return copy;
 }
 
@@ -230,7 +242,7 @@ static item *tier_stage(item *staging, int partition)
 {
     item *meta = NULL;
     if (tac.nvm != NULL) {
-        meta = nvm_store_copy(staging, partition);
+        meta = tac_nvm_store_copy(staging, partition);
         if (meta != NULL)
             TAC_INCR(set_fallback_nvm);
     }
@@ -385,16 +397,20 @@ static bool tac_plug_in(void)
 
 void tac_start(void)
 {
-    if (tac_active())
+    if (tac_active()) {
         tac_evictors_start();
+        tac_fetchers_start();
+    }
     tac_ssd_start();
 }
 
 void tac_stop(void)
 {
     tac_ssd_stop();
-    if (tac_active())
+    if (tac_active()) {
+        tac_fetchers_stop();
         tac_evictors_stop();
+    }
 }
 
 void tac_close(void)

@@ -87,13 +87,14 @@ def final_sweep(port, sh):
 
 
 @pytest.mark.tac_only
-@pytest.mark.parametrize("engine", ["uring", "threads"])
-def test_stress_ssd(server, ssd_dir, nvm_path, engine):
+@pytest.mark.parametrize("engine,fetch", [("uring", 0), ("threads", 0), ("uring", 2)],
+                         ids=["uring", "threads", "uring-fetch"])
+def test_stress_ssd(server, ssd_dir, nvm_path, engine, fetch):
     ssd = os.path.join(ssd_dir, "ssd")
     # After the preload ~30 of the 63 pages are in use (~28 MB live); keeping 20 free makes defrag
     # start a few MB into the run, while the clients are busy.
     opts = ("nvm_path=%s:16m,ssd_path=%s:64m,ssd_page_size=1m,ssd_buf_size=128k,ssd_free_pages=20,"
-            "ssd_io_engine=%s" % (nvm_path, ssd, engine))
+            "ssd_io_engine=%s,fetch_threads=%d" % (nvm_path, ssd, engine, fetch))
     srv = server(["-m", "16", "-t", "4", "-o", opts])
     seconds = float(os.environ.get("STRESS_SECONDS", "20"))
     seed = int(os.environ.get("STRESS_SEED", random.randrange(1 << 30)))

@@ -1,0 +1,200 @@
+/*
+ * tac/fetch.c - fetch threads: move hot and warm items up a tier (TaC 4.2,
+ * 5.4, hybrid swapping).
+ *
+ * Design.  Workers never move an item up themselves: when a read finds a
+ * hot NVM item (tier.c) or a warm or hot SSD item (ssd.c), they queue a
+ * request and go on.  A fetcher then
+ *   - copies a hot NVM item's value into a DRAM item and publishes it in
+ *     the meta tuple's place (same version: same CAS), which frees the NVM
+ *     slot once its last reader is gone;
+ *   - reads the whole SSD buf that held a warm or hot item and checks every
+ *     tuple in it with the shared validity check: valid hot tuples go to
+ *     DRAM, valid warm ones to NVM (or DRAM without NVM), cold ones stay
+ *     (tac_ssd_fetch_buf in ssd.c).
+ * Each move happens under the key's item lock and only if the item is
+ * still the version that was queued.  A fetch that finds no free DRAM
+ * chunk gives up (fetch_no_room) and wakes the evictors.
+ *
+ * The queue is one bounded ring.  Workers only ever try its lock: when it
+ * is busy or the ring is full the request is dropped and counted, so a
+ * worker never waits.  A buf queued in the last second is not queued again.
+ *
+ * Threads: -o fetch_threads fetchers; workers queue.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memcached.h"
+#include "ssd/ssd.h"
+#include "tac/internal.h"
+
+#define FETCH_QUEUE 1024
+#define RECENT_BUFS 4096         /* bufs remembered to skip repeats */
+
+enum fetch_kind { FETCH_NVM = 1, FETCH_SSD_BUF };
+
+struct fetch_req {
+    enum fetch_kind kind;
+    uint32_t hv;
+    uint64_t cas;                /* NVM: the version queued */
+    uint64_t ref;                /* SSD: a tuple of the buf */
+    uint8_t nkey;
+    char key[KEY_MAX_LENGTH];
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct fetch_req ring[FETCH_QUEUE];  /* lock */
+    unsigned head, count;                /* lock */
+    bool stop;                           /* lock */
+    struct { uint64_t buf; rel_time_t when; } recent[RECENT_BUFS];  /* lock */
+    pthread_t *tids;
+    int n;
+} fq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+/* Pushes r unless the queue is busy or full.  Never blocks. */
+static bool fetch_push(const struct fetch_req *r)
+{
+    if (__atomic_load_n(&fq.n, __ATOMIC_ACQUIRE) == 0 ||
+        pthread_mutex_trylock(&fq.lock) != 0) {
+        TAC_INCR(fetch_dropped);
+        return false;
+    }
+    bool ok = fq.count < FETCH_QUEUE && !fq.stop;
+    if (ok && r->kind == FETCH_SSD_BUF) {
+        /* One fetch per buf per second is enough. */
+        size_t bs = tac_ssd_buf_size();
+        uint64_t buf = r->ref - ssd_ref_offset(r->ref) % bs;
+        unsigned slot = (unsigned)((buf ^ (buf >> 29)) % RECENT_BUFS);
+        rel_time_t now = mc_now();
+        if (fq.recent[slot].buf == buf && fq.recent[slot].when + 1 >= now) {
+            pthread_mutex_unlock(&fq.lock);
+            return false;
+        }
+        fq.recent[slot].buf = buf;
+        fq.recent[slot].when = now;
+    }
+    if (ok) {
+        fq.ring[(fq.head + fq.count) % FETCH_QUEUE] = *r;
+        fq.count++;
+        pthread_cond_signal(&fq.cond);
+    }
+    pthread_mutex_unlock(&fq.lock);
+    if (ok)
+        TAC_INCR(fetch_queued);
+    else
+        TAC_INCR(fetch_dropped);
+    return ok;
+}
+
+void tac_fetch_nvm(const item *meta)
+{
+    struct fetch_req r = { .kind = FETCH_NVM, .cas = meta->cas,
+                           .nkey = meta->nkey };
+    memcpy(r.key, ITEM_key(meta), meta->nkey);
+    r.hv = item_hash(r.key, r.nkey);
+    fetch_push(&r);
+}
+
+void tac_fetch_ssd_buf(uint64_t ref)
+{
+    struct fetch_req r = { .kind = FETCH_SSD_BUF, .ref = ref };
+    fetch_push(&r);
+}
+
+/* Copies a hot NVM item to DRAM if it is still the version queued. */
+static void fetch_nvm(const struct fetch_req *r)
+{
+    item_lock(r->hv);
+    item *it = do_item_get(r->key, r->nkey, r->hv, NULL, false);
+    if (it != NULL && it->tier == TIER_NVM && (it->it_flags & ITEM_META) &&
+        it->cas == r->cas) {
+        item *n = item_alloc_promote(it, it->partition);
+        if (n == NULL) {
+            TAC_INCR(fetch_no_room);
+        } else {
+            if (tac_nvm_read_value(it, ITEM_data(n))) {
+                do_item_move(it, n, r->hv);
+                TAC_INCR(fetch_nvm_to_dram);
+            }
+            item_release(n);
+        }
+    }
+    if (it != NULL)
+        item_release(it);
+    item_unlock(r->hv);
+}
+
+static void *fetcher_main(void *arg)
+{
+    (void)arg;
+    char *mem = malloc(tac_ssd_buf_size() > 0 ? tac_ssd_buf_size() : 1);
+    if (mem == NULL) {
+        fprintf(stderr, "out of memory starting a fetcher\n");
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&fq.lock);
+        while (fq.count == 0 && !fq.stop)
+            pthread_cond_wait(&fq.cond, &fq.lock);
+        if (fq.stop) {
+            pthread_mutex_unlock(&fq.lock);
+            break;
+        }
+        struct fetch_req r = fq.ring[fq.head];
+        fq.head = (fq.head + 1) % FETCH_QUEUE;
+        fq.count--;
+        pthread_mutex_unlock(&fq.lock);
+        if (r.kind == FETCH_NVM) {
+            fetch_nvm(&r);
+        } else {
+            TAC_INCR(fetch_ssd_bufs);
+            tac_ssd_fetch_buf(r.ref, mem);
+        }
+    }
+    free(mem);
+    return NULL;
+}
+
+void tac_fetchers_start(void)
+{
+    int n = settings.fetch_threads;
+    if (n <= 0)
+        return;
+    fq.tids = calloc((size_t)n, sizeof(*fq.tids));
+    if (fq.tids == NULL) {
+        fprintf(stderr, "out of memory starting fetchers\n");
+        exit(EXIT_FAILURE);
+    }
+    fq.stop = false;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&fq.tids[i], NULL, fetcher_main, NULL) != 0) {
+            fprintf(stderr, "cannot start fetch thread %d\n", i);
+            exit(EXIT_FAILURE);
+        }
+    }
+    __atomic_store_n(&fq.n, n, __ATOMIC_RELEASE);
+}
+
+void tac_fetchers_stop(void)
+{
+    int n = __atomic_load_n(&fq.n, __ATOMIC_ACQUIRE);
+    if (n == 0)
+        return;
+    __atomic_store_n(&fq.n, 0, __ATOMIC_RELEASE);   /* no more pushes */
+    pthread_mutex_lock(&fq.lock);
+    fq.stop = true;
+    pthread_cond_broadcast(&fq.cond);
+    pthread_mutex_unlock(&fq.lock);
+    for (int i = 0; i < n; i++)
+        pthread_join(fq.tids[i], NULL);
+    free(fq.tids);
+    fq.tids = NULL;
+    fq.count = 0;
+}

@@ -1,0 +1,99 @@
+"""Fetch threads move hot items back up (TaC 4.2, hybrid swapping).
+
+With -o fetch_threads, an NVM item read often enough to be hot is copied
+back to DRAM, and a hot SSD item brings its buf up: the item moves to DRAM
+(warm ones to NVM).  The item keeps its value, flags and CAS.  The default
+thresholds are used (THR_hot 4: five reads in quick succession make an
+item hot), so the sampler is off here.
+"""
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+
+import pytest
+from pymemcache.client.base import Client
+
+from mcserver import IS_STOCK
+
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
+
+
+def value_of(i):
+    return (b"%06d:" % i) * 500      # 3500 bytes, different per key
+
+
+def tier_of(sock, key):
+    sock.sendall(b"me " + key + b"\r\n")
+    buf = b""
+    while not buf.endswith(b"\r\n"):
+        buf += sock.recv(4096)
+    m = re.search(rb"tier=(\w+)", buf)
+    return m.group(1).decode() if m else None
+
+
+@pytest.fixture
+def dirs():
+    d = tempfile.mkdtemp(prefix="tac-fetch-", dir=os.environ.get("TAC_SSD_DIR") or None)
+    nvm = "/dev/shm/tac-fetch-%d-%s" % (os.getpid(), os.path.basename(d))
+    yield d, nvm
+    shutil.rmtree(d, ignore_errors=True)
+    try:
+        os.unlink(nvm)
+    except OSError:
+        pass
+
+
+def test_hot_items_come_back_to_dram(server, dirs):
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "nvm_path=%s:24m,ssd_path=%s/ssd:256m,fetch_threads=1,"
+                                    "temp_sample_interval=0" % (nvm, d)])
+    c = Client(srv.addr, timeout=10)
+    s = socket.create_connection((srv.host, srv.port))
+    n = 24000                                            # ~84 MB: DRAM, NVM and SSD
+    for i in range(n):
+        c.set(b"k%05d" % i, value_of(i), flags=i % 7)
+    where = {}
+    for i in range(0, n, 97):
+        where.setdefault(tier_of(s, b"k%05d" % i), []).append(i)
+    assert where.get("ssd") and where.get("nvm"), {t: len(v) for t, v in where.items()}
+    picks = {"ssd": where["ssd"][:3], "nvm": where["nvm"][:3]}
+    for tier, idx in picks.items():
+        for i in idx:
+            key = b"k%05d" % i
+            cas0 = c.gets(key)[1]
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                for _ in range(8):                       # hot: readCount > 4
+                    v = c.get(key)
+                    assert v == value_of(i), "wrong value for %r while it is being fetched" % key
+                if tier_of(s, key) == "dram":
+                    break
+                time.sleep(0.05)
+            assert tier_of(s, key) == "dram", "hot %s item %r did not come up" % (tier, key)
+            got, cas1 = c.gets(key)
+            assert got == value_of(i) and cas1 == cas0, "the fetch changed the item"
+            assert c.get_many([key])[key] == value_of(i)
+    st = {k.decode(): v for k, v in c.stats(b"tiers").items()}
+    assert st["fetch_nvm_to_dram"] >= 3, st
+    # An SSD item may come up in one step or through NVM (warm first).
+    assert st["fetch_ssd_to_dram"] >= 1, st
+    assert st["fetch_ssd_to_dram"] + st["fetch_ssd_to_nvm"] >= 3, st
+    assert st["fetch_ssd_bufs"] >= 1, st
+    # Everything is still there and exact (nothing was lost in the moves).
+    keys = [b"k%05d" % i for i in range(n)]
+    for j in range(0, n, 100):
+        got = c.get_many(keys[j:j + 100])
+        for k in keys[j:j + 100]:
+            assert got.get(k) == value_of(int(k[1:])), k
+
+
+def test_fetchers_off_by_default(server, dirs):
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "ssd_path=%s/ssd:64m" % d])
+    c = Client(srv.addr, timeout=10)
+    st = c.stats(b"settings")
+    assert int(st[b"fetch_threads"]) == 0
