@@ -3,13 +3,15 @@
  * sampler that sets them.
  *
  * Owns: the `access` field of every item (layout and formula in
- * lazy_lru.h) and the THR_hot / THR_warm thresholds.  Bump rings and the
- * DRAM/NVM LRU threads will live here too; today items.c calls
- * llru_record_access() from do_item_touch_access().
+ * lazy_lru.h), the THR_hot / THR_warm thresholds and the replacement rule
+ * (llru_access, llru_second_chance), shared with bench/lru-sim.  Bump
+ * rings and the DRAM/NVM LRU threads will live here too; today items.c
+ * calls llru_record_access() from do_item_touch_access().
  *
  * Threads: any worker records accesses with the item lock held; readers
  * without the lock (sampler, stats) see a consistent 32-bit word because
- * the field is only touched through relaxed atomic loads and stores.
+ * the field is only touched through relaxed atomic loads, stores and (the
+ * second chance, made under the LRU lock) a compare-exchange.
  */
 #include "config.h"
 
@@ -44,20 +46,76 @@ void llru_init_access(item *it, rel_time_t now)
     access_store(it, (now & LLRU_TIME_MASK) << 8);
 }
 
+/* readCount of access word `a` decayed to `now`: rc / (now - time + 1),
+ * the first half of the access formula.  The modular difference handles
+ * the 24-bit wrap. */
+static inline unsigned int decayed_count(uint32_t a, rel_time_t now)
+{
+    uint32_t elapsed = ((now & LLRU_TIME_MASK) - (a >> 8)) & LLRU_TIME_MASK;
+    return (a & LLRU_COUNT_MASK) / (elapsed + 1);
+}
+
+static inline enum llru_temp temp_of(unsigned int rc)
+{
+    if (rc > llru_thr_hot())
+        return LLRU_HOT;
+    if (rc > llru_thr_warm())
+        return LLRU_WARM;
+    return LLRU_COLD;
+}
+
 void llru_record_access(item *it, rel_time_t now)
 {
-    uint32_t a = access_load(it);
-    uint32_t then = a >> 8;
-    uint32_t rc = a & LLRU_COUNT_MASK;
-    uint32_t now24 = now & LLRU_TIME_MASK;
-    /* Modular difference handles the 24-bit wrap. */
-    uint32_t elapsed = (now24 - then) & LLRU_TIME_MASK;
-    uint32_t cap = 2 * llru_thr_hot();
+    (void)llru_access(it, now);
+}
 
-    rc = rc / (elapsed + 1) + 1;
+/* ---- Replacement policy ---------------------------------------------------
+ * Pure functions of the access field, the time and the thresholds: no
+ * locks, no other state.  The server's LRU threads and bench/lru-sim call
+ * the same code.  The rule and the measurements behind it are in
+ * lazy_lru.h. */
+
+bool llru_access(item *it, rel_time_t now)
+{
+    uint32_t a = access_load(it);
+    unsigned int before = decayed_count(a, now);
+    unsigned int rc = before + 1;
+    unsigned int cap = 2 * llru_thr_hot();
+
     if (rc > cap)
         rc = cap;
-    access_store(it, (now24 << 8) | rc);
+    access_store(it, ((now & LLRU_TIME_MASK) << 8) | rc);
+    /* Compared with the temperature it had cooled to, not the stored one:
+     * an item that went cold and is read hard again is news. */
+    return temp_of(rc) > temp_of(before);
+}
+
+enum llru_temp llru_temperature_at(const item *it, rel_time_t now)
+{
+    return temp_of(decayed_count(access_load(it), now));
+}
+
+bool llru_second_chance(item *it, rel_time_t now)
+{
+    uint32_t a = access_load(it);
+    uint32_t rc = a & LLRU_COUNT_MASK;
+
+    /* Not read since it was linked or since its last second chance. */
+    if (rc == 0)
+        return false;
+    /* Still warm or hot: halve, so at most log2(2 * THR_hot) + 1 more
+     * laps without a read.  Cold but read: exactly one more lap. */
+    if (temp_of(decayed_count(a, now)) == LLRU_COLD)
+        rc = 0;
+    else
+        rc >>= 1;
+    /* The caller holds the LRU lock, not the item lock, so a worker may
+     * record a read at the same moment.  If its store lands first the
+     * exchange fails and its record stands: the item was just read, so
+     * the chance is deserved without the cut.  Time is never changed. */
+    __atomic_compare_exchange_n(&it->access, &a, (a & ~LLRU_COUNT_MASK) | rc,
+                                false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return true;
 }
 
 unsigned int llru_read_count(const item *it)
@@ -72,12 +130,7 @@ uint32_t llru_access_time(const item *it)
 
 enum llru_temp llru_temperature(const item *it)
 {
-    unsigned int rc = llru_read_count(it);
-    if (rc > llru_thr_hot())
-        return LLRU_HOT;
-    if (rc > llru_thr_warm())
-        return LLRU_WARM;
-    return LLRU_COLD;
+    return temp_of(llru_read_count(it));
 }
 
 unsigned int llru_thr_hot(void)

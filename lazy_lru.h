@@ -23,6 +23,7 @@
 #ifndef LAZY_LRU_H
 #define LAZY_LRU_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "items.h"
@@ -48,6 +49,47 @@ unsigned int llru_read_count(const item *it);
 /* 24-bit time of the last recorded access. */
 uint32_t llru_access_time(const item *it);
 enum llru_temp llru_temperature(const item *it);
+
+/* ---- Replacement rule (DESIGN.md 4, TaC 4.3) ---------------------------
+ * Pure functions of the access field, `now` and the thresholds: no locks,
+ * no other state.  The server's LRU threads and bench/lru-sim share them.
+ *
+ * Access side (worker): an item moves to its LRU head only when a read
+ * raises its temperature class above the one it had cooled to (cold ->
+ * warm, cold -> hot, warm -> hot).  A hot item read again stays where it
+ * is, and so does a cold item read once: no LRU lock, no ring push.
+ *
+ * Eviction side (evictor / LRU thread, at the cold end): an item read at
+ * least once since it was linked or last spared (readCount > 0) is moved
+ * to the head instead of evicted.  If its temperature decayed to now is
+ * still warm or hot, its readCount is halved; if it is cold, readCount
+ * becomes 0, so it gets exactly one more lap unless it is read again.
+ * Either way an unread item is evicted within log2(2 * THR_hot) + 1 laps.
+ *
+ * Why readCount > 0 and not "warm or hot" alone: with one-second time
+ * granularity an item read every few seconds always looks cold (its
+ * readCount decays to 1 before the next read), so a temperature-only second
+ * chance evicts it in insertion order (FIFO) even when strict LRU keeps it.
+ * In bench/lru-sim (scrambled Zipf 0.99, 1M keys) that rule fell up to 1.1
+ * points behind strict LRU at 200 k ops/s and 1.8 points at 20 k ops/s,
+ * below sampled LRU (n = 10) in the 40 % cache; with the read-since-linked
+ * test Lazy LRU is 0.5-1.4 points above strict LRU at every size and rate
+ * tried (bench/RESULTS.md, "Replacement policies").  Keeping warm and hot
+ * items for more than one lap is what puts it above LRU at small sizes.
+ */
+
+/* Records a read (the access formula; llru_record_access() is this without
+ * the answer) and returns true when the item should move to its LRU head
+ * now.  Caller holds the item lock. */
+bool llru_access(item *it, rel_time_t now);
+/* Temperature with readCount decayed to `now` as a read would decay it,
+ * without recording one (llru_temperature() uses the stored readCount). */
+enum llru_temp llru_temperature_at(const item *it, rel_time_t now);
+/* For the item at an LRU's cold end: true = move it to the head instead of
+ * evicting it; then its readCount has been cut as described above (unless
+ * a concurrent read won: that read is kept).  The access time is never
+ * changed.  Caller holds the LRU lock; the item lock is not needed. */
+bool llru_second_chance(item *it, rel_time_t now);
 
 unsigned int llru_thr_hot(void);
 unsigned int llru_thr_warm(void);

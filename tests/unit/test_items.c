@@ -590,6 +590,106 @@ static void test_lazy_lru(void)
     item_release(it);
 }
 
+/* The replacement rule shared by the LRU threads and bench/lru-sim
+ * (lazy_lru.h): moves on a rise in temperature class, temperature decayed
+ * without a read, and the second chance at the cold end. */
+static void test_lazy_lru_policy(void)
+{
+    item it;
+    memset(&it, 0, sizeof(it));
+    llru_set_thresholds(LLRU_THR_HOT_DEFAULT, LLRU_THR_WARM_DEFAULT); /* 4, 1 */
+
+    /* Linked, never read: no second chance. */
+    llru_init_access(&it, 100);
+    CHECK(!llru_second_chance(&it, 100));
+    /* Reads in one second: 1 cold (stays), 2 warm (moves), 3-4 warm,
+     * 5 hot (moves), then hot and capped at 8 (stays). */
+    CHECK(!llru_access(&it, 100));
+    CHECK(llru_access(&it, 100));
+    CHECK(!llru_access(&it, 100));
+    CHECK(!llru_access(&it, 100));
+    CHECK(llru_access(&it, 100));
+    CHECK_EQ(llru_read_count(&it), 5);
+    for (int i = 0; i < 10; i++)
+        CHECK(!llru_access(&it, 100));
+    CHECK_EQ(llru_read_count(&it), 8);
+
+    /* Decayed as a read would decay it (8 / (elapsed + 1)), nothing
+     * recorded. */
+    CHECK_EQ(llru_temperature_at(&it, 100), LLRU_HOT);
+    CHECK_EQ(llru_temperature_at(&it, 101), LLRU_WARM);    /* 4 */
+    CHECK_EQ(llru_temperature_at(&it, 103), LLRU_WARM);    /* 2 */
+    CHECK_EQ(llru_temperature_at(&it, 104), LLRU_COLD);    /* 1 */
+    CHECK_EQ(llru_temperature(&it), LLRU_HOT);
+    CHECK_EQ(llru_read_count(&it), 8);
+    CHECK_UEQ(llru_access_time(&it), 100);
+
+    /* A read compares with the temperature the item cooled to: hot 10 s
+     * ago is cold now, so the first read stays and the second moves. */
+    CHECK(!llru_access(&it, 110));      /* 8 / 11 + 1 = 1 */
+    CHECK(llru_access(&it, 110));       /* 2: cold -> warm */
+
+    /* Second chances without reads: warm or hot halves readCount, cold
+     * drops it to 0; the time of the last read is kept.  From the cap
+     * (2 * THR_hot = 8) that is 8 -> 4 -> 2 -> 1 -> 0: log2(8) + 1
+     * chances, then eviction. */
+    for (int i = 0; i < 10; i++)
+        (void)llru_access(&it, 120);
+    CHECK_EQ(llru_read_count(&it), 8);
+    CHECK(llru_second_chance(&it, 120));
+    CHECK_EQ(llru_read_count(&it), 4);
+    CHECK(llru_second_chance(&it, 120));
+    CHECK_EQ(llru_read_count(&it), 2);
+    CHECK(llru_second_chance(&it, 120));      /* 2 is warm: halved */
+    CHECK_EQ(llru_read_count(&it), 1);
+    CHECK(llru_second_chance(&it, 120));      /* 1 is cold: to 0 */
+    CHECK_EQ(llru_read_count(&it), 0);
+    CHECK(!llru_second_chance(&it, 120));
+    CHECK_UEQ(llru_access_time(&it), 120);
+
+    /* Idle hot item: cold when it reaches the tail, so one lap only. */
+    for (int i = 0; i < 10; i++)
+        (void)llru_access(&it, 200);
+    CHECK(llru_second_chance(&it, 230));      /* 8 / 31 = 0: cold */
+    CHECK_EQ(llru_read_count(&it), 0);
+    CHECK(!llru_second_chance(&it, 231));
+    /* Read once a few seconds ago (cold): one more lap, as strict LRU
+     * would have kept it; a new read earns the next one. */
+    CHECK(!llru_access(&it, 240));
+    CHECK(llru_second_chance(&it, 245));
+    CHECK(!llru_second_chance(&it, 250));
+    CHECK(!llru_access(&it, 251));
+    CHECK(llru_second_chance(&it, 252));
+
+    /* 24-bit wrap: read at 2^24 - 1, one second later is 2^24. */
+    for (int i = 0; i < 10; i++)
+        (void)llru_access(&it, (1u << 24) - 1);
+    CHECK_EQ(llru_temperature_at(&it, 1u << 24), LLRU_WARM);  /* 8 / 2 */
+    CHECK(llru_second_chance(&it, 1u << 24));
+    CHECK_EQ(llru_read_count(&it), 4);
+
+    /* llru_record_access is llru_access without the answer. */
+    item b;
+    memset(&b, 0, sizeof(b));
+    llru_init_access(&it, 300);
+    llru_init_access(&b, 300);
+    rel_time_t ts[] = { 300, 300, 300, 302, 302, 310, 310, 310, 310, 311 };
+    for (unsigned int i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+        (void)llru_access(&it, ts[i]);
+        llru_record_access(&b, ts[i]);
+        CHECK_UEQ(it.access, b.access);
+    }
+
+    /* Thresholds move the classes: with THR_hot 1, THR_warm 0 the first
+     * read makes an item warm and moves it. */
+    llru_set_thresholds(1, 0);
+    llru_init_access(&it, 400);
+    CHECK(llru_access(&it, 400));
+    CHECK(llru_access(&it, 400));             /* 2 > 1: hot */
+    CHECK(!llru_access(&it, 400));
+    llru_set_thresholds(LLRU_THR_HOT_DEFAULT, LLRU_THR_WARM_DEFAULT);
+}
+
 /* Collects stats as "key value\n" lines. */
 struct capture {
     char buf[64 * 1024];
@@ -810,6 +910,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_pinned_not_evicted);
     RUN_TEST(test_crawler);
     RUN_TEST(test_lazy_lru);
+    RUN_TEST(test_lazy_lru_policy);
     RUN_TEST(test_thresholds_rule);
     RUN_TEST(test_stats);
     RUN_TEST(test_threads);
