@@ -73,6 +73,7 @@ struct settings {
     char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS */
     int evict_threads;      /* -o evict_threads (0 = half the cores) */
     int fetch_threads;      /* -o fetch_threads (0 = none) */
+    char *tier_policy;      /* -o tier_policy (NULL = tac) */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
     int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
     char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier) */

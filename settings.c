@@ -229,6 +229,11 @@ static const struct option_def options[] = {
       "<rd:wr>", "emulated NVM latency in ns per 256 B block read/written (default: 0:0)" },
     { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
       "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
+    { 0, "tier_policy", OPT_STRING, S(tier_policy), 0, 0, true, NULL,
+      "<mode>", "tac (default); for comparisons: anti2 (NVM is like DRAM:\n"
+      "                          every read NVM or SSD item moves up), antituple (no\n"
+      "                          whole-buf fetch), twotier (no NVM). Moves up need\n"
+      "                          fetch_threads" },
     { 0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
       "fetch_threads", "<num>", "threads moving hot and warm items up a tier\n"
       "                          (default: 0, off until eviction weighs temperature)" },

@@ -36,7 +36,7 @@
 #define FETCH_QUEUE 1024
 #define RECENT_BUFS 4096         /* bufs remembered to skip repeats */
 
-enum fetch_kind { FETCH_NVM = 1, FETCH_SSD_BUF };
+enum fetch_kind { FETCH_NVM = 1, FETCH_SSD_BUF, FETCH_SSD_TUPLE };
 
 struct fetch_req {
     enum fetch_kind kind;
@@ -102,6 +102,15 @@ void tac_fetch_nvm(const item *meta)
     fetch_push(&r);
 }
 
+void tac_fetch_ssd_tuple(const item *meta)
+{
+    struct fetch_req r = { .kind = FETCH_SSD_TUPLE, .ref = item_meta_ref(meta),
+                           .nkey = meta->nkey };
+    memcpy(r.key, ITEM_key(meta), meta->nkey);
+    r.hv = item_hash(r.key, r.nkey);
+    fetch_push(&r);
+}
+
 void tac_fetch_ssd_buf(uint64_t ref)
 {
     struct fetch_req r = { .kind = FETCH_SSD_BUF, .ref = ref };
@@ -153,6 +162,8 @@ static void *fetcher_main(void *arg)
         pthread_mutex_unlock(&fq.lock);
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
+        } else if (r.kind == FETCH_SSD_TUPLE) {
+            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, mem);
         } else {
             TAC_INCR(fetch_ssd_bufs);
             tac_ssd_fetch_buf(r.ref, mem);

@@ -53,7 +53,16 @@ struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
 };
 
+/* -o tier_policy (DESIGN.md 5). */
+enum tac_policy {
+    POLICY_TAC = 0,     /* temperatures decide; SSD fetches whole bufs */
+    POLICY_ANTI2,       /* no hot/warm distinction: any read item moves up */
+    POLICY_ANTITUPLE,   /* only the read tuple moves up, never its buf */
+    POLICY_TWOTIER,     /* DRAM and SSD only: the NVM tier is not used */
+};
+
 struct tac_state {
+    enum tac_policy policy;
     struct nvm_region *nvm;     /* NULL without an NVM tier; set at init */
     struct ssd_store *ssd;      /* NULL without an SSD tier; set at init */
     size_t dram_free_wm;        /* bytes of DRAM the evictors keep free */
@@ -91,6 +100,11 @@ void tac_fetchers_stop(void);
 void tac_fetch_nvm(const item *meta);
 /* Queues the SSD buf holding ref for a whole-buf fetch. */
 void tac_fetch_ssd_buf(uint64_t ref);
+/* Queues SSD meta tuple meta's own tuple (antituple, anti2). */
+void tac_fetch_ssd_tuple(const item *meta);
+/* Moves the SSD tuple at ref of the key (if still there) up (fetcher). */
+void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
+                       uint64_t ref, char *mem);
 /* Fetches the buf holding ref (fetcher thread; mem holds a buf): valid hot
  * tuples go to DRAM, warm ones to NVM, cold ones stay. */
 void tac_ssd_fetch_buf(uint64_t ref, char *mem);

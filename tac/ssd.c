@@ -461,9 +461,14 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
     struct pending_read *pr = arg;
     if (st == SSD_OK && transient_fill(pr->t, data, len)) {
         TAC_INCR(get_hits_ssd);
-        /* A warm or hot SSD item brings its whole buf up (TaC 4.2). */
-        if (llru_temperature(pr->meta) >= LLRU_WARM)
+        /* A warm or hot SSD item brings its whole buf up (TaC 4.2);
+         * the comparison policies move only the item itself. */
+        bool up = tac.policy == POLICY_ANTI2 ||
+                  llru_temperature(pr->meta) >= LLRU_WARM;
+        if (up && (tac.policy == POLICY_TAC || tac.policy == POLICY_TWOTIER))
             tac_fetch_ssd_buf(pr->ref);
+        else if (up)
+            tac_fetch_ssd_tuple(pr->meta);
         read_finish(pr, pr->t);
         return;
     }
@@ -613,6 +618,8 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
     if (meta == NULL)
         return;
     enum llru_temp temp = llru_temperature(meta);
+    if (tac.policy == POLICY_ANTI2)
+        temp = LLRU_HOT;            /* no distinction: up to DRAM */
     item *t = NULL;
     if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
         temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
@@ -648,6 +655,31 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         item_release(up);
     }
     item_release(meta);
+}
+
+void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
+                       uint64_t ref, char *mem)
+{
+    if (tac.ssd == NULL)
+        return;
+    /* Read without the lock; fetch_tuple checks under it that the key's
+     * meta tuple still points at this tuple. */
+    size_t got = 0;
+    uint32_t off = ssd_ref_offset(ref) % (uint32_t)sd.info.buf_size;
+    size_t len = sd.info.buf_size - off;
+    if (read_sync(ref, sizeof(struct tac_tuple_hdr), false, mem,
+                  sd.info.buf_size, &got) != SSD_OK)
+        return;
+    struct tac_tuple_hdr hdr;
+    memcpy(&hdr, mem, sizeof(hdr));
+    size_t tlen = tac_tuple_size(hdr.nkey, hdr.nbytes);
+    if (hdr.nkey != nkey || tlen > len ||
+        read_sync(ref, tlen, false, mem, sd.info.buf_size, &got) != SSD_OK ||
+        got < tlen || memcmp(mem + sizeof(hdr), key, nkey) != 0)
+        return;
+    item_lock(hv);
+    fetch_tuple(ref, mem, hv);
+    item_unlock(hv);
 }
 
 void tac_ssd_fetch_buf(uint64_t ref, char *mem)

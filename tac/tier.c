@@ -223,8 +223,8 @@ static item *nvm_materialize(item *meta)
         return NULL;
     }
     TAC_INCR(get_hits_nvm);
-    /* A hot NVM item goes up to DRAM (TaC 4.2). */
-    if (llru_temperature(meta) == LLRU_HOT)
+    /* A hot NVM item goes up to DRAM (TaC 4.2); with anti2 any item. */
+    if (tac.policy == POLICY_ANTI2 || llru_temperature(meta) == LLRU_HOT)
         tac_fetch_nvm(meta);
     return copy;
 }
@@ -321,9 +321,36 @@ static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
 
 static bool tac_plug_in(void);
 
+static bool parse_policy(const char *s, enum tac_policy *out)
+{
+    static const char *const names[] = { "tac", "anti2", "antituple", "twotier" };
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (s == NULL || strcmp(s, names[i]) == 0) {
+            *out = s == NULL ? POLICY_TAC : (enum tac_policy)i;
+            return true;
+        }
+    return false;
+}
+
+static const char *policy_name(void)
+{
+    static const char *const names[] = { "tac", "anti2", "antituple", "twotier" };
+    return names[tac.policy];
+}
+
 bool tac_init(void)
 {
     memset(&tac, 0, sizeof(tac));
+    if (!parse_policy(settings.tier_policy, &tac.policy)) {
+        fprintf(stderr, "-o tier_policy=%s: expected tac, anti2, antituple or "
+                "twotier\n", settings.tier_policy);
+        return false;
+    }
+    if (tac.policy == POLICY_TWOTIER && settings.nvm_path != NULL) {
+        fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "
+                "used\n", settings.nvm_path);
+        settings.nvm_path = NULL;
+    }
     struct nvm_config cfg = { 0 };
     if (settings.nvm_latency != NULL &&
         !parse_latency(settings.nvm_latency, &cfg.read_ns, &cfg.write_ns)) {
@@ -493,6 +520,7 @@ void tac_stats_tiers(struct stat_sink *s)
 
 void tac_stats_settings(struct stat_sink *s)
 {
+    stat_printf(s, "tier_policy", "%s", policy_name());
     tac_ssd_stats_settings(s);
     if (tac_active())
         stat_printf(s, "dram_free_watermark_bytes", "%zu", tac.dram_free_wm);

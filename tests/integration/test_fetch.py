@@ -97,3 +97,78 @@ def test_fetchers_off_by_default(server, dirs):
     c = Client(srv.addr, timeout=10)
     st = c.stats(b"settings")
     assert int(st[b"fetch_threads"]) == 0
+
+
+def load_and_find(c, s, n):
+    for i in range(n):
+        c.set(b"k%05d" % i, value_of(i))
+    where = {}
+    for i in range(0, n, 97):
+        where.setdefault(tier_of(s, b"k%05d" % i), []).append(i)
+    return where
+
+
+def wait_tier(s, key, tier, c=None, reads=1, seconds=5):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if c is not None:
+            for _ in range(reads):
+                c.get(key)
+        if tier_of(s, key) == tier:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_policy_anti2_moves_any_read_item_up(server, dirs):
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "nvm_path=%s:24m,ssd_path=%s/ssd:256m,fetch_threads=1,"
+                                    "temp_sample_interval=0,tier_policy=anti2" % (nvm, d)])
+    c = Client(srv.addr, timeout=10)
+    s = socket.create_connection((srv.host, srv.port))
+    assert c.stats(b"settings")[b"tier_policy"] == b"anti2"
+    where = load_and_find(c, s, 24000)
+    assert where.get("ssd") and where.get("nvm")
+    for tier in ("nvm", "ssd"):
+        i = where[tier][0]
+        key = b"k%05d" % i
+        assert c.get(key) == value_of(i)                 # one read: cold, yet it moves
+        assert wait_tier(s, key, "dram"), "anti2: a read %s item did not come up" % tier
+        assert c.get(key) == value_of(i)
+    st = c.stats(b"tiers")
+    assert st[b"fetch_ssd_bufs"] == 0                    # the item alone, not its buf
+
+
+def test_policy_antituple_moves_only_the_tuple(server, dirs):
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "ssd_path=%s/ssd:256m,fetch_threads=1,"
+                                    "temp_sample_interval=0,tier_policy=antituple" % d])
+    c = Client(srv.addr, timeout=10)
+    s = socket.create_connection((srv.host, srv.port))
+    where = load_and_find(c, s, 24000)
+    i = where["ssd"][0]
+    key = b"k%05d" % i
+    assert wait_tier(s, key, "dram", c=c, reads=8), "antituple: a hot SSD item did not come up"
+    assert c.get(key) == value_of(i)
+    st = c.stats(b"tiers")
+    assert st[b"fetch_ssd_bufs"] == 0 and st[b"fetch_ssd_to_dram"] >= 1, st
+
+
+def test_policy_twotier_leaves_nvm_out(server, dirs):
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "nvm_path=%s:24m,ssd_path=%s/ssd:64m,tier_policy=twotier"
+                                    % (nvm, d)])
+    c = Client(srv.addr, timeout=10)
+    assert c.stats(b"tiers")[b"tiers"] == b"dram,ssd"
+    assert c.stats(b"settings")[b"tier_policy"] == b"twotier"
+    assert "not used" in srv.stderr_text()
+    assert not os.path.exists(nvm)
+
+
+def test_bad_policy_is_refused():
+    from mcserver import SERVER_BIN, base_args, free_port
+    import subprocess
+    p = subprocess.run([SERVER_BIN] + base_args() + ["-p", str(free_port()), "-U", "0",
+                                                      "-o", "tier_policy=lru2"],
+                       capture_output=True, timeout=15)
+    assert p.returncode != 0 and b"tier_policy=lru2" in p.stderr
