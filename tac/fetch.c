@@ -32,6 +32,7 @@
 #include "memcached.h"
 #include "ssd/ssd.h"
 #include "tac/internal.h"
+#include "tac/tuple.h"
 
 #define FETCH_QUEUE 1024
 #define RECENT_BUFS 4096         /* bufs remembered to skip repeats */
@@ -42,7 +43,8 @@ struct fetch_req {
     enum fetch_kind kind;
     uint32_t hv;
     uint64_t cas;                /* NVM: the version queued */
-    uint64_t ref;                /* SSD: a tuple of the buf */
+    uint64_t ref;                /* SSD: a tuple (of the buf) */
+    size_t len;                  /* SSD tuple: its length */
     uint8_t nkey;
     char key[KEY_MAX_LENGTH];
 };
@@ -105,6 +107,7 @@ void tac_fetch_nvm(const item *meta)
 void tac_fetch_ssd_tuple(const item *meta)
 {
     struct fetch_req r = { .kind = FETCH_SSD_TUPLE, .ref = item_meta_ref(meta),
+                           .len = tac_tuple_size(meta->nkey, meta->nbytes),
                            .nkey = meta->nkey };
     memcpy(r.key, ITEM_key(meta), meta->nkey);
     r.hv = item_hash(r.key, r.nkey);
@@ -163,7 +166,7 @@ static void *fetcher_main(void *arg)
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
         } else if (r.kind == FETCH_SSD_TUPLE) {
-            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, mem);
+            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, mem);
         } else {
             TAC_INCR(fetch_ssd_bufs);
             tac_ssd_fetch_buf(r.ref, mem);

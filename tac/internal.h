@@ -102,9 +102,10 @@ void tac_fetch_nvm(const item *meta);
 void tac_fetch_ssd_buf(uint64_t ref);
 /* Queues SSD meta tuple meta's own tuple (antituple, anti2). */
 void tac_fetch_ssd_tuple(const item *meta);
-/* Moves the SSD tuple at ref of the key (if still there) up (fetcher). */
+/* Moves the SSD tuple at ref (len bytes) of the key, if still there, up
+ * (fetcher). */
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, char *mem);
+                       uint64_t ref, size_t len, char *mem);
 /* Fetches the buf holding ref (fetcher thread; mem holds a buf): valid hot
  * tuples go to DRAM, warm ones to NVM, cold ones stay. */
 void tac_ssd_fetch_buf(uint64_t ref, char *mem);

@@ -596,6 +596,28 @@ item *tac_ssd_materialize(item *meta)
     return t;
 }
 
+/* ---- Walking a buf image (fetch and defrag) ------------------------------ */
+
+/* Length of the tuple at mem + off in a buf image of `used` bytes, or 0
+ * where the tuples end (padding, or a cut-off tuple). */
+static size_t tuple_at(const char *mem, size_t used, size_t off)
+{
+    struct tac_tuple_hdr hdr;
+    if (off + sizeof(hdr) > used)
+        return 0;
+    memcpy(&hdr, mem + off, sizeof(hdr));
+    if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
+        return 0;
+    size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
+    return len <= used - off ? len : 0;
+}
+
+/* Offset of the tuple after the one at off, len bytes long. */
+static size_t tuple_next(size_t off, size_t len)
+{
+    return (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
+}
+
 /* ---- Fetch (hybrid swapping, TaC 4.2 and 5.4) ---------------------------- */
 
 size_t tac_ssd_buf_size(void)
@@ -658,24 +680,16 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
 }
 
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, char *mem)
+                       uint64_t ref, size_t len, char *mem)
 {
-    if (tac.ssd == NULL)
+    if (tac.ssd == NULL || len > sd.info.buf_size)
         return;
     /* Read without the lock; fetch_tuple checks under it that the key's
      * meta tuple still points at this tuple. */
     size_t got = 0;
-    uint32_t off = ssd_ref_offset(ref) % (uint32_t)sd.info.buf_size;
-    size_t len = sd.info.buf_size - off;
-    if (read_sync(ref, sizeof(struct tac_tuple_hdr), false, mem,
-                  sd.info.buf_size, &got) != SSD_OK)
-        return;
-    struct tac_tuple_hdr hdr;
-    memcpy(&hdr, mem, sizeof(hdr));
-    size_t tlen = tac_tuple_size(hdr.nkey, hdr.nbytes);
-    if (hdr.nkey != nkey || tlen > len ||
-        read_sync(ref, tlen, false, mem, sd.info.buf_size, &got) != SSD_OK ||
-        got < tlen || memcmp(mem + sizeof(hdr), key, nkey) != 0)
+    if (read_sync(ref, len, false, mem, sd.info.buf_size, &got) != SSD_OK ||
+        tuple_at(mem, got, 0) != len ||
+        memcmp(mem + sizeof(struct tac_tuple_hdr), key, nkey) != 0)
         return;
     item_lock(hv);
     fetch_tuple(ref, mem, hv);
@@ -691,20 +705,13 @@ void tac_ssd_fetch_buf(uint64_t ref, char *mem)
     size_t used = 0;
     if (read_sync(base, 0, true, mem, bs, &used) != SSD_OK)
         return;
-    size_t off = 0;
-    while (off + sizeof(struct tac_tuple_hdr) <= used) {
-        struct tac_tuple_hdr hdr;
-        memcpy(&hdr, mem + off, sizeof(hdr));
-        if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
-            break;
-        size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
-        if (len > used - off)
-            break;
-        uint32_t hv = item_hash(mem + off + sizeof(hdr), hdr.nkey);
+    for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
+         off = tuple_next(off, len)) {
+        const char *key = mem + off + sizeof(struct tac_tuple_hdr);
+        uint32_t hv = item_hash(key, ((const struct tac_tuple_hdr *)(mem + off))->nkey);
         item_lock(hv);
         fetch_tuple(base + off, mem + off, hv);
         item_unlock(hv);
-        off = (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
     }
 }
 
@@ -753,22 +760,14 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
  * -M defrag gives up. */
 static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
 {
-    size_t off = 0;
-    while (off + sizeof(struct tac_tuple_hdr) <= used) {
-        struct tac_tuple_hdr hdr;
-        memcpy(&hdr, mem + off, sizeof(hdr));
-        if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
-            break;
-        size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
-        if (len > used - off)
-            break;
+    for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
+         off = tuple_next(off, len)) {
         if (!defrag_tuple(base + off, mem + off, len, *drop)) {
             if (!settings.evict_to_free)
                 return false;
             *drop = true;
             defrag_tuple(base + off, mem + off, len, true);
         }
-        off = (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
     }
     return true;
 }

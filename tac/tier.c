@@ -321,11 +321,13 @@ static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
 
 static bool tac_plug_in(void);
 
+/* -o tier_policy names, in enum tac_policy order. */
+static const char *const policy_names[] = { "tac", "anti2", "antituple", "twotier" };
+
 static bool parse_policy(const char *s, enum tac_policy *out)
 {
-    static const char *const names[] = { "tac", "anti2", "antituple", "twotier" };
-    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (s == NULL || strcmp(s, names[i]) == 0) {
+    for (unsigned i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++)
+        if (s == NULL || strcmp(s, policy_names[i]) == 0) {
             *out = s == NULL ? POLICY_TAC : (enum tac_policy)i;
             return true;
         }
@@ -334,8 +336,7 @@ static bool parse_policy(const char *s, enum tac_policy *out)
 
 static const char *policy_name(void)
 {
-    static const char *const names[] = { "tac", "anti2", "antituple", "twotier" };
-    return names[tac.policy];
+    return policy_names[tac.policy];
 }
 
 bool tac_init(void)

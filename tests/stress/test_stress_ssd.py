@@ -26,8 +26,7 @@ import pytest
 
 import test_stress_tiers as tt
 from mcserver import IS_STOCK
-from test_stress_tiers import (COUNTERS, OWNED, SHARED, THREADS, Raw, Shared, WrongValue, ctr_read, note, owner_of,
-                               preload, verify_foreign, worker)
+from test_stress_tiers import COUNTERS, OWNED, SHARED, THREADS, Raw, Shared, preload, worker
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -49,41 +48,6 @@ def nvm_path():
         os.unlink(p)
     except FileNotFoundError:
         pass
-
-
-def final_sweep(port, sh):
-    """All clients stopped: every owned key exact, every shared key plausible, counters exact."""
-    c = Raw(port)
-    try:
-        allkeys = [b"o%05d" % k for k in range(OWNED)] + [b"s%04d" % k for k in range(SHARED)]
-        for b0 in range(0, len(allkeys), 100):
-            chunk = allkeys[b0:b0 + 100]
-            got = c.get(chunk)
-            for k in chunk:
-                if k.startswith(b"o"):
-                    want = sh.models[owner_of(k)][k]
-                    raw = got.get(k)
-                    if raw is None and want is not None and k not in sh.maybe_gone:
-                        note(sh, sh.lost, "final sweep: %r missing" % k)
-                    elif raw is not None and raw != want:
-                        refused = sh.unacked.get(owner_of(k), {}).get(k, {}).get(raw)
-                        note(sh, sh.errors, "final sweep: %r = %r..., want %r...%s"
-                             % (k, raw[:50], None if want is None else want[:50],
-                                " (from a %s answered %r)" % refused if refused else ""))
-                elif k in got:
-                    try:
-                        verify_foreign(sh, k, got[k])
-                    except WrongValue as e:
-                        note(sh, sh.errors, "final sweep: %s" % e)
-        ctrs = c.get(list(tt.model_ctr) + [b"sc%d" % j for j in range(COUNTERS)])
-        for k, n in list(tt.model_ctr.items()) + [(b"sc%d" % j, sh.sc_done[j]) for j in range(COUNTERS)]:
-            if k not in ctrs:
-                note(sh, sh.lost, "final sweep: counter %r missing" % k)
-            elif ctr_read(k, ctrs[k]) != n:
-                note(sh, sh.errors, "final sweep: counter %r = %r, expected %d" % (k, ctrs[k][:30], n))
-        return c.stats(b"tiers"), c.stats()["evictions"]
-    finally:
-        c.close()
 
 
 # Fetch threads (off by default) are left out: with them, fetch and
@@ -142,7 +106,7 @@ def test_stress_ssd(server, ssd_dir, nvm_path, engine, fetch):
     assert srv.alive(), "server died (STRESS_SEED=%d)\n%s" % (seed, srv.stderr_text())
     assert not hung, "client threads %r hung (STRESS_SEED=%d)" % (hung, seed)
 
-    st, evictions = final_sweep(srv.port, sh)
+    st, evictions = tt.final_sweep(srv.port, sh)
     print("stats tiers: %r" % st)
     print("ssd: defrag runs %s (%s after the preload), moved %s, items %s, live %s of %s bytes, get_hits_ssd %s"
           % (st.get("ssd_defrag_runs"), st0.get("ssd_defrag_runs"), st.get("ssd_defrag_moved"), st.get("ssd_items"),

@@ -486,6 +486,44 @@ def preload(port, sh, rnd):
     return stored
 
 
+def final_sweep(port, sh, check=True):
+    """All clients stopped: every owned key exact, every shared key plausible, counters exact.
+    Returns `stats tiers` and `evictions`; with check=False only those."""
+    c = Raw(port)
+    try:
+        if not check:
+            return c.stats(b"tiers"), c.stats()["evictions"]
+        allkeys = [b"o%05d" % k for k in range(OWNED)] + [b"s%04d" % k for k in range(SHARED)]
+        for b0 in range(0, len(allkeys), 100):
+            chunk = allkeys[b0:b0 + 100]
+            got = c.get(chunk)
+            for k in chunk:
+                if k.startswith(b"o"):
+                    want = sh.models[owner_of(k)][k]
+                    raw = got.get(k)
+                    if raw is None and want is not None and k not in sh.maybe_gone:
+                        note(sh, sh.lost, "final sweep: %r missing" % k)
+                    elif raw is not None and raw != want:
+                        refused = sh.unacked.get(owner_of(k), {}).get(k, {}).get(raw)
+                        note(sh, sh.errors, "final sweep: %r = %r..., want %r...%s"
+                             % (k, raw[:50], None if want is None else want[:50],
+                                " (from a %s answered %r)" % refused if refused else ""))
+                elif k in got:
+                    try:
+                        verify_foreign(sh, k, got[k])
+                    except WrongValue as e:
+                        note(sh, sh.errors, "final sweep: %s" % e)
+        ctrs = c.get(list(model_ctr) + [b"sc%d" % j for j in range(COUNTERS)])
+        for k, n in list(model_ctr.items()) + [(b"sc%d" % j, sh.sc_done[j]) for j in range(COUNTERS)]:
+            if k not in ctrs:
+                note(sh, sh.lost, "final sweep: counter %r missing" % k)
+            elif ctr_read(k, ctrs[k]) != n:
+                note(sh, sh.errors, "final sweep: counter %r = %r, expected %d" % (k, ctrs[k][:30], n))
+        return c.stats(b"tiers"), c.stats()["evictions"]
+    finally:
+        c.close()
+
+
 @pytest.fixture
 def nvm_path():
     p = "/dev/shm/tac-stress-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
@@ -536,40 +574,8 @@ def test_stress_tiers(server, nvm_path, extra_opts):
     assert srv.alive(), "server died (STRESS_SEED=%d)" % seed
     assert not hung, "client threads %r hung (STRESS_SEED=%d)" % (hung, seed)
 
-    # final sweep, all clients stopped: every owned key exact, every shared key plausible
-    c = Raw(srv.port)
-    try:
-        if not sh.errors:
-            allkeys = [b"o%05d" % k for k in range(OWNED)] + [b"s%04d" % k for k in range(SHARED)]
-            for b0 in range(0, len(allkeys), 100):
-                chunk = allkeys[b0:b0 + 100]
-                got = c.get(chunk)
-                for k in chunk:
-                    if k.startswith(b"o"):
-                        want = sh.models[owner_of(k)][k]
-                        raw = got.get(k)
-                        if raw is None and want is not None and k not in sh.maybe_gone:
-                            note(sh, sh.lost, "final sweep: %r missing" % k)
-                        elif raw is not None and raw != want:
-                            refused = sh.unacked.get(owner_of(k), {}).get(k, {}).get(raw)
-                            note(sh, sh.errors, "final sweep: %r = %r..., want %r...%s"
-                                 % (k, raw[:50], None if want is None else want[:50],
-                                    " (from a %s answered %r)" % refused if refused else ""))
-                    elif k in got:
-                        try:
-                            verify_foreign(sh, k, got[k])
-                        except WrongValue as e:
-                            note(sh, sh.errors, "final sweep: %s" % e)
-            ctrs = c.get(list(model_ctr) + [b"sc%d" % j for j in range(COUNTERS)])
-            for k, n in list(model_ctr.items()) + [(b"sc%d" % j, sh.sc_done[j]) for j in range(COUNTERS)]:
-                if k not in ctrs:
-                    note(sh, sh.lost, "final sweep: counter %r missing" % k)
-                elif ctr_read(k, ctrs[k]) != n:
-                    note(sh, sh.errors, "final sweep: counter %r = %r, expected %d" % (k, ctrs[k][:30], n))
-        st = c.stats(b"tiers")
-        evictions = c.stats()["evictions"]
-    finally:
-        c.close()
+    # final sweep (skipped once errors are known): every owned key exact, every shared key plausible
+    st, evictions = final_sweep(srv.port, sh, check=not sh.errors)
     print("stats tiers: %r" % st)
     tag = "(STRESS_SEED=%d, opts %s)" % (seed, opts)
     # sanitizer builds: a report on the server's stderr fails the run even if the server survived it
