@@ -21,9 +21,12 @@
  *    partition first, then neighbours): dead items are reclaimed, live
  *    unpinned ones evicted when evict_to_free is set (not with -M).  The
  *    victim's chunk is reused directly, so no other thread can take it.
- *  - A read moves the item to its LRU head at most once per
- *    ITEM_UPDATE_INTERVAL seconds, and only if the LRU lock is free
- *    (trylock): a worker never waits for an LRU.
+ *  - Lazy LRU (lazy_lru.h): a read moves an item to its LRU head only
+ *    when its temperature class rises, and a worker never takes an LRU
+ *    lock for it: it queues the item on its bump ring and the lane's LRU
+ *    thread relinks it (lru_apply).  At the cold end, an item read since
+ *    it was linked gets a second chance (tail_spare_locked) instead of
+ *    being evicted or demoted.
  *
  * Locks.  Order: item lock (stripe hv & mask) -> LRU lock -> slab
  * partition lock.  Code holding an LRU lock takes item locks only with
@@ -55,10 +58,10 @@
 
 #define ITEM_LOCK_COUNT (1u << ITEM_LOCK_POWER)
 #define ITEM_LOCK_MASK (ITEM_LOCK_COUNT - 1)
-/* Seconds between two LRU bumps of the same item. */
-#define ITEM_UPDATE_INTERVAL 60
 /* Items examined from each LRU tail per eviction attempt. */
 #define LRU_SEARCH_DEPTH 5
+/* Items a tail walk may spare (second chance) before it takes one. */
+#define LRU_SPARE_MAX 64
 /* Rounds of (slabs_alloc, tail pull) before item_alloc gives up. */
 #define ALLOC_TRIES 4
 
@@ -466,6 +469,19 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
     return got;
 }
 
+/* Lazy LRU's second chance (llru_second_chance) for the cold-end item
+ * `it`: true if it was moved to the head instead of being taken.  Caller
+ * holds l->lock. */
+static bool tail_spare_locked(struct lru *l, item *it, rel_time_t now)
+{
+    if (!llru_second_chance(it, now))
+        return false;
+    lru_unlink_locked(l, it);
+    lru_link_locked(l, it);
+    GSTATS_INCR(lru_second_chances);
+    return true;
+}
+
 static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
                            bool may_evict)
 {
@@ -473,9 +489,16 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
     item *got = NULL;
     pthread_mutex_lock(&l->lock);
     item *search = l->tail;
+    rel_time_t now = mc_now();
+    int spared = 0;
     for (int n = 0; search != NULL && got == NULL && n < LRU_SEARCH_DEPTH;) {
         item *prev = search->prev;
-        if (search != &crawler) {
+        if (search == &crawler) {
+            /* skip the crawler's cursor */
+        } else if (may_evict && spared < LRU_SPARE_MAX &&
+                   tail_spare_locked(l, search, now)) {
+            spared++;
+        } else {
             got = tail_take_locked(l, search, may_evict);
             n++;
         }
@@ -537,7 +560,7 @@ rel_time_t item_time(const item *it)
 }
 
 item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls,
-                      uint64_t ref, int partition)
+                      uint64_t ref, int partition, bool reserved)
 {
     bool compact = tier == TIER_SSD;
     size_t size = compact ? item_compact_size(src->nkey)
@@ -546,9 +569,10 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
     int p = part_index(partition);
     if (clsid == 0)
         return NULL;
-    /* Never drops a live DRAM item to make room for a meta tuple; may use
-     * the slab reserve, so that a move down a tier can always proceed. */
-    item *it = alloc_chunk(clsid, p, false, true);
+    /* Never drops a live DRAM item to make room for a meta tuple.  A move
+     * down a tier may use the slab reserve, so that it can always proceed;
+     * a move up (a bigger meta tuple) may not. */
+    item *it = alloc_chunk(clsid, p, false, reserved);
     if (it == NULL)
         return NULL;
     uint16_t keep = src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
@@ -656,10 +680,17 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
 {
     item *got = NULL;
     int seen = 0;
+    rel_time_t now = mc_now();
     pthread_mutex_lock(&l->lock);
-    for (item *t = l->tail; t != NULL && seen < LRU_SEARCH_DEPTH; t = t->prev) {
+    int spared = 0;
+    for (item *t = l->tail, *prev; t != NULL && seen < LRU_SEARCH_DEPTH; t = prev) {
+        prev = t->prev;
         if (t == &crawler)
             continue;
+        if (spared < LRU_SPARE_MAX && tail_spare_locked(l, t, now)) {
+            spared++;
+            continue;
+        }
         seen++;
         uint32_t hv = item_hash(ITEM_key(t), t->nkey);
         if (!item_trylock(hv))
@@ -775,28 +806,82 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
 
 /* ---- Lookups. -------------------------------------------------------- */
 
+/* The lane whose LRU thread relinks `it`. */
+static inline enum llru_lane lane_of(const item *it)
+{
+    return it->tier == TIER_DRAM ? LLRU_LANE_DRAM : LLRU_LANE_NVM;
+}
+
+/* Moves a linked item to the head of its LRU.  Caller holds the item lock
+ * and the LRU lock. */
+static void lru_bump_locked(struct lru *l, item *it, rel_time_t now)
+{
+    if (l->head != it) {
+        lru_unlink_locked(l, it);
+        lru_link_locked(l, it);
+    }
+    it->time = now;
+}
+
 void do_item_touch_access(item *it)
 {
     rel_time_t now = mc_now();
-    llru_record_access(it, now);
+    bool move = llru_access(it, now);
     if (it->it_flags & ITEM_FETCHED)
         it->it_flags |= ITEM_ACTIVE;
     else
         it->it_flags |= ITEM_FETCHED;
 
-    /* A compact item's time is its access field, just updated. */
-    if ((it->it_flags & ITEM_LINKED) == 0 || item_compact(it) ||
-        it->time + ITEM_UPDATE_INTERVAL > now)
+    /* Only a rise in temperature class moves an item (lazy_lru.h); an SSD
+     * meta tuple is on no LRU. */
+    if (!move || (it->it_flags & ITEM_LINKED) == 0 || item_compact(it))
         return;
-    struct lru *l = lru_of(it);
-    if (l == NULL) {
-        it->time = now;
-    } else if (pthread_mutex_trylock(&l->lock) == 0) {
-        lru_unlink_locked(l, it);
-        it->time = now;
-        lru_link_locked(l, it);
-        pthread_mutex_unlock(&l->lock);
+    /* A worker hands the move to its lane's LRU thread; the reference
+     * keeps the item from being freed while it is queued. */
+    refcount_incr(it);
+    if (llru_push(it, lane_of(it)))
+        return;
+    __atomic_sub_fetch(&it->refcount, 1, __ATOMIC_ACQ_REL);   /* not the last */
+    if (!llru_has_ring()) {
+        /* A thread without rings (fetchers, tests) moves the item itself
+         * when the LRU is free. */
+        struct lru *l = lru_of(it);
+        if (pthread_mutex_trylock(&l->lock) == 0) {
+            lru_bump_locked(l, it, now);
+            pthread_mutex_unlock(&l->lock);
+        }
     }
+}
+
+/* The LRU threads' batch (llru_apply_fn): each item still linked moves to
+ * its LRU head; then the queue's references are dropped. */
+static void lru_apply(item **v, unsigned int n)
+{
+    rel_time_t now = mc_now();
+    for (unsigned int i = 0; i < n; i++) {
+        item *it = v[i];
+        uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+        item_lock(hv);
+        if (it->it_flags & ITEM_LINKED) {
+            struct lru *l = lru_of(it);
+            pthread_mutex_lock(&l->lock);
+            lru_bump_locked(l, it, now);
+            pthread_mutex_unlock(&l->lock);
+            GSTATS_INCR(lru_bumps);
+        }
+        item_unlock(hv);
+        item_release(it);
+    }
+}
+
+void items_lru_threads_start(bool nvm)
+{
+    llru_threads_start(lru_apply, nvm);
+}
+
+void items_lru_threads_stop(void)
+{
+    llru_threads_stop();
 }
 
 item *do_item_get(const char *key, size_t nkey, uint32_t hv,

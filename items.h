@@ -350,6 +350,10 @@ struct item_tier_ops {
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called
  * before any worker runs. */
 void items_set_tier_ops(const struct item_tier_ops *ops);
+/* Starts the Lazy LRU threads (DRAM, and NVM if `nvm`) that apply the
+ * workers' queued LRU moves; stop them after the workers. */
+void items_lru_threads_start(bool nvm);
+void items_lru_threads_stop(void);
 bool items_tiered(void);
 
 /*
@@ -357,9 +361,11 @@ bool items_tiered(void);
  * flags, exptime, nbytes, CAS, access time and fetch flags, pointing at
  * `ref` in `tier`, kept in that tier's LRU of class lru_cls.  Never evicts
  * a live DRAM item to find room; NULL when DRAM has no chunk for it.
+ * `reserved`: may take the slab reserve (slabs_alloc_ex).
  */
 item *item_alloc_meta(const item *src, enum item_tier tier,
-                      unsigned int lru_cls, uint64_t ref, int partition);
+                      unsigned int lru_cls, uint64_t ref, int partition,
+                      bool reserved);
 
 /*
  * A DRAM item for the value of meta tuple `meta` (a fetch moving it up):

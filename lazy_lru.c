@@ -4,9 +4,9 @@
  *
  * Owns: the `access` field of every item (layout and formula in
  * lazy_lru.h), the THR_hot / THR_warm thresholds and the replacement rule
- * (llru_access, llru_second_chance), shared with bench/lru-sim.  Bump
- * rings and the DRAM/NVM LRU threads will live here too; today items.c
- * calls llru_record_access() from do_item_touch_access().
+ * (llru_access, llru_second_chance), shared with bench/lru-sim, and the
+ * bump rings with the DRAM and NVM LRU threads that drain them (items.c
+ * decides what to push and applies the batches).
  *
  * Threads: any worker records accesses with the item lock held; readers
  * without the lock (sampler, stats) see a consistent 32-bit word because
@@ -17,7 +17,9 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "assoc.h"
 #include "lazy_lru.h"
@@ -293,5 +295,162 @@ void llru_stats_temperature(struct stat_sink *s)
         HIST_LINE(hot_pct)
         HIST_LINE(warm_pct)
 #undef HIST_LINE
+    }
+}
+
+/* ---- Bump rings and LRU threads ------------------------------------------ */
+
+#define MAX_RING_SETS 256
+#define LRU_IDLE_MIN_US 200
+#define LRU_IDLE_MAX_US 10000
+
+/* One producer (the owning thread), one consumer (the lane's LRU thread):
+ * the producer writes slots then publishes tail with release; the consumer
+ * reads slots after an acquire load of tail and frees them by publishing
+ * head. */
+struct ring {
+    unsigned int head;      /* atomic; consumer */
+    char pad1[60];
+    unsigned int tail;      /* atomic; producer */
+    char pad2[60];
+    item *slot[LLRU_RING_SIZE];
+};
+
+struct ring_set {
+    struct ring lane[LLRU_LANES];
+};
+
+static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ring_set *sets[MAX_RING_SETS];   /* published by nsets */
+static unsigned int nsets;                      /* atomic */
+static __thread struct ring_set *my_set;
+
+static struct lru_thread {
+    pthread_t tid;
+    bool running;
+    enum llru_lane lane;
+} lru_threads[LLRU_LANES];
+static llru_apply_fn apply_fn;
+static int lru_stop;                            /* atomic */
+static bool lane_on[LLRU_LANES];                /* atomic: its thread runs */
+
+void llru_rings_attach(void)
+{
+    if (my_set != NULL)
+        return;
+    struct ring_set *rs = aligned_alloc(64, sizeof(*rs));
+    if (rs == NULL)
+        return;
+    memset(rs, 0, sizeof(*rs));
+    pthread_mutex_lock(&sets_lock);
+    if (nsets < MAX_RING_SETS) {
+        sets[nsets] = rs;
+        __atomic_store_n(&nsets, nsets + 1, __ATOMIC_RELEASE);
+        my_set = rs;
+    }
+    pthread_mutex_unlock(&sets_lock);
+    if (my_set == NULL)
+        free(rs);
+}
+
+bool llru_has_ring(void)
+{
+    return my_set != NULL;
+}
+
+bool llru_push(item *it, enum llru_lane lane)
+{
+    if (my_set == NULL || !__atomic_load_n(&lane_on[lane], __ATOMIC_ACQUIRE))
+        return false;
+    struct ring *r = &my_set->lane[lane];
+    unsigned int tail = r->tail;        /* only this thread writes it */
+    if (tail - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) >= LLRU_RING_SIZE) {
+        GSTATS_INCR(lru_bumps_dropped);
+        return false;
+    }
+    r->slot[tail & (LLRU_RING_SIZE - 1)] = it;
+    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    GSTATS_INCR(lru_bumps_queued);
+    return true;
+}
+
+/* Pops up to `max` items of one ring. */
+static unsigned int ring_pop(struct ring *r, item **out, unsigned int max)
+{
+    unsigned int head = r->head;        /* only the consumer writes it */
+    unsigned int n = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) - head;
+    if (n > max)
+        n = max;
+    for (unsigned int i = 0; i < n; i++)
+        out[i] = r->slot[(head + i) & (LLRU_RING_SIZE - 1)];
+    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* One pass over every ring of the lane; returns the items applied. */
+static unsigned int drain_lane(enum llru_lane lane)
+{
+    item *batch[LLRU_BATCH];
+    unsigned int done = 0;
+    unsigned int n = __atomic_load_n(&nsets, __ATOMIC_ACQUIRE);
+    for (unsigned int i = 0; i < n; i++) {
+        unsigned int got = ring_pop(&sets[i]->lane[lane], batch, LLRU_BATCH);
+        if (got > 0) {
+            apply_fn(batch, got);
+            done += got;
+        }
+    }
+    return done;
+}
+
+static void *lru_thread_main(void *arg)
+{
+    struct lru_thread *t = arg;
+    unsigned int idle_us = LRU_IDLE_MIN_US;
+    while (!__atomic_load_n(&lru_stop, __ATOMIC_ACQUIRE)) {
+        if (drain_lane(t->lane) > 0) {
+            idle_us = LRU_IDLE_MIN_US;
+            continue;
+        }
+        /* Nothing queued: back off up to 10 ms, so an idle server costs
+         * ~100 wakeups a second per lane. */
+        struct timespec ts = { 0, (long)idle_us * 1000L };
+        nanosleep(&ts, NULL);
+        if (idle_us < LRU_IDLE_MAX_US)
+            idle_us *= 2;
+    }
+    while (drain_lane(t->lane) > 0)
+        ;
+    return NULL;
+}
+
+void llru_threads_start(llru_apply_fn apply, bool nvm)
+{
+    apply_fn = apply;
+    __atomic_store_n(&lru_stop, 0, __ATOMIC_RELEASE);
+    for (int lane = 0; lane < LLRU_LANES; lane++) {
+        struct lru_thread *t = &lru_threads[lane];
+        if (lane == LLRU_LANE_NVM && !nvm)
+            continue;
+        t->lane = (enum llru_lane)lane;
+        if (pthread_create(&t->tid, NULL, lru_thread_main, t) != 0) {
+            fprintf(stderr, "cannot start the LRU thread\n");
+            exit(EXIT_FAILURE);
+        }
+        t->running = true;
+        __atomic_store_n(&lane_on[lane], true, __ATOMIC_RELEASE);
+    }
+}
+
+void llru_threads_stop(void)
+{
+    __atomic_store_n(&lru_stop, 1, __ATOMIC_RELEASE);
+    for (int lane = 0; lane < LLRU_LANES; lane++) {
+        struct lru_thread *t = &lru_threads[lane];
+        if (!t->running)
+            continue;
+        __atomic_store_n(&lane_on[lane], false, __ATOMIC_RELEASE);
+        pthread_join(t->tid, NULL);
+        t->running = false;
     }
 }

@@ -74,6 +74,7 @@ struct settings {
     int evict_threads;      /* -o evict_threads (0 = half the cores) */
     int fetch_threads;      /* -o fetch_threads (0 = none) */
     char *tier_policy;      /* -o tier_policy (NULL = tac) */
+    char *nvm_admission;    /* -o nvm_admission=always|obp:PCT (NULL = default) */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
     int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
     char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier) */

@@ -230,10 +230,14 @@ static const struct option_def options[] = {
     { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
       "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
     { 0, "tier_policy", OPT_STRING, S(tier_policy), 0, 0, true, NULL,
-      "<mode>", "tac (default); for comparisons: anti2 (NVM is like DRAM:\n"
-      "                          every read NVM or SSD item moves up), antituple (no\n"
-      "                          whole-buf fetch), twotier (no NVM). Moves up need\n"
-      "                          fetch_threads" },
+      "<mode>", "tac (default); for comparisons: anti2 (NVM is more DRAM:\n"
+      "                          no temperatures, a read SSD item comes up to memory),\n"
+      "                          antituple (no whole-buf fetch), twotier (no NVM)" },
+    { 0, "nvm_admission", OPT_STRING, S(nvm_admission), 0, 0, true, NULL,
+      "<always|obp:PCT>", "which cold items evicted from DRAM may go to NVM: always,\n"
+      "                          or refuse (send them to SSD) while NVM is full and its\n"
+      "                          (inserts + removals) / lookups over 8 s exceed PCT %\n"
+      "                          (default: always)" },
     { 0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
       "fetch_threads", "<num>", "threads moving hot and warm items up a tier\n"
       "                          (default: 0, off until eviction weighs temperature)" },

@@ -82,6 +82,10 @@ struct thread_stats {
     X(crawler_reclaimed)     \
     X(crawler_items_checked) \
     X(lrutail_reflocked)     \
+    X(lru_bumps_queued)      \
+    X(lru_bumps_dropped)     \
+    X(lru_bumps)             \
+    X(lru_second_chances)    \
     X(outofmemory)
 
 struct global_stats {

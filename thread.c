@@ -138,6 +138,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     worker_setup_reader(w);
+    llru_rings_attach();
 
     pthread_mutex_lock(&init_lock);
     init_count++;
@@ -214,6 +215,7 @@ void workers_start(int nthreads, struct event_base *main_base)
     }
     for (int i = 0; i < nthreads; i++)
         worker_setup(&workers[i], i);
+    items_lru_threads_start(tac_has_nvm());
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&workers[i].tid, NULL, worker_main, &workers[i]) != 0) {
             fprintf(stderr, "cannot create worker thread: %s\n", strerror(errno));
@@ -279,4 +281,5 @@ void workers_stop(void)
         event_base_loopbreak(workers[i].base);
     for (int i = 0; i < nworkers; i++)
         pthread_join(workers[i].tid, NULL);
+    items_lru_threads_stop();
 }

@@ -16,9 +16,18 @@
  * still the version that was queued.  A fetch that finds no free DRAM
  * chunk gives up (fetch_no_room) and wakes the evictors.
  *
- * The queue is one bounded ring.  Workers only ever try its lock: when it
- * is busy or the ring is full the request is dropped and counted, so a
- * worker never waits.  A buf queued in the last second is not queued again.
+ * Buf temperature.  A buf is written from one cold tail, so most of its
+ * tuples are cold: a whole-buf read for every warm read costs a buf of
+ * I/O for about one tuple moved.  A buf therefore comes up whole only when
+ * it shows warmth itself: a second warm read of one of its tuples within
+ * BUF_WARM_SECS.  A first warm read moves just its own tuple (as
+ * antituple does), which costs one tuple's read.
+ *
+ * Queues.  Two bounded rings: one for cheap requests (NVM copies, single
+ * SSD tuples), served first, and a short one for whole bufs, so that slow
+ * buf reads never crowd out the cheap moves.  Workers only ever try the
+ * lock: when it is busy or a ring is full the request is dropped and
+ * counted, so a worker never waits.
  *
  * Threads: -o fetch_threads fetchers; workers queue.
  */
@@ -35,7 +44,9 @@
 #include "tac/tuple.h"
 
 #define FETCH_QUEUE 1024
-#define RECENT_BUFS 4096         /* bufs remembered to skip repeats */
+#define BUF_QUEUE 64
+#define RECENT_BUFS 4096         /* bufs remembered for their temperature */
+#define BUF_WARM_SECS 2
 
 enum fetch_kind { FETCH_NVM = 1, FETCH_SSD_BUF, FETCH_SSD_TUPLE };
 
@@ -49,43 +60,75 @@ struct fetch_req {
     char key[KEY_MAX_LENGTH];
 };
 
+struct fetch_ring {
+    struct fetch_req *req;
+    unsigned size, head, count;
+};
+
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    struct fetch_req ring[FETCH_QUEUE];  /* lock */
-    unsigned head, count;                /* lock */
+    struct fetch_req cheap_req[FETCH_QUEUE];
+    struct fetch_req buf_req[BUF_QUEUE];
+    struct fetch_ring cheap, bufs;       /* lock */
     bool stop;                           /* lock */
-    struct { uint64_t buf; rel_time_t when; } recent[RECENT_BUFS];  /* lock */
+    /* lock: warm reads seen per buf; a buf fetched whole is forgotten
+     * (buf 0) so it is not fetched again at once. */
+    struct { uint64_t buf; rel_time_t when; } recent[RECENT_BUFS];
     pthread_t *tids;
     int n;
-} fq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+} fq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+         .cheap = { fq.cheap_req, FETCH_QUEUE, 0, 0 },
+         .bufs = { fq.buf_req, BUF_QUEUE, 0, 0 } };
 
-/* Pushes r unless the queue is busy or full.  Never blocks. */
-static bool fetch_push(const struct fetch_req *r)
+static bool ring_put(struct fetch_ring *q, const struct fetch_req *r)
+{
+    if (q->count >= q->size)
+        return false;
+    q->req[(q->head + q->count) % q->size] = *r;
+    q->count++;
+    return true;
+}
+
+static void ring_take(struct fetch_ring *q, struct fetch_req *out)
+{
+    *out = q->req[q->head];
+    q->head = (q->head + 1) % q->size;
+    q->count--;
+}
+
+/* True if this warm read makes the buf of r->ref warm: another warm read
+ * of the buf came within BUF_WARM_SECS.  fq.lock held. */
+static bool buf_turns_warm(const struct fetch_req *r)
+{
+    size_t bs = tac_ssd_buf_size();
+    uint64_t buf = (r->ref - ssd_ref_offset(r->ref) % bs) | 1;   /* never 0 */
+    unsigned slot = (unsigned)((buf ^ (buf >> 29)) % RECENT_BUFS);
+    rel_time_t now = mc_now();
+    if (fq.recent[slot].buf == buf && fq.recent[slot].when + BUF_WARM_SECS >= now) {
+        fq.recent[slot].buf = 0;
+        return true;
+    }
+    fq.recent[slot].buf = buf;
+    fq.recent[slot].when = now;
+    return false;
+}
+
+/* Queues r unless the queue is busy or full.  Never blocks. */
+static bool fetch_push(struct fetch_req *r)
 {
     if (__atomic_load_n(&fq.n, __ATOMIC_ACQUIRE) == 0 ||
         pthread_mutex_trylock(&fq.lock) != 0) {
         TAC_INCR(fetch_dropped);
         return false;
     }
-    bool ok = fq.count < FETCH_QUEUE && !fq.stop;
-    if (ok && r->kind == FETCH_SSD_BUF) {
-        /* One fetch per buf per second is enough. */
-        size_t bs = tac_ssd_buf_size();
-        uint64_t buf = r->ref - ssd_ref_offset(r->ref) % bs;
-        unsigned slot = (unsigned)((buf ^ (buf >> 29)) % RECENT_BUFS);
-        rel_time_t now = mc_now();
-        if (fq.recent[slot].buf == buf && fq.recent[slot].when + 1 >= now) {
-            pthread_mutex_unlock(&fq.lock);
-            return false;
-        }
-        fq.recent[slot].buf = buf;
-        fq.recent[slot].when = now;
-    }
-    if (ok) {
-        fq.ring[(fq.head + fq.count) % FETCH_QUEUE] = *r;
-        fq.count++;
-        pthread_cond_signal(&fq.cond);
+    bool ok = false;
+    if (!fq.stop) {
+        if (r->kind == FETCH_SSD_BUF && !buf_turns_warm(r))
+            r->kind = FETCH_SSD_TUPLE;
+        ok = ring_put(r->kind == FETCH_SSD_BUF ? &fq.bufs : &fq.cheap, r);
+        if (ok)
+            pthread_cond_signal(&fq.cond);
     }
     pthread_mutex_unlock(&fq.lock);
     if (ok)
@@ -104,19 +147,28 @@ void tac_fetch_nvm(const item *meta)
     fetch_push(&r);
 }
 
+/* A request for SSD meta tuple meta's own tuple. */
+static void ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
+{
+    r->kind = kind;
+    r->ref = item_meta_ref(meta);
+    r->len = tac_tuple_size(meta->nkey, meta->nbytes);
+    r->nkey = meta->nkey;
+    memcpy(r->key, ITEM_key(meta), meta->nkey);
+    r->hv = item_hash(r->key, r->nkey);
+}
+
 void tac_fetch_ssd_tuple(const item *meta)
 {
-    struct fetch_req r = { .kind = FETCH_SSD_TUPLE, .ref = item_meta_ref(meta),
-                           .len = tac_tuple_size(meta->nkey, meta->nbytes),
-                           .nkey = meta->nkey };
-    memcpy(r.key, ITEM_key(meta), meta->nkey);
-    r.hv = item_hash(r.key, r.nkey);
+    struct fetch_req r;
+    ssd_req(&r, FETCH_SSD_TUPLE, meta);
     fetch_push(&r);
 }
 
-void tac_fetch_ssd_buf(uint64_t ref)
+void tac_fetch_ssd_buf(const item *meta)
 {
-    struct fetch_req r = { .kind = FETCH_SSD_BUF, .ref = ref };
+    struct fetch_req r;
+    ssd_req(&r, FETCH_SSD_BUF, meta);
     fetch_push(&r);
 }
 
@@ -153,15 +205,14 @@ static void *fetcher_main(void *arg)
     }
     for (;;) {
         pthread_mutex_lock(&fq.lock);
-        while (fq.count == 0 && !fq.stop)
+        while (fq.cheap.count == 0 && fq.bufs.count == 0 && !fq.stop)
             pthread_cond_wait(&fq.cond, &fq.lock);
         if (fq.stop) {
             pthread_mutex_unlock(&fq.lock);
             break;
         }
-        struct fetch_req r = fq.ring[fq.head];
-        fq.head = (fq.head + 1) % FETCH_QUEUE;
-        fq.count--;
+        struct fetch_req r;
+        ring_take(fq.cheap.count > 0 ? &fq.cheap : &fq.bufs, &r);
         pthread_mutex_unlock(&fq.lock);
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
@@ -210,5 +261,5 @@ void tac_fetchers_stop(void)
         pthread_join(fq.tids[i], NULL);
     free(fq.tids);
     fq.tids = NULL;
-    fq.count = 0;
+    fq.cheap.count = fq.bufs.count = 0;
 }

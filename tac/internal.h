@@ -47,7 +47,11 @@ struct ssd_store;
     X(fetch_ssd_bufs)        \
     X(fetch_ssd_to_dram)     \
     X(fetch_ssd_to_nvm)      \
-    X(fetch_no_room)
+    X(fetch_no_room)         \
+    X(nvm_inserts)           \
+    X(nvm_removals)          \
+    X(nvm_admission_refused) \
+    X(evict_cold_to_ssd)
 
 struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -67,6 +71,7 @@ struct tac_state {
     struct ssd_store *ssd;      /* NULL without an SSD tier; set at init */
     size_t dram_free_wm;        /* bytes of DRAM the evictors keep free */
     size_t nvm_free_wm;         /* bytes of NVM kept free (for SSD later) */
+    int obp_pct;                /* -o nvm_admission=obp:PCT; -1 = always */
     int evict_threads;
     struct tac_stats stats;
 };
@@ -85,9 +90,16 @@ extern struct tac_state tac;
  * false when the lower tier or the meta tuple could not be had. */
 bool tac_demote(item *it, uint32_t hv);
 
+/* The NVM admission policy (-o nvm_admission): may a cold item evicted
+ * from DRAM, or a new one that finds DRAM full, be written to NVM?  False
+ * sends it to SSD instead.  Any thread. */
+bool tac_nvm_admit(void);
+
 /* Copies `it` (a DRAM or staging item) into NVM and returns its new,
- * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room. */
-item *tac_nvm_store_copy(const item *it, int partition);
+ * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room.
+ * `reserved`: the meta tuple may use the DRAM slab reserve (moves down
+ * and sets; not fetches, whose meta tuple is bigger than the SSD one). */
+item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
 /* Copies the value of NVM meta tuple `meta` into dst after checking the
  * tuple (key, size, checksum).  Item lock held. */
 bool tac_nvm_read_value(const item *meta, char *dst);
@@ -98,8 +110,9 @@ void tac_fetchers_stop(void);
 /* Queues hot NVM meta tuple `meta` for a copy to DRAM (any thread, item
  * lock held; never blocks: a busy or full queue drops the request). */
 void tac_fetch_nvm(const item *meta);
-/* Queues the SSD buf holding ref for a whole-buf fetch. */
-void tac_fetch_ssd_buf(uint64_t ref);
+/* A warm or hot read of SSD meta tuple `meta`: queues its whole buf if the
+ * buf is warm too, else its own tuple. */
+void tac_fetch_ssd_buf(const item *meta);
 /* Queues SSD meta tuple meta's own tuple (antituple, anti2). */
 void tac_fetch_ssd_tuple(const item *meta);
 /* Moves the SSD tuple at ref (len bytes) of the key, if still there, up

@@ -243,7 +243,7 @@ static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
 /* A new meta tuple for `src` on SSD, not yet pointing anywhere. */
 static item *ssd_meta_new(const item *src, int partition)
 {
-    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition);
+    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition, true);
     if (meta == NULL)
         TAC_INCR(meta_alloc_failures);
     return meta;
@@ -306,7 +306,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
 bool tac_ssd_meta_rehome(item *meta, uint32_t hv)
 {
     uint64_t ref = item_meta_ref(meta);
-    item *n = item_alloc_meta(meta, TIER_SSD, 0, ref, meta->partition);
+    item *n = item_alloc_meta(meta, TIER_SSD, 0, ref, meta->partition, true);
     if (n == NULL) {
         TAC_INCR(meta_alloc_failures);
         return false;
@@ -463,10 +463,11 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
         TAC_INCR(get_hits_ssd);
         /* A warm or hot SSD item brings its whole buf up (TaC 4.2);
          * the comparison policies move only the item itself. */
-        bool up = tac.policy == POLICY_ANTI2 ||
-                  llru_temperature(pr->meta) >= LLRU_WARM;
+        enum llru_temp temp = llru_temperature(pr->meta);
+        bool up = tac.policy == POLICY_ANTI2 || temp == LLRU_HOT ||
+                  (temp == LLRU_WARM && tac.nvm != NULL && !tac_nvm_tight());
         if (up && (tac.policy == POLICY_TAC || tac.policy == POLICY_TWOTIER))
-            tac_fetch_ssd_buf(pr->ref);
+            tac_fetch_ssd_buf(pr->meta);
         else if (up)
             tac_fetch_ssd_tuple(pr->meta);
         read_finish(pr, pr->t);
@@ -658,7 +659,7 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         /* Warm items go to NVM while it has room to spare; never push
          * NVM's own items down to make room for them. */
         if (tac.nvm != NULL && !tac_nvm_tight())
-            up = tac_nvm_store_copy(t, meta->partition);
+            up = tac_nvm_store_copy(t, meta->partition, false);
         if (up != NULL)
             TAC_INCR(fetch_ssd_to_nvm);
     } else {
@@ -666,6 +667,11 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         if (up != NULL) {
             memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
             TAC_INCR(fetch_ssd_to_dram);
+        } else if (tac.policy == POLICY_ANTI2 && tac.nvm != NULL) {
+            /* anti2: NVM is memory too. */
+            up = tac_nvm_store_copy(t, meta->partition, false);
+            if (up != NULL)
+                TAC_INCR(fetch_ssd_to_nvm);
         }
     }
     item_release(t);

@@ -22,6 +22,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,11 @@ struct tac_state tac;
 bool tac_active(void)
 {
     return tac.nvm != NULL || tac.ssd != NULL;
+}
+
+bool tac_has_nvm(void)
+{
+    return tac.nvm != NULL;
 }
 
 const char *tac_tiers_name(void)
@@ -86,6 +92,75 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
     return 0;
 }
 
+/* ---- NVM admission (NVCache's OBP, SoCC'22) --------------------------------
+ * Writing NVM slows its reads, and a full NVM pays for each admitted tuple
+ * with another one moved to SSD.  With obp:PCT, a cold tuple is refused
+ * while NVM is full (free < 2 x its watermark) and, over the last
+ * OBP_WINDOW seconds, NVM's churn (slots written + slots freed) exceeds
+ * PCT % of its lookups (NVM get hits).  Warm tuples are always admitted.
+ * The decision is remade at most once a second, by whichever thread asks
+ * first (trylock); the others read the last one. */
+#define OBP_WINDOW 8
+
+static struct {
+    pthread_mutex_t lock;
+    rel_time_t last;                        /* lock */
+    uint64_t churn[OBP_WINDOW];             /* lock: cumulative, per second */
+    uint64_t lookups[OBP_WINDOW];           /* lock */
+    bool refuse;                            /* atomic */
+} obp = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool nvm_full(void)
+{
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    return info.capacity - info.bytes_used < 2 * tac.nvm_free_wm;
+}
+
+bool tac_nvm_admit(void)
+{
+    if (tac.obp_pct < 0 || tac.ssd == NULL)
+        return true;
+    rel_time_t now = mc_now();
+    if (__atomic_load_n(&obp.last, __ATOMIC_RELAXED) != now &&
+        pthread_mutex_trylock(&obp.lock) == 0) {
+        if (obp.last != now) {
+            uint64_t churn = STATS_GET(&tac.stats, nvm_inserts) +
+                             STATS_GET(&tac.stats, nvm_removals);
+            uint64_t look = STATS_GET(&tac.stats, get_hits_nvm);
+            unsigned slot = now % OBP_WINDOW;
+            /* The slot being overwritten is the window's oldest second. */
+            uint64_t dc = churn - obp.churn[slot], dl = look - obp.lookups[slot];
+            obp.churn[slot] = churn;
+            obp.lookups[slot] = look;
+            bool refuse = dc * 100 > (uint64_t)tac.obp_pct * dl && nvm_full();
+            __atomic_store_n(&obp.refuse, refuse, __ATOMIC_RELAXED);
+            __atomic_store_n(&obp.last, now, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&obp.lock);
+    }
+    if (!__atomic_load_n(&obp.refuse, __ATOMIC_RELAXED))
+        return true;
+    TAC_INCR(nvm_admission_refused);
+    return false;
+}
+
+static bool parse_admission(const char *s, int *pct)
+{
+    if (s == NULL || strcmp(s, "always") == 0) {
+        *pct = -1;
+        return true;
+    }
+    char *end;
+    if (strncmp(s, "obp:", 4) != 0)
+        return false;
+    long v = strtol(s + 4, &end, 10);
+    if (end == s + 4 || *end != '\0' || v < 0 || v > 1000000)
+        return false;
+    *pct = (int)v;
+    return true;
+}
+
 /* Writes the value of `it` as a tuple at ref, owned by `meta`. */
 static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
 {
@@ -99,19 +174,20 @@ static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
 
 /* Copies `it` (a DRAM or staging item) into NVM and returns its new,
  * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room. */
-item *tac_nvm_store_copy(const item *it, int partition)
+item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
 {
     unsigned cls = 0;
     uint64_t ref = nvm_place(tac_tuple_size(it->nkey, it->nbytes), partition, &cls);
     if (ref == 0)
         return NULL;
-    item *meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition);
+    item *meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition, reserved);
     if (meta == NULL) {
         TAC_INCR(meta_alloc_failures);
         nvm_free(tac.nvm, ref);
         return NULL;
     }
     nvm_put_tuple(ref, it, meta);
+    TAC_INCR(nvm_inserts);
     return meta;
 }
 
@@ -124,7 +200,7 @@ static bool meta_rehome(item *meta, uint32_t hv)
     if (meta->tier != TIER_NVM)
         return false;
     uint64_t ref = item_meta_ref(meta);
-    item *n = item_alloc_meta(meta, TIER_NVM, meta->lru_cls, ref, meta->partition);
+    item *n = item_alloc_meta(meta, TIER_NVM, meta->lru_cls, ref, meta->partition, true);
     if (n == NULL) {
         TAC_INCR(meta_alloc_failures);
         return false;
@@ -149,9 +225,18 @@ bool tac_demote(item *it, uint32_t hv)
             return tac_ssd_meta_rehome(it, hv);
         return meta_rehome(it, hv);
     }
+    /* Warm (and hot) items go to NVM; cold ones too unless the admission
+     * policy refuses, and then to SSD (TaC 5.3).  anti2 treats NVM as more
+     * DRAM: what leaves memory goes to SSD. */
+    bool to_nvm = tac.nvm != NULL && tac.policy != POLICY_ANTI2;
+    if (to_nvm && tac.ssd != NULL &&
+        llru_temperature_at(it, mc_now()) == LLRU_COLD && !tac_nvm_admit()) {
+        to_nvm = false;
+        TAC_INCR(evict_cold_to_ssd);
+    }
     item *meta = NULL;
-    if (tac.nvm != NULL) {
-        meta = tac_nvm_store_copy(it, it->partition);
+    if (to_nvm) {
+        meta = tac_nvm_store_copy(it, it->partition, true);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
     } else if (tac.ssd != NULL) {
@@ -223,8 +308,9 @@ static item *nvm_materialize(item *meta)
         return NULL;
     }
     TAC_INCR(get_hits_nvm);
-    /* A hot NVM item goes up to DRAM (TaC 4.2); with anti2 any item. */
-    if (tac.policy == POLICY_ANTI2 || llru_temperature(meta) == LLRU_HOT)
+    /* A hot NVM item goes up to DRAM (TaC 4.2); anti2 has no such move:
+     * NVM is memory like DRAM. */
+    if (tac.policy != POLICY_ANTI2 && llru_temperature(meta) == LLRU_HOT)
         tac_fetch_nvm(meta);
     return copy;
 }
@@ -241,8 +327,9 @@ static item *tier_materialize(item *meta)
 static item *tier_stage(item *staging, int partition)
 {
     item *meta = NULL;
-    if (tac.nvm != NULL) {
-        meta = tac_nvm_store_copy(staging, partition);
+    /* A new item is cold: NVM unless the admission policy refuses. */
+    if (tac.nvm != NULL && (tac.policy == POLICY_ANTI2 || tac_nvm_admit())) {
+        meta = tac_nvm_store_copy(staging, partition, true);
         if (meta != NULL)
             TAC_INCR(set_fallback_nvm);
     }
@@ -257,8 +344,10 @@ static item *tier_stage(item *staging, int partition)
 static void tier_release(item *meta)
 {
     uint64_t ref = item_meta_ref(meta);
-    if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0)
+    if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0) {
         nvm_free(tac.nvm, ref);
+        TAC_INCR(nvm_removals);
+    }
     else if (meta->tier == TIER_SSD)
         tac_ssd_release(meta);
 }
@@ -345,6 +434,11 @@ bool tac_init(void)
     if (!parse_policy(settings.tier_policy, &tac.policy)) {
         fprintf(stderr, "-o tier_policy=%s: expected tac, anti2, antituple or "
                 "twotier\n", settings.tier_policy);
+        return false;
+    }
+    if (!parse_admission(settings.nvm_admission, &tac.obp_pct)) {
+        fprintf(stderr, "-o nvm_admission=%s: expected always or obp:PCT, e.g. "
+                "obp:100\n", settings.nvm_admission);
         return false;
     }
     if (tac.policy == POLICY_TWOTIER && settings.nvm_path != NULL) {
@@ -537,4 +631,8 @@ void tac_stats_settings(struct stat_sink *s)
     stat_printf(s, "nvm_read_ns", "%u", info.read_ns);
     stat_printf(s, "nvm_write_ns", "%u", info.write_ns);
     stat_printf(s, "nvm_free_watermark_bytes", "%zu", tac.nvm_free_wm);
+    if (tac.obp_pct < 0)
+        stat_printf(s, "nvm_admission", "always");
+    else
+        stat_printf(s, "nvm_admission", "obp:%d", tac.obp_pct);
 }

@@ -27,7 +27,7 @@ static item *dram_item(const char *key, const char *value)
 /* Links a meta tuple standing for `src` at REF in place of src's key. */
 static item *linked_meta(item *src)
 {
-    item *meta = item_alloc_meta(src, TIER_NVM, 1, REF, 0);
+    item *meta = item_alloc_meta(src, TIER_NVM, 1, REF, 0, true);
     CHECK(meta != NULL);
     CHECK((meta->it_flags & ITEM_META) && meta->tier == TIER_NVM);
     CHECK_UEQ(item_meta_ref(meta), REF);
