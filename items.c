@@ -100,6 +100,7 @@ static struct lru_stats cls_stats[MAX_SLAB_CLASSES];
 static bool locks_ready;
 static int npart = 1;               /* set at init */
 
+static bool lazy_lru = true;        /* set before threads start */
 static uint64_t cas_id;             /* atomic */
 static rel_time_t oldest_live;      /* atomic; 0 = no flush */
 static uint64_t oldest_cas;         /* atomic; 0 = none */
@@ -188,6 +189,7 @@ void items_init(void)
     crawl_cls = 1;
     crawl_part = 0;
     crawler_in_lru = false;
+    lazy_lru = true;
 
     llru_init();
     slabs_init();
@@ -211,6 +213,11 @@ static inline struct lru *lru_of(const item *it)
 void items_set_tier_ops(const struct item_tier_ops *ops)
 {
     tier_ops = ops;
+}
+
+void items_set_lazy_lru(bool on)
+{
+    lazy_lru = on;
 }
 
 bool items_tiered(void)
@@ -474,7 +481,7 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
  * holds l->lock. */
 static bool tail_spare_locked(struct lru *l, item *it, rel_time_t now)
 {
-    if (!llru_second_chance(it, now))
+    if (!lazy_lru || !llru_second_chance(it, now))
         return false;
     lru_unlink_locked(l, it);
     lru_link_locked(l, it);
@@ -834,7 +841,8 @@ void do_item_touch_access(item *it)
 
     /* Only a rise in temperature class moves an item (lazy_lru.h); an SSD
      * meta tuple is on no LRU. */
-    if (!move || (it->it_flags & ITEM_LINKED) == 0 || item_compact(it))
+    if (!move || !lazy_lru || (it->it_flags & ITEM_LINKED) == 0 ||
+        item_compact(it))
         return;
     /* A worker hands the move to its lane's LRU thread; the reference
      * keeps the item from being freed while it is queued. */

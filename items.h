@@ -350,6 +350,10 @@ struct item_tier_ops {
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called
  * before any worker runs. */
 void items_set_tier_ops(const struct item_tier_ops *ops);
+/* false: reads never move items and tails give no second chance, so each
+ * LRU is a FIFO by link time (tier_policy=anti2).  Before threads start;
+ * items_init() resets it to true. */
+void items_set_lazy_lru(bool on);
 /* Starts the Lazy LRU threads (DRAM, and NVM if `nvm`) that apply the
  * workers' queued LRU moves; stop them after the workers. */
 void items_lru_threads_start(bool nvm);

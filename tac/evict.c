@@ -89,11 +89,7 @@ static int evict_nvm_round(struct evictor *e)
 static int evict_round(struct evictor *e)
 {
     int nvm_moved = evict_nvm_round(e);
-    /* anti2: DRAM and NVM are one memory; DRAM items leave it (for SSD)
-     * only once NVM is full too. */
-    bool anti2_hold = tac.policy == POLICY_ANTI2 && tac.nvm != NULL &&
-                      !tac_nvm_tight();
-    if (!dram_tight() || anti2_hold) {
+    if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
         return nvm_moved;
     }

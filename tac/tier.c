@@ -226,10 +226,10 @@ bool tac_demote(item *it, uint32_t hv)
         return meta_rehome(it, hv);
     }
     /* Warm (and hot) items go to NVM; cold ones too unless the admission
-     * policy refuses, and then to SSD (TaC 5.3).  anti2 treats NVM as more
-     * DRAM: what leaves memory goes to SSD. */
-    bool to_nvm = tac.nvm != NULL && tac.policy != POLICY_ANTI2;
-    if (to_nvm && tac.ssd != NULL &&
+     * policy refuses, and then to SSD (TaC 5.3).  anti2 has no
+     * temperatures: its LRUs are FIFOs (items_set_lazy_lru). */
+    bool to_nvm = tac.nvm != NULL;
+    if (to_nvm && tac.ssd != NULL && tac.policy != POLICY_ANTI2 &&
         llru_temperature_at(it, mc_now()) == LLRU_COLD && !tac_nvm_admit()) {
         to_nvm = false;
         TAC_INCR(evict_cold_to_ssd);
@@ -513,6 +513,9 @@ static bool tac_plug_in(void)
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
     items_set_tier_ops(&tier_ops);
+    /* anti2: NVM is more DRAM; nothing is told apart by temperature, so
+     * items leave DRAM and NVM in the order they came in. */
+    items_set_lazy_lru(tac.policy != POLICY_ANTI2);
     items_set_evict_hook(tac_demote);
     return true;
 }

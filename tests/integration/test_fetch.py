@@ -142,7 +142,7 @@ def test_policy_anti2_treats_nvm_as_memory(server, dirs):
     assert c.stats(b"settings")[b"tier_policy"] == b"anti2"
     where = load_and_find(c, s, 24000)
     assert where.get("ssd") and where.get("nvm")
-    i = where["nvm"][0]
+    i = where["nvm"][-1]                                 # the newest: last to leave NVM
     key = b"k%05d" % i
     for _ in range(20):                                  # hot by any threshold
         assert c.get(key) == value_of(i)
