@@ -213,6 +213,10 @@ static void stats_general(struct stat_sink *s)
     PRINT_GLOBAL(crawler_reclaimed)
     PRINT_GLOBAL(crawler_items_checked)
     PRINT_GLOBAL(lrutail_reflocked)
+    PRINT_GLOBAL(lru_bumps_queued)
+    PRINT_GLOBAL(lru_bumps_dropped)
+    PRINT_GLOBAL(lru_bumps)
+    PRINT_GLOBAL(lru_second_chances)
     PRINT_GLOBAL(outofmemory)
     slabs_mover_stats(s);
 }

@@ -74,14 +74,21 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             return ref;
         if (tac.ssd != NULL) {
             /* Make room by moving the class's coldest tuple to SSD. */
+            uint64_t short0 = STATS_GET(&tac.stats, meta_alloc_failures);
             int moved = 0;
             for (int i = 0; i < settings.partitions && moved == 0; i++)
                 moved = items_demote_tail(TIER_NVM, cls,
                                           (partition + i) % settings.partitions,
                                           1, tac_ssd_from_nvm);
-            if (moved == 0)
+            if (moved > 0)
+                continue;
+            /* The move needs a DRAM meta tuple for SSD.  When DRAM is full
+             * of meta tuples and of data that cannot leave it (NVM being
+             * full), nothing can move: a cache then drops the coldest NVM
+             * item, which frees its slot and its meta tuple's chunk (not
+             * with -M).  Any other failure (busy tails) just fails. */
+            if (STATS_GET(&tac.stats, meta_alloc_failures) == short0)
                 break;
-            continue;
         }
         if (!settings.evict_to_free ||
             !items_lower_drop_tail(TIER_NVM, cls, partition))
@@ -110,11 +117,19 @@ static struct {
     bool refuse;                            /* atomic */
 } obp = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static bool nvm_full(void)
+/* Free bytes of NVM: its whole pages (not the header or a tail shorter
+ * than a page) less the slots in use. */
+static size_t nvm_free_bytes(void)
 {
     struct nvm_info info;
     nvm_get_info(tac.nvm, &info);
-    return info.capacity - info.bytes_used < 2 * tac.nvm_free_wm;
+    size_t usable = (size_t)info.pages_total * info.page_size;
+    return usable > info.bytes_used ? usable - info.bytes_used : 0;
+}
+
+static bool nvm_full(void)
+{
+    return nvm_free_bytes() < 2 * tac.nvm_free_wm;
 }
 
 bool tac_nvm_admit(void)
@@ -230,10 +245,8 @@ bool tac_demote(item *it, uint32_t hv)
      * temperatures: its LRUs are FIFOs (items_set_lazy_lru). */
     bool to_nvm = tac.nvm != NULL;
     if (to_nvm && tac.ssd != NULL && tac.policy != POLICY_ANTI2 &&
-        llru_temperature_at(it, mc_now()) == LLRU_COLD && !tac_nvm_admit()) {
+        llru_temperature_at(it, mc_now()) == LLRU_COLD && !tac_nvm_admit())
         to_nvm = false;
-        TAC_INCR(evict_cold_to_ssd);
-    }
     item *meta = NULL;
     if (to_nvm) {
         meta = tac_nvm_store_copy(it, it->partition, true);
@@ -243,6 +256,8 @@ bool tac_demote(item *it, uint32_t hv)
         meta = tac_ssd_store_copy(it, it->partition);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_ssd);
+        if (meta != NULL && tac.nvm != NULL)
+            TAC_INCR(evict_cold_to_ssd);
     }
     if (meta == NULL)
         return false;
@@ -551,9 +566,7 @@ bool tac_nvm_tight(void)
 {
     if (tac.nvm == NULL || tac.ssd == NULL)
         return false;
-    struct nvm_info info;
-    nvm_get_info(tac.nvm, &info);
-    return info.capacity - info.bytes_used < tac.nvm_free_wm;
+    return nvm_free_bytes() < tac.nvm_free_wm;
 }
 
 /* ---- Stats -------------------------------------------------------------- */
