@@ -210,7 +210,13 @@ static void sample_item(item *it, void *arg)
     struct sample_acc *a = arg;
     uint32_t acc = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
     uint32_t elapsed = ((a->now & LLRU_TIME_MASK) - (acc >> 8)) & LLRU_TIME_MASK;
-    a->hist[(acc & LLRU_COUNT_MASK) / (elapsed + 1)]++;
+    /* The value a read now would leave: temperatures are judged on it
+     * (llru_access), so the thresholds must be too.  Judged on the decayed
+     * value alone, every item read at all once more would pass a
+     * threshold of 0, and far more items than DRAM holds would count as
+     * hot. */
+    unsigned int v = (acc & LLRU_COUNT_MASK) / (elapsed + 1) + 1;
+    a->hist[v > LLRU_COUNT_MASK ? LLRU_COUNT_MASK : v]++;
     a->n++;
     if (it->tier == TIER_DRAM)
         a->dram++;

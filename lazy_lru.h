@@ -133,7 +133,8 @@ void llru_set_thresholds(unsigned int hot, unsigned int warm);
 /* ---- Threshold sampler (TaC 4.3) ---------------------------------------
  * Every -o temp_sample_interval seconds the maintainer reads the access
  * fields of a random sample of all items (-o temp_sample_size), each
- * readCount decayed to now as an access would decay it.  If DRAM holds a
+ * readCount taken as a read now would leave it (decayed to now, plus 1),
+ * since that is the value a read compares with the thresholds.  If DRAM holds a
  * share d of the sampled items and NVM a share n, THR_hot becomes the
  * smallest value that at most d of the sample exceeds, and THR_warm the
  * smallest that at most d + n exceeds: as many items are hot as DRAM can

@@ -72,7 +72,7 @@ struct settings {
     char *nvm_path;         /* -o nvm_path=PATH:SIZE (NULL = no NVM tier) */
     char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS */
     int evict_threads;      /* -o evict_threads (0 = half the cores) */
-    int fetch_threads;      /* -o fetch_threads (0 = none) */
+    int fetch_threads;      /* -o fetch_threads (0 = none, -1 = -t) */
     char *tier_policy;      /* -o tier_policy (NULL = tac) */
     char *nvm_admission;    /* -o nvm_admission=always|obp:PCT (NULL = default) */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */

@@ -53,7 +53,7 @@ void settings_init(void)
     settings.hashpower_init = 16;
     settings.crawler_interval = 1;
     settings.temp_sample_interval = 5;
-    settings.fetch_threads = 0;
+    settings.fetch_threads = -1;   /* -1 = as many as workers */
     settings.temp_sample_size = 2000;
     settings.prefix_delimiter = ':';
     settings.slab_reassign = true;
@@ -239,8 +239,8 @@ static const struct option_def options[] = {
       "                          (inserts + removals) / lookups over 8 s exceed PCT %\n"
       "                          (default: always)" },
     { 0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
-      "fetch_threads", "<num>", "threads moving hot and warm items up a tier\n"
-      "                          (default: 0, off until eviction weighs temperature)" },
+      "fetch_threads", "<num>", "threads moving hot and warm items up a tier, with a\n"
+      "                          lower tier (default: as many as -t; 0 = none)" },
     { 0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
       "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
     { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
@@ -524,6 +524,8 @@ bool settings_finalize(void)
         settings.inter = strdup("127.0.0.1");
     if (settings.partitions == 0)
         settings.partitions = settings.num_threads;
+    if (settings.fetch_threads < 0)
+        settings.fetch_threads = settings.num_threads;
     if (settings.evict_threads == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         settings.evict_threads = cores > 2 ? (int)(cores / 2) : 1;

@@ -450,7 +450,6 @@ size_t slabs_mem_limit(void)
 
 /* ---- Pages. ------------------------------------------------------------ */
 
-/* Charges one page to -m; false if the budget is spent (see top). */
 /* Bytes of -m only reserved allocations may take (slabs_set_reserve). */
 static size_t reserve_bytes;        /* atomic */
 /* Classes with chunks this small never donate pages to refill it. */
@@ -462,6 +461,22 @@ void slabs_set_reserve(size_t bytes, size_t min_donor_chunk)
     __atomic_store_n(&reserve_bytes, bytes, __ATOMIC_RELAXED);
 }
 
+/* Bytes in pages of the classes too small to donate to the reserve (those
+ * that hold meta tuples); 0 without a reserve. */
+size_t slabs_index_bytes(void)
+{
+    size_t n = 0;
+    if (reserve_donor_min == 0)
+        return 0;
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        if (c->size <= reserve_donor_min)
+            n += (size_t)__atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) * c->page_size;
+    }
+    return n;
+}
+
+/* Charges one page to -m; false if the budget is spent (see top). */
 static bool charge_page(struct slab_class *c, bool reserved)
 {
     size_t cur = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
@@ -1176,7 +1191,11 @@ static unsigned int automove_pick_donor(unsigned int dst)
             by_free = i;
             most_free = fr / c->perslab;
         }
-        if (c->am_quiet >= AUTOMOVE_QUIET_TICKS && pages > most_pages) {
+        /* With a lower tier, a data class short of pages is the normal
+         * state (its items move down); taking pages from the meta tuples'
+         * classes for it would only starve the moves down. */
+        if (c->am_quiet >= AUTOMOVE_QUIET_TICKS && pages > most_pages &&
+            !(reserve_donor_min != 0 && c->size <= reserve_donor_min)) {
             by_demand = i;
             most_pages = pages;
         }

@@ -58,6 +58,8 @@ size_t slabs_mem_malloced(void);
 int slabs_npartitions(void);
 /* The -m budget in bytes (0 = unlimited). */
 size_t slabs_mem_limit(void);
+/* Bytes of -m in pages of the meta-tuple-sized classes (slabs_set_reserve). */
+size_t slabs_index_bytes(void);
 
 /* Snapshot of one class (stats, tests).  used + free + free_end + moving
  * equals total_chunks when no allocation is in flight. */

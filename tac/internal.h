@@ -98,7 +98,7 @@ bool tac_nvm_admit(void);
 /* Copies `it` (a DRAM or staging item) into NVM and returns its new,
  * unlinked meta tuple (refcount 1); NULL if NVM or DRAM lacks room.
  * `reserved`: the meta tuple may use the DRAM slab reserve (moves down
- * and sets; not fetches, whose meta tuple is bigger than the SSD one). */
+ * only: not sets, which free no DRAM, nor fetches). */
 item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
 /* Copies the value of NVM meta tuple `meta` into dst after checking the
  * tuple (key, size, checksum).  Item lock held. */
@@ -145,7 +145,7 @@ void tac_ssd_set_writer(int evictor_id);
 /* Writes the value of `it` (a DRAM or staging item) to SSD and returns its
  * new unlinked SSD meta tuple (refcount 1); NULL when SSD or DRAM lacks
  * room.  Caller holds the item lock. */
-item *tac_ssd_store_copy(const item *it, int partition);
+item *tac_ssd_store_copy(const item *it, int partition, bool reserved);
 /* Moves the NVM tuple of NVM meta tuple `meta` to SSD (demote hook for NVM
  * LRU tails).  Item lock held, meta pinned. */
 bool tac_ssd_from_nvm(item *meta, uint32_t hv);

@@ -241,15 +241,15 @@ static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
 }
 
 /* A new meta tuple for `src` on SSD, not yet pointing anywhere. */
-static item *ssd_meta_new(const item *src, int partition)
+static item *ssd_meta_new(const item *src, int partition, bool reserved)
 {
-    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition, true);
+    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition, reserved);
     if (meta == NULL)
         TAC_INCR(meta_alloc_failures);
     return meta;
 }
 
-item *tac_ssd_store_copy(const item *it, int partition)
+item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
 {
     if (tac.ssd == NULL)
         return NULL;
@@ -257,7 +257,7 @@ item *tac_ssd_store_copy(const item *it, int partition)
         TAC_INCR(ssd_too_large);
         return NULL;
     }
-    item *meta = ssd_meta_new(it, partition);
+    item *meta = ssd_meta_new(it, partition, reserved);
     if (meta == NULL)
         return NULL;
     struct tac_tuple_hdr hdr;
@@ -287,7 +287,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         do_item_evict(meta, hv);
         return true;
     }
-    item *n = ssd_meta_new(meta, meta->partition);
+    item *n = ssd_meta_new(meta, meta->partition, true);
     if (n == NULL)
         return false;
     /* The NVM slot is pinned by the meta tuple: read it in place. */
@@ -465,7 +465,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
          * the comparison policies move only the item itself. */
         enum llru_temp temp = llru_temperature(pr->meta);
         bool up = tac.policy == POLICY_ANTI2 || temp == LLRU_HOT ||
-                  (temp == LLRU_WARM && tac.nvm != NULL && !tac_nvm_tight());
+                  (temp == LLRU_WARM && tac.nvm != NULL);
         if (up && (tac.policy == POLICY_TAC || tac.policy == POLICY_TWOTIER))
             tac_fetch_ssd_buf(pr->meta);
         else if (up)
@@ -656,9 +656,9 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
     }
     item *up = NULL;
     if (temp == LLRU_WARM) {
-        /* Warm items go to NVM while it has room to spare; never push
-         * NVM's own items down to make room for them. */
-        if (tac.nvm != NULL && !tac_nvm_tight())
+        /* Warm items go to NVM; when it is full, its coldest tuple moves
+         * down to SSD to make room (nvm_place). */
+        if (tac.nvm != NULL)
             up = tac_nvm_store_copy(t, meta->partition, false);
         if (up != NULL)
             TAC_INCR(fetch_ssd_to_nvm);

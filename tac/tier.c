@@ -60,6 +60,13 @@ const char *tac_tiers_name(void)
 
 /* ---- NVM placement ------------------------------------------------------ */
 
+/* DRAM is an index: meta tuples fill all but an eighth of -m. */
+static bool dram_index_full(void)
+{
+    size_t limit = slabs_mem_limit();
+    return limit != 0 && slabs_index_bytes() >= limit - limit / 8;
+}
+
 /* A slot for a tuple of `size` bytes; drops cold NVM tuples of the class
  * to make room unless -M.  0 when none can be had. */
 static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
@@ -82,12 +89,14 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
                                           1, tac_ssd_from_nvm);
             if (moved > 0)
                 continue;
-            /* The move needs a DRAM meta tuple for SSD.  When DRAM is full
-             * of meta tuples and of data that cannot leave it (NVM being
-             * full), nothing can move: a cache then drops the coldest NVM
-             * item, which frees its slot and its meta tuple's chunk (not
-             * with -M).  Any other failure (busy tails) just fails. */
-            if (STATS_GET(&tac.stats, meta_alloc_failures) == short0)
+            /* The move needs a DRAM meta tuple for SSD.  When DRAM is
+             * (nearly) all meta tuples, nothing can move: a cache then
+             * drops the coldest NVM item, which frees its slot and its
+             * meta tuple's chunk (not with -M).  Any other failure (busy
+             * tails, a reserve the page mover has yet to refill) just
+             * fails, and the caller tries again later. */
+            if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
+                !dram_index_full())
                 break;
         }
         if (!settings.evict_to_free ||
@@ -253,7 +262,7 @@ bool tac_demote(item *it, uint32_t hv)
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
     } else if (tac.ssd != NULL) {
-        meta = tac_ssd_store_copy(it, it->partition);
+        meta = tac_ssd_store_copy(it, it->partition, true);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_ssd);
         if (meta != NULL && tac.nvm != NULL)
@@ -342,14 +351,18 @@ static item *tier_materialize(item *meta)
 static item *tier_stage(item *staging, int partition)
 {
     item *meta = NULL;
-    /* A new item is cold: NVM unless the admission policy refuses. */
+    /* A new item is cold: NVM unless the admission policy refuses.  Its
+     * meta tuple may not take the slab reserve: that is for demotions,
+     * which free DRAM; sets that used it could spend it all and leave the
+     * page mover no room to drain a page (the evictors catch up, and
+     * item_store tries again). */
     if (tac.nvm != NULL && (tac.policy == POLICY_ANTI2 || tac_nvm_admit())) {
-        meta = tac_nvm_store_copy(staging, partition, true);
+        meta = tac_nvm_store_copy(staging, partition, false);
         if (meta != NULL)
             TAC_INCR(set_fallback_nvm);
     }
     if (meta == NULL && tac.ssd != NULL) {
-        meta = tac_ssd_store_copy(staging, partition);
+        meta = tac_ssd_store_copy(staging, partition, false);
         if (meta != NULL)
             TAC_INCR(set_fallback_ssd);
     }

@@ -101,12 +101,15 @@ def test_hot_items_come_back_to_dram(server, dirs):
             assert got.get(k) == value_of(int(k[1:])), k
 
 
-def test_fetchers_off_by_default(server, dirs):
+def test_fetchers_default_to_the_worker_count(server, dirs):
     d, nvm = dirs
-    srv = server(["-m", "16", "-o", "ssd_path=%s/ssd:64m" % d])
+    srv = server(["-m", "16", "-t", "3", "-o", "ssd_path=%s/ssd:64m" % d])
     c = Client(srv.addr, timeout=10)
     st = c.stats(b"settings")
-    assert int(st[b"fetch_threads"]) == 0
+    assert int(st[b"fetch_threads"]) == 3
+    srv = server(["-m", "16", "-o", "ssd_path=%s/ssd2:64m,fetch_threads=0" % d])
+    c = Client(srv.addr, timeout=10)
+    assert int(c.stats(b"settings")[b"fetch_threads"]) == 0
 
 
 def load_and_find(c, s, n):
