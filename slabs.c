@@ -1207,7 +1207,8 @@ static unsigned int automove_pick_donor(unsigned int dst)
  * With a reserve set (a lower tier is configured), keeps it available: when
  * the unassigned -m budget falls below the reserve, moves the page with the
  * fewest used chunks of the class with the most free chunks (at least a
- * quarter of a page of them) back to the global pool.  Meta tuples take the reserve;
+ * quarter of a page of them), or else of the biggest data class, back to
+ * the global pool.  Meta tuples take the reserve;
  * the items left in the drained page are demoted through the evict hook.
  * run_lock held.
  */
@@ -1219,19 +1220,28 @@ static bool automove_refill_reserve_locked(void)
     size_t used = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
     if (used + resv <= mem_limit)
         return false;
-    unsigned int donor = 0;
-    uint64_t most = 0;
+    unsigned int donor = 0, biggest = 0;
+    uint64_t most = 0, most_pages = 0;
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
-        if (!c->movable || c->size <= reserve_donor_min ||
-            __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) < 2)
+        uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
+        if (!c->movable || c->size <= reserve_donor_min || pages < 2)
             continue;
         uint64_t fr = class_free_chunks(c);
         if (fr * 4 >= c->perslab && fr * c->size > most) {
             donor = i;
             most = fr * c->size;
         }
+        if (pages > most_pages) {
+            biggest = i;
+            most_pages = pages;
+        }
     }
+    /* Without a class that has free chunks to spare (new items take each
+     * chunk the evictors free), drain a page of the biggest data class:
+     * its items move down on the reserve that is left. */
+    if (donor == 0)
+        donor = biggest;
     return donor != 0 && move_start_locked(donor, 0);
 }
 
