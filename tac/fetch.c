@@ -147,29 +147,35 @@ void tac_fetch_nvm(const item *meta)
     fetch_push(&r);
 }
 
-/* A request for SSD meta tuple meta's own tuple. */
-static void ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
+/* A request for SSD meta tuple meta's own tuple (pinned by the caller);
+ * false, and nothing queued, when its item lock is busy.  Defrag rewrites
+ * the reference under that lock. */
+static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
 {
     r->kind = kind;
-    r->ref = item_meta_ref(meta);
     r->len = tac_tuple_size(meta->nkey, meta->nbytes);
     r->nkey = meta->nkey;
     memcpy(r->key, ITEM_key(meta), meta->nkey);
     r->hv = item_hash(r->key, r->nkey);
+    if (!item_trylock(r->hv))
+        return false;
+    r->ref = item_meta_ref(meta);
+    item_unlock(r->hv);
+    return true;
 }
 
 void tac_fetch_ssd_tuple(const item *meta)
 {
     struct fetch_req r;
-    ssd_req(&r, FETCH_SSD_TUPLE, meta);
-    fetch_push(&r);
+    if (ssd_req(&r, FETCH_SSD_TUPLE, meta))
+        fetch_push(&r);
 }
 
 void tac_fetch_ssd_buf(const item *meta)
 {
     struct fetch_req r;
-    ssd_req(&r, FETCH_SSD_BUF, meta);
-    fetch_push(&r);
+    if (ssd_req(&r, FETCH_SSD_BUF, meta))
+        fetch_push(&r);
 }
 
 /* Copies a hot NVM item to DRAM if it is still the version queued. */
