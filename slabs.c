@@ -461,16 +461,20 @@ void slabs_set_reserve(size_t bytes, size_t min_donor_chunk)
     __atomic_store_n(&reserve_bytes, bytes, __ATOMIC_RELAXED);
 }
 
-/* Bytes in pages of the classes too small to donate to the reserve (those
- * that hold meta tuples); 0 without a reserve. */
+/* A class too small to donate to the reserve: it holds meta tuples.  None
+ * without a reserve. */
+static bool index_class(const struct slab_class *c)
+{
+    return reserve_donor_min != 0 && c->size <= reserve_donor_min;
+}
+
+/* Bytes in pages of the index classes. */
 size_t slabs_index_bytes(void)
 {
     size_t n = 0;
-    if (reserve_donor_min == 0)
-        return 0;
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
-        if (c->size <= reserve_donor_min)
+        if (index_class(c))
             n += (size_t)__atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) * c->page_size;
     }
     return n;
@@ -1195,7 +1199,7 @@ static unsigned int automove_pick_donor(unsigned int dst)
          * state (its items move down); taking pages from the meta tuples'
          * classes for it would only starve the moves down. */
         if (c->am_quiet >= AUTOMOVE_QUIET_TICKS && pages > most_pages &&
-            !(reserve_donor_min != 0 && c->size <= reserve_donor_min)) {
+            !index_class(c)) {
             by_demand = i;
             most_pages = pages;
         }
@@ -1225,7 +1229,7 @@ static bool automove_refill_reserve_locked(void)
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
         uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
-        if (!c->movable || c->size <= reserve_donor_min || pages < 2)
+        if (!c->movable || index_class(c) || pages < 2)
             continue;
         uint64_t fr = class_free_chunks(c);
         if (fr * 4 >= c->perslab && fr * c->size > most) {
