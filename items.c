@@ -632,12 +632,18 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
     unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
     int p = part_index(partition);
 
-    item *it = alloc_chunk(clsid, p, settings.evict_to_free && tier_ops == NULL,
-                           false);
+    bool skip = tier_ops != NULL && tier_ops->skip_dram != NULL &&
+                tier_ops->skip_dram();
+    item *it = skip ? NULL
+                    : alloc_chunk(clsid, p,
+                                  settings.evict_to_free && tier_ops == NULL,
+                                  false);
     if (it == NULL && tier_ops != NULL) {
-        /* DRAM is full: wake the evictors, and take the value in a staging
-         * item that item_store() puts into a lower tier (TaC 4.1). */
-        tier_ops->dram_pressure(clsid, p);
+        /* DRAM is full (or skipped): wake the evictors, and take the value
+         * in a staging item that item_store() puts into a lower tier
+         * (TaC 4.1). */
+        if (!skip)
+            tier_ops->dram_pressure(clsid, p);
         it = malloc(item_make_size(nkey, nbytes));
         if (it != NULL) {
             item_init_fields(it, key, nkey, flags, exptime, nbytes, 0, p);

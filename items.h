@@ -345,6 +345,10 @@ struct item_tier_ops {
     void (*release)(item *meta);
     /* A DRAM allocation of class clsid failed in partition p. */
     void (*dram_pressure)(unsigned int clsid, int partition);
+    /* Optional: true when a new item should skip DRAM and be staged to a
+     * lower tier right away (tier_policy=anti2 places items without
+     * regard to the tier).  Any thread. */
+    bool (*skip_dram)(void);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

@@ -189,12 +189,17 @@ void llru_thresholds_from(const uint64_t hist[LLRU_COUNT_MASK + 1], uint64_t n,
             h = v;
             break;
         }
-    unsigned int w = h - 1;
-    for (unsigned int v = 0; v < h; v++)
+    unsigned int w = LLRU_THR_HOT_MAX - 1;
+    for (unsigned int v = 0; v < LLRU_THR_HOT_MAX; v++)
         if ((double)above[v] <= warm_share * (double)n) {
             w = v;
             break;
         }
+    /* Both bounds hold with hot raised above warm; warm lowered below hot
+     * would break its own (THR_warm 0 makes every item read once warm,
+     * however little of the data DRAM and NVM hold). */
+    if (h <= w)
+        h = w + 1;
     *hot = h;
     *warm = w;
 }

@@ -138,7 +138,8 @@ void llru_set_thresholds(unsigned int hot, unsigned int warm);
  * share d of the sampled items and NVM a share n, THR_hot becomes the
  * smallest value that at most d of the sample exceeds, and THR_warm the
  * smallest that at most d + n exceeds: as many items are hot as DRAM can
- * hold, and as many warm as DRAM and NVM together.
+ * hold, and as many warm as DRAM and NVM together.  Where the two meet,
+ * THR_hot is raised to THR_warm + 1 (fewer hot items, both bounds kept).
  */
 
 /* The rule above on a histogram of decayed readCounts (hist[v] = items

@@ -230,8 +230,9 @@ static const struct option_def options[] = {
     { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
       "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
     { 0, "tier_policy", OPT_STRING, S(tier_policy), 0, 0, true, NULL,
-      "<mode>", "tac (default); for comparisons: anti2 (NVM is more DRAM:\n"
-      "                          no temperatures, a read SSD item comes up to memory),\n"
+      "<mode>", "tac (default); for comparisons: anti2 (DRAM and NVM as one\n"
+      "                          memory: no temperatures, a set or a read SSD item lands\n"
+      "                          in DRAM or NVM at random, weighted by their sizes),\n"
       "                          antituple (no whole-buf fetch), twotier (no NVM)" },
     { 0, "nvm_admission", OPT_STRING, S(nvm_admission), 0, 0, true, NULL,
       "<always|obp:PCT>", "which cold items evicted from DRAM may go to NVM: always,\n"

@@ -60,7 +60,7 @@ struct tac_stats {
 /* -o tier_policy (DESIGN.md 5). */
 enum tac_policy {
     POLICY_TAC = 0,     /* temperatures decide; SSD fetches whole bufs */
-    POLICY_ANTI2,       /* no hot/warm distinction: any read item moves up */
+    POLICY_ANTI2,       /* DRAM and NVM are one memory: no temperatures */
     POLICY_ANTITUPLE,   /* only the read tuple moves up, never its buf */
     POLICY_TWOTIER,     /* DRAM and SSD only: the NVM tier is not used */
 };
@@ -73,6 +73,7 @@ struct tac_state {
     size_t nvm_free_wm;         /* bytes of NVM kept free (for SSD later) */
     int obp_pct;                /* -o nvm_admission=obp:PCT; -1 = always */
     int evict_threads;
+    double anti2_nvm_share;     /* NVM / (DRAM + NVM) by size (anti2) */
     struct tac_stats stats;
 };
 
@@ -89,6 +90,13 @@ extern struct tac_state tac;
  * tuple is moved to another DRAM chunk instead (the page mover).  Returns
  * false when the lower tier or the meta tuple could not be had. */
 bool tac_demote(item *it, uint32_t hv);
+
+/* anti2 (DESIGN.md 5) treats DRAM and NVM as one memory: an item entering
+ * it, a set or a tuple read up from SSD, lands in NVM with probability
+ * NVM / (DRAM + NVM) by configured size, in DRAM otherwise, whatever its
+ * temperature.  True when this one goes to NVM; always false under the
+ * other policies or without NVM.  Any thread. */
+bool tac_anti2_to_nvm(void);
 
 /* The NVM admission policy (-o nvm_admission): may a cold item evicted
  * from DRAM, or a new one that finds DRAM full, be written to NVM?  False

@@ -663,7 +663,9 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         if (up != NULL)
             TAC_INCR(fetch_ssd_to_nvm);
     } else {
-        up = item_alloc_promote(meta, meta->partition);
+        /* anti2: the tuple comes into memory, DRAM or NVM by chance. */
+        if (!tac_anti2_to_nvm())
+            up = item_alloc_promote(meta, meta->partition);
         if (up != NULL) {
             memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
             TAC_INCR(fetch_ssd_to_dram);

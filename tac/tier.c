@@ -386,11 +386,25 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
     tac_evictors_wake(partition);
 }
 
+bool tac_anti2_to_nvm(void)
+{
+    static __thread uint64_t x;
+    if (tac.policy != POLICY_ANTI2 || tac.nvm == NULL)
+        return false;
+    if (x == 0)
+        x = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return (double)(x >> 11) * 0x1.0p-53 < tac.anti2_nvm_share;
+}
+
 static const struct item_tier_ops tier_ops = {
     .materialize = tier_materialize,
     .stage = tier_stage,
     .release = tier_release,
     .dram_pressure = tier_dram_pressure,
+    .skip_dram = tac_anti2_to_nvm,
 };
 
 /* ---- Set-up ------------------------------------------------------------- */
@@ -516,6 +530,8 @@ bool tac_init(void)
     nvm_get_info(tac.nvm, &info);
     tac.nvm_free_wm = settings.nvm_free_watermark > 0
         ? (size_t)settings.nvm_free_watermark : info.capacity / 100;
+    tac.anti2_nvm_share = (double)info.capacity /
+                          ((double)info.capacity + (double)settings.maxbytes);
     if (settings.verbose)
         fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
                 info.is_pmem ? ", pmem" : "", info.capacity >> 20);
@@ -542,7 +558,8 @@ static bool tac_plug_in(void)
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
     items_set_tier_ops(&tier_ops);
     /* anti2: NVM is more DRAM; nothing is told apart by temperature, so
-     * items leave DRAM and NVM in the order they came in. */
+     * items leave DRAM and NVM in the order they came in, and come in
+     * where tac_anti2_to_nvm() says. */
     items_set_lazy_lru(tac.policy != POLICY_ANTI2);
     items_set_evict_hook(tac_demote);
     return true;

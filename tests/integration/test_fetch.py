@@ -165,6 +165,29 @@ def test_policy_anti2_treats_nvm_as_memory(server, dirs):
     assert st[b"fetch_nvm_to_dram"] == 0
 
 
+@pytest.mark.parametrize("policy", ["tac", "anti2"])
+def test_sets_land_by_policy(server, dirs, policy):
+    """With room everywhere, tac puts every new item in DRAM; anti2 treats
+    DRAM and NVM as one memory and puts each one in NVM with probability
+    NVM / (DRAM + NVM) by size: 48 / (16 + 48) = 75% here."""
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "nvm_path=%s:48m,tier_policy=%s" % (nvm, policy)])
+    c = Client(srv.addr, timeout=10)
+    s = socket.create_connection((srv.host, srv.port))
+    n = 1000                                             # ~3.5 MB: fits DRAM
+    for i in range(n):
+        assert c.set(b"k%05d" % i, value_of(i), flags=i % 7)
+    tiers = [tier_of(s, b"k%05d" % i) for i in range(n)]
+    in_nvm = tiers.count("nvm")
+    assert tiers.count("dram") + in_nvm == n, set(tiers)
+    if policy == "tac":
+        assert in_nvm == 0
+    else:
+        assert 650 <= in_nvm <= 850, in_nvm           # 750 +- 5.8 sigma
+    for i in range(0, n, 7):                             # NVM items read back whole
+        assert c.get(b"k%05d" % i) == value_of(i)
+
+
 def test_policy_antituple_moves_only_the_tuple(server, dirs):
     d, nvm = dirs
     srv = server(["-m", "16", "-o", "ssd_path=%s/ssd:256m,fetch_threads=1,"

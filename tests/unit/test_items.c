@@ -548,10 +548,21 @@ static void test_thresholds_rule(void)
     llru_thresholds_from(hist, 1000, 1.0, 1.0, &hot, &warm);
     CHECK_EQ(hot, 1);
     CHECK_EQ(warm, 0);
-    /* DRAM holds nothing of it: nothing may be hot; warm keeps below. */
+    /* DRAM and NVM hold nothing of it: nothing may be warm, and hot
+     * stays above warm. */
     llru_thresholds_from(hist, 1000, 0.0, 0.0, &hot, &warm);
-    CHECK_EQ(hot, 9);
-    CHECK_EQ(warm, 8);
+    CHECK_EQ(hot, 10);
+    CHECK_EQ(warm, 9);
+    /* Few reads (an update-heavy load): 996 items at 1, 4 at 2.  DRAM
+     * holds 0.8%, so the hot rule alone says 1, but then warm would have to
+     * be 0, making every item read once warm while DRAM+NVM hold only
+     * half: warm = 1 and hot is raised to 2. */
+    memset(hist, 0, sizeof(hist));
+    hist[1] = 996;
+    hist[2] = 4;
+    llru_thresholds_from(hist, 1000, 0.008, 0.5, &hot, &warm);
+    CHECK_EQ(hot, 2);
+    CHECK_EQ(warm, 1);
 }
 
 static void test_lazy_lru(void)
