@@ -99,23 +99,18 @@ enum llru_temp llru_temperature_at(const item *it, rel_time_t now)
 
 bool llru_second_chance(item *it, rel_time_t now)
 {
+    (void)now;
     uint32_t a = access_load(it);
-    uint32_t rc = a & LLRU_COUNT_MASK;
 
     /* Not read since it was linked or since its last second chance. */
-    if (rc == 0)
+    if ((a & LLRU_COUNT_MASK) == 0)
         return false;
-    /* Still warm or hot: halve, so at most log2(2 * THR_hot) + 1 more
-     * laps without a read.  Cold but read: exactly one more lap. */
-    if (temp_of(decayed_count(a, now)) == LLRU_COLD)
-        rc = 0;
-    else
-        rc >>= 1;
-    /* The caller holds the LRU lock, not the item lock, so a worker may
-     * record a read at the same moment.  If its store lands first the
-     * exchange fails and its record stands: the item was just read, so
-     * the chance is deserved without the cut.  Time is never changed. */
-    __atomic_compare_exchange_n(&it->access, &a, (a & ~LLRU_COUNT_MASK) | rc,
+    /* Read: exactly one more lap, unless it is read again.  The caller
+     * holds the LRU lock, not the item lock, so a worker may record a
+     * read at the same moment.  If its store lands first the exchange
+     * fails and its record stands: the item was just read, so the chance
+     * is deserved without the cut.  Time is never changed. */
+    __atomic_compare_exchange_n(&it->access, &a, a & ~LLRU_COUNT_MASK,
                                 false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return true;
 }

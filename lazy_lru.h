@@ -61,10 +61,8 @@ enum llru_temp llru_temperature(const item *it);
  *
  * Eviction side (evictor / LRU thread, at the cold end): an item read at
  * least once since it was linked or last spared (readCount > 0) is moved
- * to the head instead of evicted.  If its temperature decayed to now is
- * still warm or hot, its readCount is halved; if it is cold, readCount
- * becomes 0, so it gets exactly one more lap unless it is read again.
- * Either way an unread item is evicted within log2(2 * THR_hot) + 1 laps.
+ * to the head instead of evicted, and its readCount becomes 0: exactly one
+ * more lap unless it is read again (a CLOCK reference bit).
  *
  * Why readCount > 0 and not "warm or hot" alone: with one-second time
  * granularity an item read every few seconds always looks cold (its
@@ -72,10 +70,13 @@ enum llru_temp llru_temperature(const item *it);
  * chance evicts it in insertion order (FIFO) even when strict LRU keeps it.
  * In bench/lru-sim (scrambled Zipf 0.99, 1M keys) that rule fell up to 1.1
  * points behind strict LRU at 200 k ops/s and 1.8 points at 20 k ops/s,
- * below sampled LRU (n = 10) in the 40 % cache; with the read-since-linked
- * test Lazy LRU is 0.5-1.4 points above strict LRU at every size and rate
- * tried (bench/RESULTS.md, "Replacement policies").  Keeping warm and hot
- * items for more than one lap is what puts it above LRU at small sizes.
+ * below sampled LRU (n = 10) in the 40 % cache.  Why one lap and not more
+ * for warm and hot items (readCount halved per lap, tried too): that ran
+ * up to 1.4 points *above* strict LRU at small sizes, no longer an
+ * approximation of it, and at the server's lap times (seconds) a tail
+ * item's readCount has decayed to cold anyway.  With one lap Lazy LRU is
+ * 0.5-0.9 points above strict LRU at every size and rate tried
+ * (bench/RESULTS.md, "Replacement policies").
  */
 
 /* Records a read (the access formula; llru_record_access() is this without

@@ -236,7 +236,7 @@ static item *evict(struct sim *s, rel_time_t now)
         last->flags = victim->flags;
     } else {
         if (j->policy == P_LAZY) {
-            /* Bounded like an evictor's walk; a second chance halves the
+            /* Bounded like an evictor's walk; a second chance clears the
              * readCount, so the walk ends long before the bound. */
             for (uint64_t n = 0; n < s->used; n++) {
                 item *t = s->head.prev;

@@ -640,25 +640,18 @@ static void test_lazy_lru_policy(void)
     CHECK(!llru_access(&it, 110));      /* 8 / 11 + 1 = 1 */
     CHECK(llru_access(&it, 110));       /* 2: cold -> warm */
 
-    /* Second chances without reads: warm or hot halves readCount, cold
-     * drops it to 0; the time of the last read is kept.  From the cap
-     * (2 * THR_hot = 8) that is 8 -> 4 -> 2 -> 1 -> 0: log2(8) + 1
-     * chances, then eviction. */
+    /* Second chances without reads: any read item gets exactly one more
+     * lap, hot or not (readCount to 0); the time of the last read is
+     * kept. */
     for (int i = 0; i < 10; i++)
         (void)llru_access(&it, 120);
     CHECK_EQ(llru_read_count(&it), 8);
     CHECK(llru_second_chance(&it, 120));
-    CHECK_EQ(llru_read_count(&it), 4);
-    CHECK(llru_second_chance(&it, 120));
-    CHECK_EQ(llru_read_count(&it), 2);
-    CHECK(llru_second_chance(&it, 120));      /* 2 is warm: halved */
-    CHECK_EQ(llru_read_count(&it), 1);
-    CHECK(llru_second_chance(&it, 120));      /* 1 is cold: to 0 */
     CHECK_EQ(llru_read_count(&it), 0);
     CHECK(!llru_second_chance(&it, 120));
     CHECK_UEQ(llru_access_time(&it), 120);
 
-    /* Idle hot item: cold when it reaches the tail, so one lap only. */
+    /* Idle hot item: one lap, as any read item. */
     for (int i = 0; i < 10; i++)
         (void)llru_access(&it, 200);
     CHECK(llru_second_chance(&it, 230));      /* 8 / 31 = 0: cold */
@@ -677,7 +670,8 @@ static void test_lazy_lru_policy(void)
         (void)llru_access(&it, (1u << 24) - 1);
     CHECK_EQ(llru_temperature_at(&it, 1u << 24), LLRU_WARM);  /* 8 / 2 */
     CHECK(llru_second_chance(&it, 1u << 24));
-    CHECK_EQ(llru_read_count(&it), 4);
+    CHECK_EQ(llru_read_count(&it), 0);
+    CHECK_UEQ(llru_access_time(&it), (1u << 24) - 1);
 
     /* llru_record_access is llru_access without the answer. */
     item b;
