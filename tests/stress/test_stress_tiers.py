@@ -535,7 +535,8 @@ def nvm_path():
 
 
 @pytest.mark.tac_only
-@pytest.mark.parametrize("extra_opts", ["", "dram_free_watermark=4m"], ids=["default", "watermark4m"])
+@pytest.mark.parametrize("extra_opts", ["", "dram_free_watermark=4m", "tier_policy=anti2"],
+                         ids=["default", "watermark4m", "anti2"])
 def test_stress_tiers(server, nvm_path, extra_opts):
     opts = "nvm_path=%s:128m,evict_threads=1" % nvm_path + ("," + extra_opts if extra_opts else "")
     # -m 16: with 1 MB slab pages, mixed value sizes spread over a dozen slab
