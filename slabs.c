@@ -1210,10 +1210,14 @@ static unsigned int automove_pick_donor(unsigned int dst)
 /*
  * With a reserve set (a lower tier is configured), keeps it available: when
  * the unassigned -m budget falls below the reserve, moves the page with the
- * fewest used chunks of the class with the most free chunks (at least a
- * quarter of a page of them), or else of the biggest data class, back to
- * the global pool.  Meta tuples take the reserve;
- * the items left in the drained page are demoted through the evict hook.
+ * fewest used chunks of the class with the most free chunk bytes back to
+ * the global pool: a data class with at least a quarter of a page of free
+ * chunks, or a meta tuple class with AUTOMOVE_FREE_HALF_PAGES / 2 pages'
+ * worth (items leaving NVM for SSD free NVM meta tuples that the SSD ones,
+ * a smaller class, cannot use; the drained page's meta tuples move to
+ * other chunks of their class, which has room for them).  Without such a
+ * class, the biggest data class gives a page.  Meta tuples take the
+ * reserve; the items left in the drained page go through the evict hook.
  * run_lock held.
  */
 static bool automove_refill_reserve_locked(void)
@@ -1229,14 +1233,17 @@ static bool automove_refill_reserve_locked(void)
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
         uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
-        if (!c->movable || index_class(c) || pages < 2)
+        if (!c->movable || pages < 2)
             continue;
         uint64_t fr = class_free_chunks(c);
-        if (fr * 4 >= c->perslab && fr * c->size > most) {
+        bool spare = index_class(c)
+            ? fr * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES
+            : fr * 4 >= c->perslab;
+        if (spare && fr * c->size > most) {
             donor = i;
             most = fr * c->size;
         }
-        if (pages > most_pages) {
+        if (!index_class(c) && pages > most_pages) {
             biggest = i;
             most_pages = pages;
         }
