@@ -484,9 +484,9 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
 /* Lazy LRU's second chance (llru_second_chance) for the cold-end item
  * `it`: true if it was moved to the head instead of being taken.  Caller
  * holds l->lock. */
-static bool tail_spare_locked(struct lru *l, item *it, rel_time_t now)
+static bool tail_spare_locked(struct lru *l, item *it)
 {
-    if (!lazy_lru || !llru_second_chance(it, now))
+    if (!lazy_lru || !llru_second_chance(it))
         return false;
     lru_unlink_locked(l, it);
     lru_link_locked(l, it);
@@ -501,14 +501,13 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
     item *got = NULL;
     pthread_mutex_lock(&l->lock);
     item *search = l->tail;
-    rel_time_t now = mc_now();
     int spared = 0;
     for (int n = 0; search != NULL && got == NULL && n < LRU_SEARCH_DEPTH;) {
         item *prev = search->prev;
         if (search == &crawler) {
             /* skip the crawler's cursor */
         } else if (may_evict && spared < LRU_SPARE_MAX &&
-                   tail_spare_locked(l, search, now)) {
+                   tail_spare_locked(l, search)) {
             spared++;
         } else {
             got = tail_take_locked(l, search, may_evict);
@@ -698,14 +697,13 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
 {
     item *got = NULL;
     int seen = 0;
-    rel_time_t now = mc_now();
     pthread_mutex_lock(&l->lock);
     int spared = 0;
     for (item *t = l->tail, *prev; t != NULL && seen < LRU_SEARCH_DEPTH; t = prev) {
         prev = t->prev;
         if (t == &crawler)
             continue;
-        if (spared < LRU_SPARE_MAX && tail_spare_locked(l, t, now)) {
+        if (spared < LRU_SPARE_MAX && tail_spare_locked(l, t)) {
             spared++;
             continue;
         }

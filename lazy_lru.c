@@ -24,6 +24,7 @@
 #include "assoc.h"
 #include "lazy_lru.h"
 #include "stats.h"
+#include "util.h"
 
 static unsigned int thr_hot = LLRU_THR_HOT_DEFAULT;   /* atomic */
 static unsigned int thr_warm = LLRU_THR_WARM_DEFAULT; /* atomic */
@@ -97,9 +98,8 @@ enum llru_temp llru_temperature_at(const item *it, rel_time_t now)
     return temp_of(decayed_count(access_load(it), now));
 }
 
-bool llru_second_chance(item *it, rel_time_t now)
+bool llru_second_chance(item *it)
 {
-    (void)now;
     uint32_t a = access_load(it);
 
     /* Not read since it was linked or since its last second chance. */
@@ -226,18 +226,12 @@ static void sample_item(item *it, void *arg)
 
 unsigned int llru_sample(unsigned int want, rel_time_t now)
 {
-    static __thread uint64_t rnd;
-    if (rnd == 0)
-        rnd = 0x9E3779B97F4A7C15ULL ^ (uint64_t)now ^ (uint64_t)(uintptr_t)&rnd;
     struct sample_acc a;
     memset(&a, 0, sizeof(a));
     a.now = now;
     /* Random buckets until enough items; many buckets are empty. */
     for (unsigned int tries = 0; a.n < want && tries < 8 * want; tries++) {
-        rnd ^= rnd << 13;
-        rnd ^= rnd >> 7;
-        rnd ^= rnd << 17;
-        uint32_t hv = (uint32_t)(rnd >> 16);
+        uint32_t hv = (uint32_t)(util_rand64() >> 16);
         if (!item_trylock(hv))
             continue;
         assoc_visit_bucket(hv, sample_item, &a);

@@ -90,7 +90,7 @@ enum llru_temp llru_temperature_at(const item *it, rel_time_t now);
  * evicting it; then its readCount has been cut as described above (unless
  * a concurrent read won: that read is kept).  The access time is never
  * changed.  Caller holds the LRU lock; the item lock is not needed. */
-bool llru_second_chance(item *it, rel_time_t now);
+bool llru_second_chance(item *it);
 
 /* ---- Bump rings and LRU threads (DESIGN.md 4) --------------------------
  * A worker never takes an LRU lock.  When llru_access() says an item

@@ -1236,14 +1236,15 @@ static bool automove_refill_reserve_locked(void)
         if (!c->movable || pages < 2)
             continue;
         uint64_t fr = class_free_chunks(c);
-        bool spare = index_class(c)
+        bool index = index_class(c);
+        bool spare = index
             ? fr * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES
             : fr * 4 >= c->perslab;
         if (spare && fr * c->size > most) {
             donor = i;
             most = fr * c->size;
         }
-        if (!index_class(c) && pages > most_pages) {
+        if (!index && pages > most_pages) {
             biggest = i;
             most_pages = pages;
         }

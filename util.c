@@ -195,3 +195,14 @@ size_t util_tokenize(char *line, struct util_token *tokens, size_t max,
     }
     return n;
 }
+
+uint64_t util_rand64(void)
+{
+    static __thread uint64_t x;
+    if (x == 0)
+        x = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}

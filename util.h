@@ -64,4 +64,9 @@ char *util_u64toa(uint64_t v, char *p);
 /* Same for signed values.  Needs <= 20 bytes. */
 char *util_i64toa(int64_t v, char *p);
 
+/* A fast per-thread pseudo-random 64-bit number (xorshift64, seeded from
+ * the thread's own address): sampling and coin flips, not cryptography.
+ * Any thread, no locks. */
+uint64_t util_rand64(void);
+
 #endif

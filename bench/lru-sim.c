@@ -240,7 +240,7 @@ static item *evict(struct sim *s, rel_time_t now)
              * readCount, so the walk ends long before the bound. */
             for (uint64_t n = 0; n < s->used; n++) {
                 item *t = s->head.prev;
-                if (!llru_second_chance(t, now))
+                if (!llru_second_chance(t))
                     break;
                 lru_to_head(s, t);
                 j->chances++;

@@ -35,6 +35,7 @@
 #include "tac/internal.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
+#include "util.h"
 
 struct tac_state tac;
 
@@ -388,15 +389,9 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
 
 bool tac_anti2_to_nvm(void)
 {
-    static __thread uint64_t x;
     if (tac.policy != POLICY_ANTI2 || tac.nvm == NULL)
         return false;
-    if (x == 0)
-        x = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return (double)(x >> 11) * 0x1.0p-53 < tac.anti2_nvm_share;
+    return (double)(util_rand64() >> 11) * 0x1.0p-53 < tac.anti2_nvm_share;
 }
 
 static const struct item_tier_ops tier_ops = {
