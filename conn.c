@@ -1105,6 +1105,15 @@ void conn_drive(conn *c)
                 conn_set_state(c, conn_new_cmd);
                 break;
             }
+            /* Send the refusal before waiting for the rest of the refused
+             * value: a client that announced 4 GB may never send it all.
+             * A full socket leaves the answer queued until the swallow
+             * ends. */
+            if (c->rbytes == 0 && c->resp_head && !c->resp_head->pending &&
+                conn_transmit_tcp(c) == WRITE_HARD_ERROR) {
+                conn_set_state(c, conn_closing);
+                break;
+            }
             if (!conn_read_value(c, true))
                 return;
             break;

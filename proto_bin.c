@@ -273,17 +273,22 @@ static enum store_op bin_store_op(uint8_t op)
 static void bin_update(conn *c, const char *key, uint16_t nkey,
                        const unsigned char *ext)
 {
-    uint32_t vlen = c->bin.bodylen - c->bin.keylen - c->bin.extlen;
+    /* bin_lengths_ok checked keylen + extlen <= bodylen.  The "\r\n" is
+     * added in size_t: a 32-bit sum wraps for bodylen near 4 GB. */
+    size_t vlen = (size_t)c->bin.bodylen - c->bin.keylen - c->bin.extlen;
+    size_t nbytes = vlen + 2;
     uint32_t flags = 0;
     int64_t exptime = 0;
     if (c->bin.extlen == 8) {
         flags = rd32(ext);
         exptime = (int64_t)rd32(ext + 4);
     }
-    item *it = item_alloc(key, nkey, flags, realtime(exptime), vlen + 2,
-                          c->thread->partition);
+    item *it = NULL;
+    if (item_size_ok(nkey, nbytes))
+        it = item_alloc(key, nkey, flags, realtime(exptime), nbytes,
+                        c->thread->partition);
     if (!it) {
-        if (!item_size_ok(nkey, (size_t)vlen + 2)) {
+        if (!item_size_ok(nkey, nbytes)) {
             STATS_INCR(&c->thread->stats, store_too_large);
             bin_error(c, ST_E2BIG, vlen);
         } else {

@@ -1,0 +1,87 @@
+"""Regression tests for inputs chosen on purpose to break the request parsers.
+
+Each test sends one exact hostile input and then checks that the server is
+up and every value stored before it reads back byte-exact.
+"""
+import os
+import socket
+import struct
+
+import pytest
+
+from mcserver import is_closed, recv_exact
+
+BIN_HDR = struct.Struct(">BBHBBHIIQ")
+OP_SET, OP_ADD, OP_APPEND, OP_PREPEND = 0x01, 0x02, 0x0E, 0x0F
+OP_APPENDQ, OP_PREPENDQ = 0x19, 0x1A
+ST_E2BIG = 0x0003
+
+
+def bin_req(op, key=b"", extras=b"", value=b"", bodylen=None, cas=0):
+    if bodylen is None:
+        bodylen = len(extras) + len(key) + len(value)
+    return BIN_HDR.pack(0x80, op, len(key), len(extras), 0, 0, bodylen, 0xAABBCCDD, cas) + extras + key + value
+
+
+def bin_resp(sock):
+    hdr = recv_exact(sock, 24)
+    magic, op, klen, elen, _dt, status, blen, opaque, cas = BIN_HDR.unpack(hdr)
+    assert magic == 0x81
+    body = recv_exact(sock, blen) if blen else b""
+    return op, status, body
+
+
+def store_canaries(srv, n=20):
+    c = srv.connect()
+    vals = {}
+    for i in range(n):
+        k = b"canary-%02d-%s" % (i, b"k" * 30)
+        v = os.urandom(8).hex().encode() * (1 + 37 * i)
+        assert c.line(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v)) == b"STORED\r\n"
+        vals[k] = v
+    return vals
+
+
+def check_canaries(srv, vals):
+    c = srv.connect()
+    for k, v in vals.items():
+        assert c.get(b"get %s\r\n" % k) == b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (k, len(v), v)
+
+
+@pytest.mark.tac_only
+@pytest.mark.parametrize("op", [OP_APPEND, OP_PREPEND, OP_APPENDQ, OP_PREPENDQ])
+@pytest.mark.parametrize("bodylen", [0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD])
+def test_bin_append_bodylen_wrap(server, op, bodylen):
+    """keylen=1, extlen=0, bodylen near 4 GB: the value length plus "\\r\\n"
+    must not wrap in 32 bits (it once allocated an empty item and read up
+    to 4 GB of client bytes into it)."""
+    srv = server(["-m", "16"])
+    vals = store_canaries(srv)
+    s = socket.create_connection((srv.host, srv.port), timeout=5)
+    # The key names an existing item: append then has something to append to.
+    key = b"canary-00-" + b"k" * 30
+    s.sendall(bin_req(op, key=key[:1], bodylen=bodylen) + key[:1])
+    # A few MB of attacker bytes after the header: they must be discarded.
+    junk = b"\x41" * (1 << 20)
+    for _ in range(8):
+        s.sendall(junk)
+    _op, status, body = bin_resp(s)
+    assert status == ST_E2BIG, (status, body)
+    s.close()
+    assert srv.alive()
+    check_canaries(srv, vals)
+
+
+@pytest.mark.tac_only
+def test_bin_set_bodylen_huge(server):
+    """A set whose body claims 4 GB is refused as too large, not allocated."""
+    srv = server(["-m", "16"])
+    vals = store_canaries(srv)
+    s = socket.create_connection((srv.host, srv.port), timeout=5)
+    extras = struct.pack(">II", 0, 0)
+    s.sendall(bin_req(OP_SET, key=b"x", extras=extras, bodylen=0xFFFFFFFF) + extras + b"x" + b"B" * 4096)
+    _op, status, _body = bin_resp(s)
+    assert status == ST_E2BIG
+    s.close()
+    assert srv.alive()
+    check_canaries(srv, vals)
