@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full test run: set-up + build, `make check` (unit tests + integration suite
 # against ./tac-memcached), then an ASan+UBSan build in build-asan/ and the
-# integration suite again against it. Ends with "N passed, N failed, N skipped".
+# integration suite again against it, less the tests marked slow. Ends with
+# "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -86,7 +87,7 @@ fi
 if [ $asan_ok = 1 ]; then
     ln -sf src/tac-memcached build-asan/tac-memcached
     echo "== integration suite against build-asan/tac-memcached"
-    if ! TAC_SERVER="$REPO/build-asan/tac-memcached" TAC_START_TIMEOUT=30 \
+    if ! TAC_SERVER="$REPO/build-asan/tac-memcached" TAC_START_TIMEOUT=30 TAC_SKIP_SLOW=1 \
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
          TAC_JUNIT_DIR="$RESULTS" TAC_JUNIT_NAME=asan tests/run-integration.sh; then

@@ -274,10 +274,16 @@ class ServerFactory:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "tac_only: checks tac-memcached behaviour that stock memcached lacks")
+    config.addinivalue_line("markers", "slow: a long run; skipped when TAC_SKIP_SLOW=1 (the sanitizer pass)")
     print("server under test: %s%s" % (SERVER_BIN, " (stock memcached)" if IS_STOCK else ""))
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("TAC_SKIP_SLOW") == "1":
+        skip_slow = pytest.mark.skip(reason="slow test; TAC_SKIP_SLOW=1")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
     if not IS_STOCK:
         return
     skip = pytest.mark.skip(reason="tac-only behaviour; TAC_SERVER is stock memcached")
