@@ -819,6 +819,18 @@ static void pt_process_line(conn *c, char *line)
             pt_run(c, d->cmd, tok, ntok, rest);
         return;
     }
+    /* An HTTP request line ("POST / HTTP/1.1"): a browser may have been
+     * made to send cache commands in a request body.  Close at once, as
+     * memcached does; nothing after this line is executed. */
+    if (ntok >= 2 && rest == NULL &&
+        strncmp(tok[ntok - 1].value, "HTTP/", 5) == 0) {
+        if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED) > 0)
+            fprintf(stderr, "<%d HTTP request line: closing\n", c->sfd);
+        c->rcurr += c->rbytes;
+        c->rbytes = 0;
+        conn_set_state(c, conn_closing);
+        return;
+    }
     out_string(c, "ERROR");
 }
 

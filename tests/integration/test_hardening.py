@@ -85,3 +85,30 @@ def test_bin_set_bodylen_huge(server):
     s.close()
     assert srv.alive()
     check_canaries(srv, vals)
+
+
+@pytest.mark.parametrize("request_line", [b"POST / HTTP/1.1", b"GET /index.html HTTP/1.0", b"PUT /x HTTP/2"])
+def test_http_request_closes_at_once(srv, request_line):
+    """Cache commands in an HTTP body (a browser can be made to send one)
+    never run: the request line closes the connection, as in memcached."""
+    body = b"set http-evil 0 0 5\r\nEVIL!\r\ndelete canary-00-" + b"k" * 30 + b"\r\n"
+    req = (request_line + b"\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    vals = store_canaries(srv, n=3)
+    s = socket.create_connection((srv.host, srv.port), timeout=5)
+    s.sendall(req)
+    data = b""
+    s.settimeout(5)
+    while True:
+        try:
+            chunk = s.recv(4096)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    # Nothing is answered: not even ERROR for the request line.
+    assert data == b"", data
+    c = srv.connect()
+    assert c.get(b"get http-evil\r\n") == b"END\r\n"
+    check_canaries(srv, vals)
