@@ -13,9 +13,22 @@
  * datagram behind an 8-byte frame header; their responses are cut into
  * datagrams of at most UDP_MAX_PAYLOAD bytes, each with its own header.
  *
+ * Connection memory.  One bound, settings.conn_mem_limit, covers what
+ * connections hold beyond their fixed RBUF_INITIAL read buffer: read
+ * buffers grown for long request lines or pipelined bytes, and the values
+ * of stores still being read.  Each connection's share is c->mem_held;
+ * the sum is the gauge conn_mem_bytes.  A growth that takes the sum past
+ * the bound marks the connections holding the most (an incomplete request
+ * by construction: a complete one is parsed before the buffer grows) for
+ * closing until the marked bytes cover the excess; their workers close
+ * them (conn_mem_close_marked) and count conn_mem_closed.  The bound is
+ * therefore exceeded by at most the growth steps in flight.
+ *
  * Threads.  A connection belongs to one worker thread and is touched only
- * by it.  The exception is `stats conns`, which reads the registry below
- * under conn_registry_lock; the fields it reads are written atomically.
+ * by it.  The exceptions are `stats conns` and the connection-memory
+ * victim search, which read the registry below under conn_registry_lock;
+ * the fields they read (state, last_cmd_time, mem_held) are written
+ * atomically, and mem_close is the only field another thread writes.
  */
 #include "config.h"
 
@@ -42,8 +55,7 @@
 #include "thread.h"
 
 #define RBUF_INITIAL (16 * 1024)
-/* A single request line may grow the read buffer up to this. */
-#define RBUF_MAX (16 * 1024 * 1024)
+#define RBUF_MAX CONN_RBUF_MAX
 #define RESP_CACHE_MAX 256
 #define WRITE_IOV_MAX 128
 #define UDP_HEADER_SIZE 8
@@ -82,6 +94,95 @@ static void conn_unregister(conn *c)
     if (c->sfd < conn_registry_size && conn_registry[c->sfd] == c)
         conn_registry[c->sfd] = NULL;
     pthread_mutex_unlock(&conn_registry_lock);
+}
+
+/* ---- Connection memory (conn_mem_limit) ------------------------------- */
+
+static size_t conn_mem_holding(const conn *c)
+{
+    if (c->transport == TRANSPORT_UDP)
+        return 0;
+    size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
+    if (c->item != NULL && c->state == conn_nread)
+        n += ITEM_ntotal(c->item);
+    return n;
+}
+
+/* Marks the biggest holders for closing until the marked bytes cover the
+ * excess over the bound, and wakes their workers.  Holds the registry lock
+ * so that no marked connection is freed meanwhile. */
+static void conn_mem_over(uint64_t used)
+{
+    uint64_t limit = settings.conn_mem_limit;
+    bool any = false;
+    pthread_mutex_lock(&conn_registry_lock);
+    uint64_t marked = 0;
+    for (int fd = 0; fd < conn_registry_size; fd++) {
+        conn *v = conn_registry[fd];
+        if (v && __atomic_load_n(&v->mem_close, __ATOMIC_RELAXED))
+            marked += __atomic_load_n(&v->mem_held, __ATOMIC_RELAXED);
+    }
+    while (used > limit + marked) {
+        conn *victim = NULL;
+        size_t most = 0;
+        for (int fd = 0; fd < conn_registry_size; fd++) {
+            conn *v = conn_registry[fd];
+            if (!v || __atomic_load_n(&v->mem_close, __ATOMIC_RELAXED))
+                continue;
+            size_t held = __atomic_load_n(&v->mem_held, __ATOMIC_RELAXED);
+            if (held > most) {
+                most = held;
+                victim = v;
+            }
+        }
+        if (victim == NULL)
+            break;
+        __atomic_store_n(&victim->mem_close, true, __ATOMIC_RELAXED);
+        marked += most;
+        any = true;
+    }
+    pthread_mutex_unlock(&conn_registry_lock);
+    /* Rare: wake every worker rather than track whose connections these
+     * are; each closes its own marked ones. */
+    for (int i = 0; any && i < worker_count(); i++)
+        worker_wake(worker_get(i));
+}
+
+/* Brings c's share of conn_mem_bytes up to date. */
+static void conn_mem_sync(conn *c)
+{
+    size_t now = conn_mem_holding(c);
+    size_t was = c->mem_held;
+    if (now == was)
+        return;
+    __atomic_store_n(&c->mem_held, now, __ATOMIC_RELAXED);
+    if (now < was) {
+        GSTATS_SUB(conn_mem_bytes, was - now);
+        return;
+    }
+    uint64_t used = STATS_ADD(&gstats, conn_mem_bytes, now - was) + (now - was);
+    if (used > settings.conn_mem_limit)
+        conn_mem_over(used);
+}
+
+static void conn_close_for_memory(conn *c)
+{
+    GSTATS_INCR(conn_mem_closed);
+    if (settings.verbose > 0)
+        fprintf(stderr, "<%d closing: holds %zu bytes of an incomplete "
+                "request past conn_mem_limit\n", c->sfd, c->mem_held);
+    conn_close(c);
+}
+
+void conn_mem_close_marked(struct worker *w)
+{
+    conn *c = w->conns;
+    while (c) {
+        conn *next = c->next_conn;
+        if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED))
+            conn_close_for_memory(c);
+        c = next;
+    }
 }
 
 static const char *const state_names[conn_max_state] = {
@@ -509,7 +610,10 @@ void conn_run_ready(struct worker *w)
 
 void conn_set_state(conn *c, enum conn_state state)
 {
+    enum conn_state was = c->state;
     __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
+    if (was == conn_nread || state == conn_nread)
+        conn_mem_sync(c);
 }
 
 static void conn_event_handler(evutil_socket_t fd, short which, void *arg);
@@ -641,6 +745,8 @@ void conn_close(conn *c)
             }
     }
     conn_release_queue(c);
+    if (c->mem_held > 0)
+        GSTATS_SUB(conn_mem_bytes, c->mem_held);
     if (c->prev_conn)
         c->prev_conn->next_conn = c->next_conn;
     else
@@ -701,6 +807,7 @@ static void conn_compact_rbuf(conn *c)
             free(c->rbuf);
             c->rbuf = small;
             c->rsize = RBUF_INITIAL;
+            conn_mem_sync(c);
         }
     }
     if (c->rcurr != c->rbuf) {
@@ -721,6 +828,9 @@ static enum read_result conn_read_network(conn *c)
             return READ_MEMORY;
         c->rbuf = c->rcurr = grown;
         c->rsize *= 2;
+        conn_mem_sync(c);
+        if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED))
+            return READ_ERROR;
     }
     ssize_t n = read(c->sfd, c->rbuf + c->rbytes, c->rsize - c->rbytes);
     if (n > 0) {
@@ -1007,6 +1117,10 @@ void conn_drive(conn *c)
         return;
     }
     for (;;) {
+        if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+            conn_close_for_memory(c);
+            return;
+        }
         switch (c->state) {
         case conn_new_cmd: {
             c->noreply = false;

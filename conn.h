@@ -130,6 +130,12 @@ struct conn {
                                later requests wait until they ran */
     conn *ready_next;
 
+    /* connection memory (conn.c, "Connection memory") */
+    size_t mem_held;        /* this conn's share of conn_mem_bytes; written
+                               by its worker, read under the registry lock */
+    bool mem_close;         /* set (atomic) by any thread under the
+                               registry lock: close, it holds the most */
+
     /* binary protocol: the request being handled (proto_bin.c) */
     struct {
         uint8_t opcode;     /* as received (quiet variants included) */
@@ -240,6 +246,9 @@ void conn_drive(conn *c);
 /* Closes connections idle longer than settings.idle_timeout. */
 void conn_close_idle(struct worker *w);
 void conn_close_all(struct worker *w);
+/* Closes the worker's connections marked for holding the most memory past
+ * settings.conn_mem_limit (after worker_wake()). */
+void conn_mem_close_marked(struct worker *w);
 /* For the `shutdown` command: stop the server gracefully. */
 void server_request_shutdown(void);
 

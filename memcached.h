@@ -36,6 +36,9 @@
 /* Seconds since process start, as the server clock sees them. */
 typedef uint32_t rel_time_t;
 
+/* A single request line may grow a connection's read buffer up to this. */
+#define CONN_RBUF_MAX (16 * 1024 * 1024)
+
 struct settings {
     size_t maxbytes;        /* -m: DRAM for items and meta tuples */
     int maxconns;           /* -c */
@@ -84,6 +87,8 @@ struct settings {
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
     int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
+    size_t conn_mem_limit;  /* -o conn_mem_limit, bytes (0 = auto until
+                               settings_finalize) */
 };
 
 extern struct settings settings;

@@ -107,6 +107,7 @@ enum opt_kind {
     OPT_INT,        /* integer within [min, max] */
     OPT_MEGABYTES,  /* size_t, given in megabytes (-m) */
     OPT_SIZE,       /* int bytes with optional k/m/g suffix (-I) */
+    OPT_BYTES,      /* size_t bytes with optional k/m/g suffix */
     OPT_DOUBLE,
     OPT_STRING,
     OPT_CHAR,
@@ -260,6 +261,12 @@ static const struct option_def options[] = {
     { 0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
       "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the\n"
       "                          pages, at least 3)" },
+    { 0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
+      "conn_mem_limit", "<bytes>", "memory all connections may hold beyond their first 16k\n"
+      "                          read buffer (long request lines, values being read);\n"
+      "                          past it the connection holding the most is closed\n"
+      "                          (default: the larger of 64m and -m/8, and at least\n"
+      "                          twice -I plus 16m)" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
@@ -340,6 +347,13 @@ static void opt_apply(const struct option_def *o, const char *arg)
         if (v < o->min || v > o->max)
             die("option '%s': %s is out of range", name, arg);
         *(int *)opt_field(o) = (int)v;
+        break;
+    case OPT_BYTES:
+        if (!arg || !parse_size(arg, &v))
+            die("option '%s': '%s' is not a size (e.g. 512k, 1m)", name, arg ? arg : "");
+        if (v < o->min || v > o->max)
+            die("option '%s': %s is out of range", name, arg);
+        *(size_t *)opt_field(o) = (size_t)v;
         break;
     case OPT_OCTAL:
         if (!arg)
@@ -545,6 +559,20 @@ bool settings_finalize(void)
         settings.chunk_size = 8;
     else if (!chunk_size_given && settings.nvm_path != NULL)
         settings.chunk_size = 24;
+    /* One request may hold a whole value, or a read buffer grown to
+     * CONN_RBUF_MAX for a long get line; the bound must let the largest
+     * of each through, twice over. */
+    size_t conn_floor = 2 * ((size_t)settings.item_size_max + CONN_RBUF_MAX);
+    if (settings.conn_mem_limit == 0) {
+        size_t v = (size_t)64 << 20;
+        if (settings.maxbytes / 8 > v)
+            v = settings.maxbytes / 8;
+        settings.conn_mem_limit = v > conn_floor ? v : conn_floor;
+    } else if (settings.conn_mem_limit < conn_floor) {
+        fprintf(stderr, "conn_mem_limit must be at least twice (-I + 16m): %zu bytes\n",
+                conn_floor);
+        return false;
+    }
     if (settings.chunk_size + 64 > settings.item_size_max) {
         fprintf(stderr, "slab minimum size (-n) is larger than the item size limit\n");
         return false;
@@ -569,6 +597,7 @@ void settings_stats(struct stat_sink *sink)
             stat_printf(sink, o->stat_name, "%o", *(int *)opt_field(o));
             break;
         case OPT_MEGABYTES:
+        case OPT_BYTES:
             stat_printf(sink, o->stat_name, "%zu", *(size_t *)opt_field(o));
             break;
         case OPT_DOUBLE:

@@ -218,6 +218,8 @@ static void stats_general(struct stat_sink *s)
     PRINT_GLOBAL(lru_bumps)
     PRINT_GLOBAL(lru_second_chances)
     PRINT_GLOBAL(outofmemory)
+    PRINT_GLOBAL(conn_mem_bytes)
+    PRINT_GLOBAL(conn_mem_closed)
     slabs_mover_stats(s);
 }
 

@@ -66,7 +66,8 @@ struct thread_stats {
     X(bytes)             \
     X(curr_connections)  \
     X(connection_structures) \
-    X(hash_bytes)
+    X(hash_bytes)        \
+    X(conn_mem_bytes)
 
 /* Engine-wide counters, cleared by `stats reset`. */
 #define GLOBAL_COUNTER_FIELDS(X) \
@@ -74,6 +75,7 @@ struct thread_stats {
     X(total_connections)     \
     X(rejected_connections)  \
     X(listen_disabled_num)   \
+    X(conn_mem_closed)       \
     X(evictions)             \
     X(evicted_unfetched)     \
     X(evicted_active)        \
@@ -105,6 +107,7 @@ extern struct global_stats gstats;
 #define GSTATS_ADD(field, n) STATS_ADD(&gstats, field, n)
 #define GSTATS_INCR(field) STATS_ADD(&gstats, field, 1)
 #define GSTATS_DECR(field) STATS_SUB(&gstats, field, 1)
+#define GSTATS_SUB(field, n) STATS_SUB(&gstats, field, n)
 #define SLAB_STATS_INCR(ts, clsid, field) STATS_INCR(&(ts)->slab[(clsid)], field)
 
 /*

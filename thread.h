@@ -43,6 +43,10 @@ void workers_add_udp(int sfd);
 /* Asks every worker to close its connections and exit; waits. */
 void workers_stop(void);
 
+/* Wakes a worker from any thread: it runs its hand-off queue and closes
+ * connections marked by the connection-memory bound. */
+void worker_wake(struct worker *w);
+
 int worker_count(void);
 struct worker *worker_get(int i);
 

@@ -6,6 +6,7 @@ up and every value stored before it reads back byte-exact.
 import os
 import socket
 import struct
+import time
 
 import pytest
 
@@ -112,3 +113,69 @@ def test_http_request_closes_at_once(srv, request_line):
     c = srv.connect()
     assert c.get(b"get http-evil\r\n") == b"END\r\n"
     check_canaries(srv, vals)
+
+
+def rss_anon_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssAnon")
+
+
+@pytest.mark.tac_only
+def test_conn_mem_limit_bounds_long_get_lines(server):
+    """40 connections each sending 15 MB of one `get` line: memcached grows
+    to ~750 MB.  Here conn_mem_limit (64 MB) bounds what they hold: the
+    biggest holders are closed and counted, stored data stays intact and
+    new connections are served."""
+    import threading
+    srv = server(["-m", "64", "-t", "2"])
+    vals = store_canaries(srv)
+    base_kb = rss_anon_kb(srv.proc.pid)
+    line = b"get " + b" ".join(b"key-%010d" % i for i in range(15 * 1024 * 1024 // 15))
+    assert len(line) > 15 << 20
+    peak = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], rss_anon_kb(srv.proc.pid))
+            except (OSError, AssertionError):
+                return
+            time.sleep(0.01)
+
+    def flood():
+        try:
+            s = socket.create_connection((srv.host, srv.port), timeout=20)
+            s.sendall(line)          # no end of line: the request stays incomplete
+            time.sleep(2)
+            s.close()
+        except OSError:
+            pass                     # closed by the server: expected for most
+
+    w = threading.Thread(target=watch)
+    w.start()
+    threads = [threading.Thread(target=flood) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stop.set()
+    w.join()
+    st = srv.connect().stats()
+    grown_mb = (peak[0] - base_kb) / 1024
+    print("RssAnon base %d KB, peak %d KB (+%.0f MB); conn_mem_closed %s" %
+          (base_kb, peak[0], grown_mb, st.get("conn_mem_closed")))
+    # The bound, plus one 16 MB read buffer per worker still growing, plus
+    # allocator slack.
+    assert grown_mb < 64 + 2 * 16 + 48, grown_mb
+    assert int(st["conn_mem_closed"]) > 0
+    assert srv.connect().stats(b"settings")["conn_mem_limit"] == str(64 << 20)
+    assert srv.alive()
+    check_canaries(srv, vals)
+    deadline = time.time() + 10
+    while int(srv.connect().stats()["conn_mem_bytes"]) != 0:
+        assert time.time() < deadline, "connection memory not given back"
+        time.sleep(0.1)
