@@ -11,8 +11,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 /* A number token must end at the NUL or at whitespace. */
 static bool num_end_ok(const char *str, const char *end)
@@ -205,4 +209,68 @@ uint64_t util_rand64(void)
     x ^= x >> 7;
     x ^= x << 17;
     return x;
+}
+
+/* ---- CRC32C ------------------------------------------------------------- */
+
+#define CRC32C_POLY 0x82F63B78u
+
+static uint32_t crc32c_table[256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+static bool crc32c_have_hw;
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc32c_table[i] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc32c_have_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len)
+{
+    pthread_once(&crc32c_once, crc32c_init);
+    const unsigned char *p = buf;
+    crc = ~crc;
+    while (len--)
+        crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint64_t c = ~crc;
+    while (len > 0 && ((uintptr_t)p & 7) != 0) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        len -= 8;
+    }
+    while (len-- > 0)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    pthread_once(&crc32c_once, crc32c_init);
+#if defined(__x86_64__)
+    if (crc32c_have_hw)
+        return crc32c_hw(crc, buf, len);
+#endif
+    return util_crc32c_sw(crc, buf, len);
 }

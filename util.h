@@ -1,6 +1,6 @@
 /*
- * util.h - small helpers shared by the protocol parsers: number parsing with
- * memcached's exact acceptance rules, base64, integer formatting.
+ * util.h - small helpers: number parsing with memcached's exact acceptance
+ * rules, base64, integer formatting, a per-thread random number and CRC32C.
  *
  * Everything here is pure (no global state) and safe to call from any thread.
  */
@@ -68,5 +68,17 @@ char *util_i64toa(int64_t v, char *p);
  * the thread's own address): sampling and coin flips, not cryptography.
  * Any thread, no locks. */
 uint64_t util_rand64(void);
+
+/*
+ * CRC32C (Castagnoli polynomial, reflected 0x82F63B78), the checksum of
+ * iSCSI, ext4 and SSE4.2's crc32 instruction, which is used when the CPU has
+ * it (a byte table otherwise).  It detects every error burst of 32 bits or
+ * less, so every change confined to one byte.  Start with crc = 0; chaining
+ * works: util_crc32c(util_crc32c(0, a, n), b, m) is the CRC of a then b.
+ * util_crc32c(0, "123456789", 9) == 0xE3069283.
+ */
+uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The table implementation alone, for tests. */
+uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 
 #endif

@@ -25,6 +25,7 @@ struct ssd_store;
     X(nvm_alloc_failures)    \
     X(meta_alloc_failures)   \
     X(nvm_read_errors)       \
+    X(tuple_checksum_failures) \
     X(meta_rehomed)          \
     X(evictor_runs)          \
     X(evictor_wakeups)       \

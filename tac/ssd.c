@@ -334,24 +334,33 @@ unsigned long long tac_ssd_items(void)
 
 /* ---- Reading ------------------------------------------------------------ */
 
+enum fill_result {
+    FILL_OK,
+    FILL_OTHER,     /* not t's tuple (moved, reclaimed): look it up again */
+    FILL_CORRUPT,   /* t's tuple, damaged: never served */
+};
+
 /* Checks that [data, data + len) is the tuple of transient item t's key
  * and version, and copies its value into t. */
-static bool transient_fill(item *t, const char *data, size_t len)
+static enum fill_result transient_fill(item *t, const char *data, size_t len)
 {
     struct tac_tuple_hdr hdr;
     if (data == NULL || len < sizeof(hdr))
-        return false;
+        return FILL_OTHER;
     memcpy(&hdr, data, sizeof(hdr));
-    if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey != t->nkey ||
-        hdr.nbytes != t->nbytes || len < tac_tuple_size(hdr.nkey, hdr.nbytes))
-        return false;
+    if (!tac_tuple_sane(&hdr, len) || hdr.nkey != t->nkey ||
+        hdr.nbytes != t->nbytes)
+        return FILL_OTHER;
     const char *key = data + sizeof(hdr);
     const char *value = key + hdr.nkey;
-    if (memcmp(key, ITEM_key(t), t->nkey) != 0 ||
-        tac_tuple_checksum(&hdr, key, value) != hdr.checksum)
-        return false;
+    if (memcmp(key, ITEM_key(t), t->nkey) != 0)
+        return FILL_OTHER;
+    if (tac_tuple_checksum(&hdr, key, value) != hdr.checksum) {
+        TAC_INCR(tuple_checksum_failures);
+        return FILL_CORRUPT;
+    }
     memcpy(ITEM_data(t), value, hdr.nbytes);
-    return true;
+    return FILL_OK;
 }
 
 struct tac_reader {
@@ -459,7 +468,14 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
                       size_t len)
 {
     struct pending_read *pr = arg;
-    if (st == SSD_OK && transient_fill(pr->t, data, len)) {
+    enum fill_result fill = st == SSD_OK ? transient_fill(pr->t, data, len)
+                                         : FILL_OTHER;
+    if (fill == FILL_CORRUPT) {
+        TAC_INCR(ssd_read_misses);
+        read_finish(pr, NULL);
+        return;
+    }
+    if (fill == FILL_OK) {
         TAC_INCR(get_hits_ssd);
         /* A warm or hot SSD item brings its whole buf up (TaC 4.2);
          * the comparison policies move only the item itself. */
@@ -585,7 +601,7 @@ item *tac_ssd_materialize(item *meta)
     size_t got = 0;
     bool ok = t != NULL && buf != NULL &&
               read_sync(item_meta_ref(meta), len, false, buf, len, &got) == SSD_OK &&
-              transient_fill(t, buf, got);
+              transient_fill(t, buf, got) == FILL_OK;
     free(buf);
     TAC_INCR(ssd_sync_reads);
     if (!ok) {
@@ -607,10 +623,9 @@ static size_t tuple_at(const char *mem, size_t used, size_t off)
     if (off + sizeof(hdr) > used)
         return 0;
     memcpy(&hdr, mem + off, sizeof(hdr));
-    if (hdr.version != TAC_TUPLE_VERSION || hdr.nkey == 0)
+    if (!tac_tuple_sane(&hdr, used - off))
         return 0;
-    size_t len = tac_tuple_size(hdr.nkey, hdr.nbytes);
-    return len <= used - off ? len : 0;
+    return tac_tuple_size(hdr.nkey, hdr.nbytes);
 }
 
 /* Offset of the tuple after the one at off, len bytes long. */
@@ -649,7 +664,7 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         item_release(meta);
         return;
     }
-    if (!transient_fill(t, data, tac_tuple_size(hdr.nkey, hdr.nbytes))) {
+    if (transient_fill(t, data, tac_tuple_size(hdr.nkey, hdr.nbytes)) != FILL_OK) {
         item_release(t);
         item_release(meta);
         return;
@@ -738,6 +753,11 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
     item_lock(hv);
     item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (it != NULL && item_value_async(it) && item_meta_ref(it) == tref) {
+        /* A damaged tuple is not copied on: its item is dropped. */
+        if (!drop && tac_tuple_checksum(&hdr, key, key + hdr.nkey) != hdr.checksum) {
+            TAC_INCR(tuple_checksum_failures);
+            drop = true;
+        }
         if (drop) {
             do_item_evict(it, hv);
             TAC_INCR(ssd_items_dropped);

@@ -308,16 +308,22 @@ bool tac_nvm_read_value(const item *meta, char *dst)
     struct tac_tuple_hdr hdr;
     char key[KEY_MAX_LENGTH];
     nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
-    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
+    /* The meta tuple's lengths bound every copy below. */
+    if (!tac_tuple_sane(&hdr, tac_tuple_size(meta->nkey, meta->nbytes)) ||
+        hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
         hdr.rev_ptr != (uint64_t)(uintptr_t)meta) {
         TAC_INCR(nvm_read_errors);
         return false;
     }
     nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
     nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, dst, hdr.nbytes);
-    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
-        tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
+    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0) {
         TAC_INCR(nvm_read_errors);
+        return false;
+    }
+    if (tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
+        TAC_INCR(nvm_read_errors);
+        TAC_INCR(tuple_checksum_failures);
         return false;
     }
     return true;

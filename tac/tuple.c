@@ -6,26 +6,9 @@
 
 #include <string.h>
 
+#include "memcached.h"
 #include "tac/tuple.h"
-
-/* A word-at-a-time multiplicative checksum, fed segment by segment. */
-static uint64_t sum_bytes(uint64_t h, const void *p, size_t len)
-{
-    const unsigned char *b = p;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
-        h ^= h >> 29;
-        b += 8;
-        len -= 8;
-    }
-    uint64_t tail = len;
-    for (size_t i = 0; i < len; i++)
-        tail = (tail << 8) | b[i];
-    h = (h ^ tail) * 0xC2B2AE3D27D4EB4FULL;
-    return h ^ (h >> 32);
-}
+#include "util.h"
 
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value)
@@ -34,10 +17,19 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
     struct tac_tuple_hdr h = *hdr;
     h.checksum = 0;
     h.rev_ptr = 0;
-    uint64_t s = sum_bytes(0x243F6A8885A308D3ULL, &h, sizeof(h));
-    s = sum_bytes(s, key, h.nkey);
-    s = sum_bytes(s, value, h.nbytes);
-    return (uint32_t)(s ^ (s >> 32));
+    uint32_t crc = util_crc32c(0, &h, sizeof(h));
+    crc = util_crc32c(crc, key, h.nkey);
+    return util_crc32c(crc, value, h.nbytes);
+}
+
+bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
+{
+    if (hdr->version != TAC_TUPLE_VERSION || hdr->nkey == 0 ||
+        hdr->nkey > KEY_MAX_LENGTH || hdr->nbytes < 2 ||
+        hdr->nbytes > (uint32_t)settings.item_size_max)
+        return false;
+    /* No overflow: nkey < 256 and nbytes < 2^32 in a size_t. */
+    return tac_tuple_size(hdr->nkey, hdr->nbytes) <= room;
 }
 
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta)

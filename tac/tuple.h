@@ -8,9 +8,12 @@
  *
  * The header's flags, exptime, CAS and time are a snapshot taken when the
  * tuple was written; the DRAM meta tuple is authoritative for all of them
- * (touch and gat change only the meta tuple).  The checksum covers the
- * header (with checksum and revPtr as 0), the key and the value, so a meta
- * tuple can move to another DRAM chunk by rewriting revPtr alone.
+ * (touch and gat change only the meta tuple).  The checksum is a CRC32C
+ * (util_crc32c) of the header (with checksum and revPtr as 0), the key and
+ * the value, so a meta tuple can move to another DRAM chunk by rewriting
+ * revPtr alone; it catches every change of up to 32 consecutive bits, so
+ * every changed byte.  Every reader checks tac_tuple_sane() before it uses
+ * a header's lengths, and the checksum before it uses the key or value.
  */
 #ifndef TAC_TUPLE_H
 #define TAC_TUPLE_H
@@ -34,7 +37,7 @@ struct tac_tuple_hdr {
     uint8_t pad[2];
 };
 
-#define TAC_TUPLE_VERSION 1
+#define TAC_TUPLE_VERSION 2         /* 2: CRC32C */
 
 static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 {
@@ -44,9 +47,14 @@ static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 /* Fills hdr from the item whose value is stored (it) and its meta tuple. */
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta);
 
-/* Checksum of header (checksum and revPtr as 0), key and value. */
+/* CRC32C of header (checksum and revPtr as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value);
+
+/* True if a header read back from a tier is of this format and its
+ * lengths are possible: 1..KEY_MAX_LENGTH key bytes, a value of 2 bytes
+ * ("\r\n") up to -I, and the whole tuple within `room` bytes. */
+bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room);
 
 /*
  * The validity check (DESIGN.md 3): the tuple at `ref` in `tier`, whose

@@ -1,6 +1,7 @@
 /*
  * test_tuple.c - the lower-tier tuple format: header from an item, the
- * checksum (which leaves revPtr out, so a meta tuple can move), and the
+ * CRC32C checksum (which leaves revPtr out, so a meta tuple can move, and
+ * catches every single-byte change), header sanity checks, and the
  * validity check revPtr <-> meta tuple <-> key <-> reference that fetch
  * and defrag rely on.
  */
@@ -10,6 +11,9 @@
 #include "memcached.h"
 #include "tac/tuple.h"
 #include "unit.h"
+#include "util.h"
+
+#include <stddef.h>
 
 #define REF 4096
 
@@ -114,6 +118,163 @@ static void test_replaced_meta_kills_old_tuple(void)
     item_release(src);
 }
 
+/* Byte-flip detection: for each checksummed byte of a tuple (header but
+ * revPtr and the checksum itself, key, value), XOR it with each pattern and
+ * require a different checksum.  Returns the number of undetected flips. */
+static unsigned long flips_undetected(size_t nkey, size_t nvalue)
+{
+    static const unsigned char patterns[] = { 0x01, 0xFF };
+    char key[KEY_MAX_LENGTH];
+    char *value = malloc(nvalue);
+    CHECK(value != NULL);
+    for (size_t i = 0; i < nkey; i++)
+        key[i] = (char)('a' + unit_rand() % 26);
+    for (size_t i = 0; i < nvalue; i++)
+        value[i] = (char)unit_rand();
+    struct tac_tuple_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.rev_ptr = 0x1234;
+    h.cas = unit_rand();
+    h.nbytes = (uint32_t)nvalue;
+    h.flags = (uint32_t)unit_rand();
+    h.exptime = (uint32_t)unit_rand();
+    h.time = (uint32_t)unit_rand();
+    h.nkey = (uint8_t)nkey;
+    h.version = TAC_TUPLE_VERSION;
+    uint32_t good = tac_tuple_checksum(&h, key, value);
+    unsigned long missed = 0;
+
+    unsigned char *hb = (unsigned char *)&h;
+    for (size_t i = 0; i < sizeof(h); i++) {
+        if (i - offsetof(struct tac_tuple_hdr, rev_ptr) < sizeof(h.rev_ptr) ||
+            (i >= offsetof(struct tac_tuple_hdr, checksum) &&
+             i < offsetof(struct tac_tuple_hdr, checksum) + sizeof(h.checksum)))
+            continue;
+        /* nkey and nbytes say how many bytes follow: flipping them changes
+         * what is summed, so keep the buffers large enough to read. */
+        if (i >= offsetof(struct tac_tuple_hdr, nbytes) &&
+            i < offsetof(struct tac_tuple_hdr, nbytes) + sizeof(h.nbytes))
+            continue;
+        if (i == offsetof(struct tac_tuple_hdr, nkey))
+            continue;
+        for (size_t p = 0; p < sizeof(patterns); p++) {
+            hb[i] ^= patterns[p];
+            missed += tac_tuple_checksum(&h, key, value) == good;
+            hb[i] ^= patterns[p];
+        }
+    }
+    for (size_t i = 0; i < nkey; i++)
+        for (size_t p = 0; p < sizeof(patterns); p++) {
+            key[i] ^= (char)patterns[p];
+            missed += tac_tuple_checksum(&h, key, value) == good;
+            key[i] ^= (char)patterns[p];
+        }
+    for (size_t i = 0; i < nvalue; i++)
+        for (size_t p = 0; p < sizeof(patterns); p++) {
+            value[i] ^= (char)patterns[p];
+            missed += tac_tuple_checksum(&h, key, value) == good;
+            value[i] ^= (char)patterns[p];
+        }
+    free(value);
+    return missed;
+}
+
+/* A changed length field: the sum then covers other bytes; it must still
+ * differ (checked with buffers long enough for the larger length). */
+static unsigned long length_flips_undetected(size_t nkey, size_t nvalue)
+{
+    char key[256];
+    char *value = calloc(1, nvalue + 0x10000);
+    CHECK(value != NULL);
+    memset(key, 'k', sizeof(key));
+    struct tac_tuple_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.nbytes = (uint32_t)nvalue;
+    h.nkey = (uint8_t)nkey;
+    h.version = TAC_TUPLE_VERSION;
+    uint32_t good = tac_tuple_checksum(&h, key, value);
+    unsigned long missed = 0;
+    static const unsigned char patterns[] = { 0x01, 0xFF };
+    for (size_t p = 0; p < sizeof(patterns); p++) {
+        h.nkey ^= patterns[p];
+        missed += tac_tuple_checksum(&h, key, value) == good;
+        h.nkey ^= patterns[p];
+        /* the low two bytes of nbytes (the higher ones would read GBs) */
+        for (int b = 0; b < 2; b++) {
+            h.nbytes ^= (uint32_t)patterns[p] << (8 * b);
+            missed += tac_tuple_checksum(&h, key, value) == good;
+            h.nbytes ^= (uint32_t)patterns[p] << (8 * b);
+        }
+    }
+    free(value);
+    return missed;
+}
+
+static void test_checksum_catches_every_byte_flip(void)
+{
+    static const size_t keys[] = { 1, 33, 250 };
+    static const size_t sampled[] = { 65, 100, 127, 128, 255, 256, 257, 1000,
+                                      1023, 1024, 1029, 2047, 4093, 4094,
+                                      4095, 4096 };
+    unsigned long missed = 0, cases = 0;
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+        for (size_t v = 1; v <= 64; v++, cases++)
+            missed += flips_undetected(keys[k], v) +
+                      length_flips_undetected(keys[k], v);
+        for (size_t i = 0; i < sizeof(sampled) / sizeof(sampled[0]); i++, cases++)
+            missed += flips_undetected(keys[k], sampled[i]) +
+                      length_flips_undetected(keys[k], sampled[i]);
+    }
+    fprintf(stderr, "  byte flips: %lu tuple shapes, %lu undetected\n", cases, missed);
+    CHECK_UEQ(missed, 0);
+}
+
+static void test_crc32c(void)
+{
+    CHECK_UEQ(util_crc32c(0, "123456789", 9), 0xE3069283u);
+    CHECK_UEQ(util_crc32c_sw(0, "123456789", 9), 0xE3069283u);
+    CHECK_UEQ(util_crc32c(0, "", 0), 0);
+    /* The instruction and the table agree at every length and alignment,
+     * and chaining equals one pass. */
+    unsigned char buf[600];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)unit_rand();
+    for (size_t off = 0; off < 8; off++)
+        for (size_t len = 0; len + off <= sizeof(buf); len += 1 + len / 8) {
+            uint32_t a = util_crc32c(0, buf + off, len);
+            CHECK_UEQ(a, util_crc32c_sw(0, buf + off, len));
+            size_t cut = len / 3;
+            CHECK_UEQ(util_crc32c(util_crc32c(0, buf + off, cut), buf + off + cut,
+                                  len - cut), a);
+        }
+}
+
+static void test_sane_header(void)
+{
+    struct tac_tuple_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.version = TAC_TUPLE_VERSION;
+    h.nkey = 10;
+    h.nbytes = 100;
+    size_t size = tac_tuple_size(10, 100);
+    CHECK(tac_tuple_sane(&h, size));
+    CHECK(!tac_tuple_sane(&h, size - 1));          /* past the room */
+    h.version = TAC_TUPLE_VERSION + 1;
+    CHECK(!tac_tuple_sane(&h, size));
+    h.version = TAC_TUPLE_VERSION;
+    h.nkey = 0;
+    CHECK(!tac_tuple_sane(&h, size));
+    h.nkey = 251;                                   /* > KEY_MAX_LENGTH */
+    CHECK(!tac_tuple_sane(&h, 1 << 20));
+    h.nkey = 10;
+    h.nbytes = 1;                                   /* no "\r\n" */
+    CHECK(!tac_tuple_sane(&h, size));
+    h.nbytes = 0xFFFFFFFFu;                         /* past -I, and huge */
+    CHECK(!tac_tuple_sane(&h, SIZE_MAX));
+    h.nbytes = (uint32_t)settings.item_size_max + 1;
+    CHECK(!tac_tuple_sane(&h, SIZE_MAX));
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -124,6 +285,9 @@ int main(int argc, char **argv)
     RUN_TEST(test_header_and_checksum);
     RUN_TEST(test_validity);
     RUN_TEST(test_replaced_meta_kills_old_tuple);
+    RUN_TEST(test_crc32c);
+    RUN_TEST(test_sane_header);
+    RUN_TEST(test_checksum_catches_every_byte_flip);
     fprintf(stderr, "test_tuple: ok\n");
     return 0;
 }
