@@ -722,6 +722,13 @@ static void conn_release_queue(conn *c)
     c->resp_tail = NULL;
 }
 
+static void (*close_hook)(void);
+
+void conn_set_close_hook(void (*fn)(void))
+{
+    close_hook = fn;
+}
+
 void conn_close(conn *c)
 {
     struct worker *w = c->thread;
@@ -761,6 +768,8 @@ void conn_close(conn *c)
     close(c->sfd);
     free(c->rbuf);
     free(c);
+    if (close_hook != NULL)
+        close_hook();
 }
 
 /* Closes connections idle (waiting for a command) longer than

@@ -241,6 +241,9 @@ void conn_set_state(conn *c, enum conn_state state);
  * caller closes sfd). */
 conn *conn_new(int sfd, enum conn_transport transport, struct worker *w);
 void conn_close(conn *c);
+/* fn runs (on the closing worker) after every connection close: the
+ * listener resumes accepting when it had run out of descriptors. */
+void conn_set_close_hook(void (*fn)(void));
 /* Runs the state machine until the connection blocks or closes. */
 void conn_drive(conn *c);
 /* Closes connections idle longer than settings.idle_timeout. */

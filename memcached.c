@@ -55,6 +55,98 @@ static int nlisteners;
 
 /* ---- Accepting ---------------------------------------------------------- */
 
+/*
+ * Out of file descriptors.  accept() failing with EMFILE/ENFILE leaves the
+ * connection in the kernel's backlog, so the listen socket stays readable:
+ * retrying at once would spin.  Accepting pauses instead (every listen
+ * event removed) until a connection closes, which any worker signals with
+ * resume_ev (event_active is thread-safe with evthread_use_pthreads), or
+ * at the latest after ACCEPT_RETRY_MS, in case the descriptors were held
+ * by something else.  A pause lasts, for the log and the stats, until an
+ * accept finds the backlog empty with descriptors to spare: one line when
+ * it starts and one when it ends, however often accepting resumes for a
+ * single connection in between.  listen_disabled_num counts the pauses and
+ * time_in_listen_disabled_us their length, as in memcached.
+ */
+#define ACCEPT_RETRY_MS 1000
+
+static struct event *resume_ev;     /* main base; activated on a close */
+static struct event *retry_ev;      /* main base; the ACCEPT_RETRY_MS timer */
+static int accept_paused;           /* atomic: read by workers on close */
+static bool accept_pause_logged;    /* main thread: paused, and said so */
+static struct timespec paused_since;
+
+static void listener_accept(evutil_socket_t fd, short which, void *arg);
+
+static void listeners_enable(bool on)
+{
+    for (int i = 0; i < nlisteners; i++) {
+        if (listeners[i].ev == NULL)
+            continue;
+        if (on)
+            event_add(listeners[i].ev, NULL);
+        else
+            event_del(listeners[i].ev);
+    }
+}
+
+static void accept_pause(void)
+{
+    struct timeval retry = { ACCEPT_RETRY_MS / 1000, (ACCEPT_RETRY_MS % 1000) * 1000 };
+    listeners_enable(false);
+    __atomic_store_n(&accept_paused, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&gstats.accepting_conns, 0, __ATOMIC_RELAXED);
+    evtimer_add(retry_ev, &retry);
+    if (!accept_pause_logged) {
+        accept_pause_logged = true;
+        clock_gettime(CLOCK_MONOTONIC, &paused_since);
+        GSTATS_INCR(listen_disabled_num);
+        fprintf(stderr, "Too many open files: accepting paused until a "
+                "connection closes (-c %d)\n", settings.maxconns);
+    }
+}
+
+/* Tries accepting again (a connection closed, or the retry timer). */
+static void accept_resume(evutil_socket_t fd, short which, void *arg)
+{
+    (void)fd;
+    (void)which;
+    (void)arg;
+    if (!__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_store_n(&accept_paused, 0, __ATOMIC_RELEASE);
+    evtimer_del(retry_ev);
+    listeners_enable(true);
+    __atomic_store_n(&gstats.accepting_conns, 1, __ATOMIC_RELAXED);
+    /* Accept what waits now: this also tells whether descriptors are left
+     * once the backlog is empty (the end of the pause) or not (pause). */
+    for (int i = 0; i < nlisteners; i++)
+        if (listeners[i].ev != NULL &&
+            !__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+            listener_accept(listeners[i].fd, EV_READ, &listeners[i]);
+}
+
+/* The backlog is empty and descriptors are left: the pause is over. */
+static void accept_note_drained(void)
+{
+    if (!accept_pause_logged)
+        return;
+    accept_pause_logged = false;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t us = (uint64_t)(now.tv_sec - paused_since.tv_sec) * 1000000u +
+                  (uint64_t)((now.tv_nsec - paused_since.tv_nsec) / 1000);
+    GSTATS_ADD(time_in_listen_disabled_us, us);
+    fprintf(stderr, "Accepting connections again\n");
+}
+
+/* Called by conn_close on any worker. */
+static void on_conn_closed(void)
+{
+    if (__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+        event_active(resume_ev, EV_READ, 0);
+}
+
 static void listener_accept(evutil_socket_t fd, short which, void *arg)
 {
     struct listener *l = arg;
@@ -62,13 +154,12 @@ static void listener_accept(evutil_socket_t fd, short which, void *arg)
     for (int i = 0; i < 64; i++) {
         int sfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (sfd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                GSTATS_INCR(listen_disabled_num);
-                fprintf(stderr, "Too many open files: cannot accept\n");
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK &&
-                       errno != EINTR && errno != ECONNABORTED) {
+            if (errno == EMFILE || errno == ENFILE)
+                accept_pause();
+            else if (errno == EAGAIN || errno == EWOULDBLOCK)
+                accept_note_drained();
+            else if (errno != EINTR && errno != ECONNABORTED)
                 perror("accept()");
-            }
             return;
         }
         if (STATS_GET(&gstats, curr_connections) >= (uint64_t)settings.maxconns) {
@@ -254,20 +345,37 @@ static bool server_listen_unix(const char *path, int mask)
 
 /* ---- Process setup ------------------------------------------------------ */
 
+/* Descriptors the server needs besides client connections: stdio,
+ * listeners, per worker an eventfd, a libevent backend fd and an SSD read
+ * ring, the tier files, the io_uring and evictor/fetcher/LRU threads'
+ * own, and slack for a restart's files.  Like memcached, the server refuses
+ * to start when the limit cannot cover -c plus this. */
+static rlim_t fd_headroom(void)
+{
+    return 64 + 4 * (rlim_t)settings.num_threads;
+}
+
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        fprintf(stderr, "failed to getrlimit number of files: %s\n", strerror(errno));
+        exit(EX_OSERR);
+    }
+    rlim_t want = (rlim_t)settings.maxconns + fd_headroom();
+    if (rl.rlim_cur >= want)
         return;
-    rlim_t want = (rlim_t)settings.maxconns + 64;
-    if (rl.rlim_cur < want) {
-        rl.rlim_cur = want;
-        if (rl.rlim_max < want)
-            rl.rlim_max = want;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            fprintf(stderr, "warning: cannot raise the open file limit to %lu; "
-                    "-c %d may not be reachable\n", (unsigned long)want,
-                    settings.maxconns);
+    struct rlimit up = rl;
+    up.rlim_cur = want;
+    if (up.rlim_max < want)
+        up.rlim_max = want;
+    if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
+        fprintf(stderr, "failed to set rlimit for open files: the limit is %lu "
+                "(hard %lu) and -c %d needs %lu; raise it (ulimit -n, or "
+                "LimitNOFILE= in a systemd unit) or lower -c\n",
+                (unsigned long)rl.rlim_cur, (unsigned long)rl.rlim_max,
+                settings.maxconns, (unsigned long)want);
+        exit(EX_OSERR);
     }
 }
 
@@ -362,7 +470,11 @@ static bool add_main_events(void)
     struct event *clock_ev = event_new(main_base, -1, EV_PERSIST, clock_tick, NULL);
     struct event *term = evsignal_new(main_base, SIGTERM, on_signal, NULL);
     struct event *intr = evsignal_new(main_base, SIGINT, on_signal, NULL);
-    return clock_ev && term && intr && event_add(clock_ev, &tick) == 0 &&
+    resume_ev = event_new(main_base, -1, 0, accept_resume, NULL);
+    retry_ev = evtimer_new(main_base, accept_resume, NULL);
+    conn_set_close_hook(on_conn_closed);
+    return clock_ev && term && intr && resume_ev && retry_ev &&
+           event_add(clock_ev, &tick) == 0 &&
            event_add(term, NULL) == 0 && event_add(intr, NULL) == 0;
 }
 
@@ -394,6 +506,7 @@ int main(int argc, char **argv)
         exit(EXIT_FAILURE);
     }
 
+    __atomic_store_n(&gstats.accepting_conns, 1, __ATOMIC_RELAXED);
     clock_update();
     items_init();
     if (!tac_init())

@@ -157,7 +157,8 @@ static const struct option_def options[] = {
     { 'M', "disable-evictions", OPT_CLEAR, S(evict_to_free), 0, 0, false,
       "evictions", NULL, "return error on memory exhausted instead of evicting" },
     { 'c', "conn-limit", OPT_INT, S(maxconns), 1, 1 << 20, false, "maxconns",
-      "<num>", "max simultaneous connections (default: 1024)" },
+      "<num>", "max simultaneous connections (default: 1024); the start is\n"
+      "                          refused when the open file limit cannot cover it" },
     { 'k', "lock-memory", OPT_SET, S(lock_memory), 0, 0, false, NULL, NULL,
       "lock down all paged memory" },
     { 'v', "verbose", OPT_VERBOSE, S(verbose), 0, 0, false, "verbosity", NULL,

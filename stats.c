@@ -191,9 +191,12 @@ static void stats_general(struct stat_sink *s)
     stat_printf(s, "bytes_read", "%llu", (unsigned long long)ts.bytes_read);
     stat_printf(s, "bytes_written", "%llu", (unsigned long long)ts.bytes_written);
     stat_printf(s, "limit_maxbytes", "%zu", settings.maxbytes);
-    stat_printf(s, "accepting_conns", "1");
+    stat_printf(s, "accepting_conns", "%llu",
+                (unsigned long long)STATS_GET(&gstats, accepting_conns));
     stat_printf(s, "listen_disabled_num", "%llu",
                 (unsigned long long)STATS_GET(&gstats, listen_disabled_num));
+    stat_printf(s, "time_in_listen_disabled_us", "%llu",
+                (unsigned long long)STATS_GET(&gstats, time_in_listen_disabled_us));
     stat_printf(s, "threads", "%d", settings.num_threads);
     stat_printf(s, "conn_yields", "%llu", (unsigned long long)ts.conn_yields);
     assoc_stats(s);

@@ -67,7 +67,8 @@ struct thread_stats {
     X(curr_connections)  \
     X(connection_structures) \
     X(hash_bytes)        \
-    X(conn_mem_bytes)
+    X(conn_mem_bytes)    \
+    X(accepting_conns)
 
 /* Engine-wide counters, cleared by `stats reset`. */
 #define GLOBAL_COUNTER_FIELDS(X) \
@@ -75,6 +76,7 @@ struct thread_stats {
     X(total_connections)     \
     X(rejected_connections)  \
     X(listen_disabled_num)   \
+    X(time_in_listen_disabled_us) \
     X(conn_mem_closed)       \
     X(evictions)             \
     X(evicted_unfetched)     \
