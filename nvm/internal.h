@@ -54,6 +54,8 @@ struct nvm_region {
     char *path;             /* malloc'd copy */
     bool is_pmem;
     bool is_anon;           /* numa:N: munmap, nothing to make durable */
+    bool created;               /* nvm_open created the file: a failed
+                                   open removes it */
     int numa_node;
     enum nvm_prev_state prev_state;
     unsigned read_ns, write_ns;

@@ -89,6 +89,10 @@ enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out);
  */
 void nvm_close(struct nvm_region *r);
 
+/* Closes r after a failed start: unmaps it and removes the file if
+ * nvm_open created it, so that a start that fails leaves nothing behind. */
+void nvm_abandon(struct nvm_region *r);
+
 /* ---- Allocation ---------------------------------------------------------
  * Classes are numbered 1..nvm_nclasses(r).  Slot sizes start at 256 B,
  * each next class is max(prev + 256, prev * factor) rounded up to 256 B,

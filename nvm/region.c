@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <sys/statfs.h>
 
 #include "nvm/internal.h"
@@ -173,8 +174,15 @@ static enum nvm_status map_file(struct nvm_region *r, const char *path,
         p = pmem_map_file(path, 0, 0, 0, &len, &is_pmem);
     else
         p = pmem_map_file(path, size, PMEM_FILE_CREATE, 0600, &len, &is_pmem);
-    if (p == NULL)
-        return status_of_errno(errno);
+    r->created = !exists && (p != NULL || access(path, F_OK) == 0);
+    if (p == NULL) {
+        int err = errno;
+        if (r->created)             /* e.g. no room: leave nothing behind */
+            unlink(path);
+        r->created = false;
+        errno = err;
+        return status_of_errno(err);
+    }
     r->base = p;
     r->mapped_len = len;
     r->capacity = size != 0 && size < len ? size : len;
@@ -340,10 +348,24 @@ fail:;
     int err = errno;
     nvm_alloc_destroy(r);
     region_unmap(r);
+    if (r->created)
+        unlink(r->path);
     free(r->path);
     free(r);
     errno = err;
     return st;
+}
+
+void nvm_abandon(struct nvm_region *r)
+{
+    if (r == NULL)
+        return;
+    nvm_alloc_destroy(r);
+    region_unmap(r);
+    if (r->created)
+        unlink(r->path);
+    free(r->path);
+    free(r);
 }
 
 void nvm_close(struct nvm_region *r)

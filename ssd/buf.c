@@ -172,9 +172,12 @@ enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg)
     return SSD_OK;
 }
 
-void ssd_buf_write_done(struct ssd_buf *b, enum ssd_status st)
+void ssd_buf_write_done(struct ssd_buf *b, int err)
 {
     struct ssd_store *s = b->s;
+    enum ssd_status st = err == 0 ? SSD_OK : SSD_ERR_IO;
+    if (err != 0)
+        atomic_store_explicit(&s->write_errno, err, memory_order_relaxed);
     if (st == SSD_OK) {
         ST_ADD(s, bufs_written, 1);
         ST_ADD(s, bytes_written, b->wlen);
@@ -261,4 +264,21 @@ bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
     }
     pthread_mutex_unlock(&s->lock);
     return hit;
+}
+
+const char *ssd_buf_data(const struct ssd_buf *b)
+{
+    return b->mem;
+}
+
+uint64_t ssd_buf_ref(const struct ssd_buf *b)
+{
+    return ssd_ref_pack(b->version, (uint16_t)b->page,
+                        (uint32_t)(b->slot * b->s->buf_size));
+}
+
+int ssd_write_errno(const struct ssd_store *s)
+{
+    struct ssd_store *m = (struct ssd_store *)s;
+    return atomic_load_explicit(&m->write_errno, memory_order_relaxed);
 }

@@ -127,6 +127,8 @@ struct ssd_store {
     bool pool_stop;
     pthread_t *pool;
 
+    _Atomic int write_errno;      /* errno of the last failed buf write */
+
 #define SSD_STATS_ATOMIC(name, help) _Atomic uint64_t st_##name;
     SSD_STATS_FIELDS(SSD_STATS_ATOMIC)
 #undef SSD_STATS_ATOMIC
@@ -148,7 +150,9 @@ int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
                       unsigned *slot, enum ssd_status *st);
 
 /* buf.c */
-void ssd_buf_write_done(struct ssd_buf *b, enum ssd_status st);
+/* err: 0 on success, else the errno of the failed write (EIO for a
+ * write that came back short). */
+void ssd_buf_write_done(struct ssd_buf *b, int err);
 void ssd_buf_unref(struct ssd_buf *b);
 /* Copies [ref, ref+len) into dst when ref's buf is in memory; for
  * whole-buf reads (len 0) copies the buf and stores its used length. */

@@ -104,12 +104,13 @@ static void *wuring_reaper(void *arg)
                      (res > 0 && (b->wdone += (size_t)res) < b->wlen);
         bool ok = res > 0 && b->wdone == b->wlen;
         pthread_mutex_unlock(&s->wlock);
+        int err = res < 0 ? -res : EIO;    /* EIO: a write of 0 bytes */
         if (again) {
             if (ssd_wuring_submit(s, b) == 0)
                 continue;                  /* rest of the write resubmitted */
             ok = false;
         }
-        ssd_buf_write_done(b, ok ? SSD_OK : SSD_ERR_IO);
+        ssd_buf_write_done(b, ok ? 0 : err);
     }
     return NULL;
 }
@@ -169,8 +170,11 @@ static int rw_full(int fd, char *mem, size_t len, uint64_t pos, bool wr,
                        : pread(fd, mem + *done, len - *done, (off_t)(pos + *done));
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (n <= 0)
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;           /* no progress: not a full disk */
             return -1;
+        }
         *done += (size_t)n;
     }
     return 0;
@@ -196,8 +200,9 @@ static void *pool_main(void *arg)
         if (j->buf != NULL) {
             struct ssd_buf *b = j->buf;
             int rc = rw_full(s->fd, b->mem, b->wlen, b->fpos, true, &b->wdone);
+            int err = rc == 0 ? 0 : (errno != 0 ? errno : EIO);
             free(j);
-            ssd_buf_write_done(b, rc == 0 ? SSD_OK : SSD_ERR_IO);
+            ssd_buf_write_done(b, err);
         } else {
             struct ssd_req *q = j->req;
             free(j);

@@ -235,6 +235,17 @@ enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg);
  * are not marked dead: the caller does that for the ones it gives up. */
 void ssd_buf_release(struct ssd_buf *b);
 
+/* A buf the caller owns and that is not in flight (unsubmitted, or its
+ * write failed): its bytes (ssd_buf_used() of them; the pointer is valid
+ * until ssd_buf_release or a successful resubmission) and the reference
+ * of its first byte, to walk its tuples. */
+const char *ssd_buf_data(const struct ssd_buf *b);
+uint64_t ssd_buf_ref(const struct ssd_buf *b);
+
+/* The errno of the most recent failed buf write (ENOSPC for a full file
+ * system, EIO for a device error or a write of 0 bytes); 0 if none failed. */
+int ssd_write_errno(const struct ssd_store *s);
+
 /* If ref's buf is still in memory (unwritten, in flight, or failed),
  * returns a pointer to the tuple inside it, pins the buf and stores the pin
  * in *pin; the pointer stays valid until ssd_buf_unpin(*pin).  Returns NULL

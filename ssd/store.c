@@ -73,12 +73,26 @@ static enum ssd_status check_config(const struct ssd_config *c,
     return SSD_OK;
 }
 
-/* Opens and sizes the backing path; *size in/out. */
-static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp)
+/* Opens and sizes the backing path; *size in/out.  A file this call
+ * creates is removed again if sizing it fails (a failed start must not
+ * leave a file that fills the file system); *created says whether it did,
+ * so that a later failure of ssd_open removes it too. */
+static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
+                                    bool *created)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return errno == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_OPEN;
+    *created = false;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd >= 0)
+        *created = true;
+    else if (errno == EEXIST)
+        fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        if (e == EINVAL && *created)
+            unlink(path);
+        errno = e;
+        return e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_OPEN;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0)
         goto fail;
@@ -102,6 +116,10 @@ static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp)
 fail: {
         int e = errno;
         close(fd);
+        if (*created) {
+            unlink(path);
+            *created = false;
+        }
         errno = e;
         return SSD_ERR_OPEN;
     }
@@ -197,6 +215,7 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     size_t page_size, buf_size;
     enum ssd_status st;
 
+    bool created = false;           /* the file is ours to remove */
     *out = NULL;
     if (cfg == NULL)
         return SSD_ERR_ARG;
@@ -227,7 +246,7 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
         st = SSD_ERR_NOMEM;
         goto fail;
     }
-    st = open_backing(s->path, &s->size, &s->fd);
+    st = open_backing(s->path, &s->size, &s->fd, &created);
     if (st != SSD_OK)
         goto fail;
     if (s->size < SSD_DATA_OFF + page_size) {
@@ -251,6 +270,8 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     return SSD_OK;
 fail: {
         int e = errno;
+        if (created && s->fd >= 0)
+            unlink(s->path);
         free_store(s);
         errno = e;
         return st;

@@ -523,6 +523,8 @@ bool tac_init(void)
     if (nvm_nclasses(tac.nvm) >= MAX_SLAB_CLASSES) {
         fprintf(stderr, "NVM tier: too many slot classes (%u)\n",
                 nvm_nclasses(tac.nvm));
+        nvm_abandon(tac.nvm);
+        tac.nvm = NULL;
         return false;
     }
 
@@ -536,7 +538,11 @@ bool tac_init(void)
     if (settings.verbose)
         fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
                 info.is_pmem ? ", pmem" : "", info.capacity >> 20);
-    return tac_ssd_open() && tac_plug_in();
+    if (tac_ssd_open() && tac_plug_in())
+        return true;
+    nvm_abandon(tac.nvm);           /* a failed start leaves no file */
+    tac.nvm = NULL;
+    return false;
 }
 
 /* With a lower tier open, sets up the DRAM side and plugs the policy into
