@@ -39,6 +39,8 @@ struct ssd_store;
     X(ssd_read_misses)       \
     X(ssd_sync_reads)        \
     X(ssd_write_retries)     \
+    X(ssd_write_errors)      \
+    X(ssd_failed_bufs_dropped) \
     X(ssd_defrag_runs)       \
     X(ssd_defrag_moved)      \
     X(ssd_items_dropped)     \

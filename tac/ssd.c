@@ -8,8 +8,16 @@
  * own buf, the workers share one (a set while DRAM and NVM are full) and
  * defrag has one; a full buf goes to disk with one write, and until then
  * reads are served from it.  A buf whose write fails stays in memory, still
- * serving reads, and is written again by the defrag thread, so an
- * acknowledged set is never lost to a write error.
+ * serving reads, and is written again by the defrag thread with bounded
+ * exponential back-off (WRITE_RETRY_MIN_MS doubling to WRITE_RETRY_MAX_MS,
+ * back to the minimum after a write succeeds), so an acknowledged set
+ * survives a passing write error.  Failed bufs are DRAM outside -m, so
+ * they are bounded (sd.failed_max bufs: the larger of 16 bufs and -m/16).
+ * Past the bound, without -M, the oldest failed buf's items are dropped
+ * (counted) and the buf freed; with -M, an SSD that cannot be written
+ * counts as full: new writes to it are refused and nothing is dropped.
+ * The first failure and the first success after failures are each logged
+ * once.
  *
  * Reads.  A worker never waits for SSD: tac_read_value() snapshots the meta
  * tuple into a transient item, starts a read of the tuple's 4 KiB extent on
@@ -69,7 +77,10 @@
  * when space is needed, its items are dropped instead. */
 #define DEFRAG_FULL_PERMILLE 900
 #define DEFRAG_IDLE_MS 20
-#define WRITE_RETRY_MS 100
+#define WRITE_RETRY_MIN_MS 10
+#define WRITE_RETRY_MAX_MS 2000
+/* Failed bufs kept for a retry: at least this many, or -m/16 of bytes. */
+#define FAILED_BUFS_MIN 16
 
 struct writer {
     pthread_mutex_t lock;
@@ -92,8 +103,13 @@ static struct {
     pthread_mutex_t lock;       /* the fields below */
     pthread_cond_t cond;
     bool wake, stop;
-    struct ssd_buf **failed;    /* bufs whose write failed, to retry */
+    struct ssd_buf **failed;    /* bufs whose write failed, oldest first */
     size_t nfailed, failed_cap;
+    size_t failed_max;          /* the bound on nfailed (set at open) */
+    bool failing;               /* the last write failed, not yet one
+                                   succeeded: logged once each way */
+    unsigned retry_ms;          /* defrag thread: current back-off */
+    bool write_ok;              /* a write succeeded since the last look */
     struct ssd_ring **rings;    /* synchronous-read rings, closed at exit */
     size_t nrings, rings_cap;
 } sd;
@@ -138,6 +154,14 @@ static struct writer *defrag_writer(void)
 static void failed_push(struct ssd_buf *b)
 {
     pthread_mutex_lock(&sd.lock);
+    TAC_INCR(ssd_write_errors);
+    if (!sd.failing) {
+        sd.failing = true;
+        int err = ssd_write_errno(tac.ssd);
+        fprintf(stderr, "SSD tier: writes failing (%s); keeping up to %zu "
+                "bufs in memory and retrying\n", strerror(err ? err : EIO),
+                sd.failed_max);
+    }
     if (sd.nfailed == sd.failed_cap) {
         size_t cap = sd.failed_cap ? sd.failed_cap * 2 : 16;
         struct ssd_buf **n = realloc(sd.failed, cap * sizeof(*n));
@@ -151,8 +175,11 @@ static void failed_push(struct ssd_buf *b)
         sd.failed_cap = cap;
     }
     sd.failed[sd.nfailed++] = b;
-    sd.wake = true;
-    pthread_cond_signal(&sd.cond);
+    /* Retries wait for their back-off; only the bound needs defrag now. */
+    if (sd.nfailed > sd.failed_max && settings.evict_to_free) {
+        sd.wake = true;
+        pthread_cond_signal(&sd.cond);
+    }
     pthread_mutex_unlock(&sd.lock);
 }
 
@@ -160,8 +187,29 @@ static void failed_push(struct ssd_buf *b)
 static void write_done(void *arg, struct ssd_buf *b, enum ssd_status st)
 {
     (void)arg;
-    if (st != SSD_OK)
+    if (st != SSD_OK) {
         failed_push(b);
+        return;
+    }
+    pthread_mutex_lock(&sd.lock);
+    sd.write_ok = true;
+    if (sd.failing) {
+        sd.failing = false;
+        fprintf(stderr, "SSD tier: writes succeed again\n");
+    }
+    pthread_mutex_unlock(&sd.lock);
+}
+
+/* With -M, an SSD that cannot be written and holds as many failed bufs as
+ * it may is full: nothing more is written to it. */
+static bool writes_refused(void)
+{
+    if (settings.evict_to_free)
+        return false;
+    pthread_mutex_lock(&sd.lock);
+    bool full = sd.failing && sd.nfailed >= sd.failed_max;
+    pthread_mutex_unlock(&sd.lock);
+    return full;
 }
 
 static void writer_submit_locked(struct writer *w)
@@ -197,6 +245,10 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
                        uint64_t *ref)
 {
     bool ok = false;
+    if (writes_refused()) {
+        TAC_INCR(ssd_full);
+        return false;
+    }
     pthread_mutex_lock(&w->lock);
     for (int tries = 0; tries < 2 && !ok; tries++) {
         if (w->buf == NULL) {
@@ -835,13 +887,21 @@ static bool defrag_page(char *mem)
     return true;
 }
 
+/* Submits the oldest failed buf again, or all of them once a write has
+ * succeeded: a failing device sees one write per back-off period. */
 static void retry_failed_writes(void)
 {
     pthread_mutex_lock(&sd.lock);
-    size_t n = sd.nfailed;
-    struct ssd_buf **list = sd.failed;
-    sd.failed = NULL;
-    sd.nfailed = sd.failed_cap = 0;
+    bool all = sd.write_ok;
+    sd.write_ok = false;
+    size_t n = all ? sd.nfailed : (sd.nfailed > 0 ? 1 : 0);
+    struct ssd_buf **list = malloc((n ? n : 1) * sizeof(*list));
+    if (list == NULL)
+        n = 0;
+    for (size_t i = 0; i < n; i++)
+        list[i] = sd.failed[i];
+    memmove(sd.failed, sd.failed + n, (sd.nfailed - n) * sizeof(*sd.failed));
+    sd.nfailed -= n;
     pthread_mutex_unlock(&sd.lock);
     for (size_t i = 0; i < n; i++) {
         TAC_INCR(ssd_write_retries);
@@ -849,6 +909,53 @@ static void retry_failed_writes(void)
             failed_push(list[i]);
     }
     free(list);
+}
+
+/* Drops the items of failed buf b (those whose meta tuple still points
+ * into it) and frees it. */
+static void drop_failed_buf(struct ssd_buf *b)
+{
+    const char *mem = ssd_buf_data(b);
+    size_t used = ssd_buf_used(b);
+    uint64_t base = ssd_buf_ref(b);
+    for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
+         off = tuple_next(off, len)) {
+        const struct tac_tuple_hdr *hdr = (const void *)(mem + off);
+        const char *key = mem + off + sizeof(*hdr);
+        uint32_t hv = item_hash(key, hdr->nkey);
+        item_lock(hv);
+        item *it = do_item_get(key, hdr->nkey, hv, NULL, false);
+        if (it != NULL && item_value_async(it) && item_meta_ref(it) == base + off) {
+            do_item_evict(it, hv);
+            TAC_INCR(ssd_items_dropped);
+        }
+        if (it != NULL)
+            item_release(it);
+        item_unlock(hv);
+    }
+    TAC_INCR(ssd_failed_bufs_dropped);
+    ssd_buf_release(b);
+}
+
+/* Without -M, keeps the failed bufs within their bound by dropping the
+ * oldest. */
+static void drop_failed_over_bound(void)
+{
+    if (!settings.evict_to_free)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&sd.lock);
+        struct ssd_buf *b = NULL;
+        if (sd.nfailed > sd.failed_max) {
+            b = sd.failed[0];
+            memmove(sd.failed, sd.failed + 1, (sd.nfailed - 1) * sizeof(*sd.failed));
+            sd.nfailed--;
+        }
+        pthread_mutex_unlock(&sd.lock);
+        if (b == NULL)
+            return;
+        drop_failed_buf(b);
+    }
 }
 
 static unsigned free_pages_now(void)
@@ -861,9 +968,9 @@ static unsigned free_pages_now(void)
 static void defrag_sleep(int ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += ms * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
+    while (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
@@ -875,6 +982,16 @@ static void defrag_sleep(int ms)
     pthread_mutex_unlock(&sd.lock);
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The defrag thread: retries failed writes with back-off, keeps them
+ * within their bound, and re-packs the oldest page while free pages are
+ * short.  One page, or one retry round, per pass. */
 static void *defrag_main(void *arg)
 {
     (void)arg;
@@ -883,19 +1000,36 @@ static void *defrag_main(void *arg)
         fprintf(stderr, "SSD tier: no memory for the defrag thread\n");
         return NULL;
     }
-    bool have_failed = false;
+    int64_t next_retry = 0;
+    sd.retry_ms = WRITE_RETRY_MIN_MS;
     for (;;) {
         pthread_mutex_lock(&sd.lock);
         bool stop = sd.stop;
-        have_failed = sd.nfailed > 0;
+        bool have_failed = sd.nfailed > 0;
+        bool failing = sd.failing;
+        if (sd.write_ok || !failing)
+            sd.retry_ms = WRITE_RETRY_MIN_MS;
         pthread_mutex_unlock(&sd.lock);
         if (stop)
             break;
-        if (have_failed)
+        drop_failed_over_bound();
+        int64_t now = now_ms();
+        if (have_failed && now >= next_retry) {
             retry_failed_writes();
-        if (free_pages_now() < sd.free_wm && defrag_page(mem))
+            next_retry = now + sd.retry_ms;
+            if (sd.retry_ms < WRITE_RETRY_MAX_MS)
+                sd.retry_ms = sd.retry_ms * 2 < WRITE_RETRY_MAX_MS
+                              ? sd.retry_ms * 2 : WRITE_RETRY_MAX_MS;
+        }
+        /* Moving tuples means writing them: not while writes fail. */
+        if (!failing && free_pages_now() < sd.free_wm && defrag_page(mem))
             continue;
-        defrag_sleep(have_failed ? WRITE_RETRY_MS : DEFRAG_IDLE_MS);
+        int wait = DEFRAG_IDLE_MS;
+        if (have_failed) {
+            int64_t left = next_retry - now_ms();
+            wait = left < 1 ? 1 : (int)left;
+        }
+        defrag_sleep(wait);
     }
     free(mem);
     return NULL;
@@ -1001,7 +1135,14 @@ bool tac_ssd_open(void)
     }
     defrag_writer()->own_pages = true;
     pthread_mutex_init(&sd.lock, NULL);
-    pthread_cond_init(&sd.cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sd.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    sd.failed_max = settings.maxbytes / 16 / sd.info.buf_size;
+    if (sd.failed_max < FAILED_BUFS_MIN)
+        sd.failed_max = FAILED_BUFS_MIN;
     if (settings.verbose)
         fprintf(stderr, "SSD tier: %s, %llu MB, %u pages of %zu KB, bufs of "
                 "%zu KB, %s\n", settings.ssd_path,
@@ -1078,6 +1219,14 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
                 (unsigned long long)(st.inflight - st.reads_inflight));
     stat_printf(s, "ssd_pages_reclaimed", "%llu", (unsigned long long)st.reclaimed);
     stat_printf(s, "ssd_io_errors", "%llu", (unsigned long long)st.io_errors);
+    pthread_mutex_lock(&sd.lock);
+    size_t nfailed = sd.nfailed;
+    bool failing = sd.failing;
+    pthread_mutex_unlock(&sd.lock);
+    stat_printf(s, "ssd_write_failing", "%d", failing ? 1 : 0);
+    stat_printf(s, "ssd_failed_bufs", "%zu", nfailed);
+    stat_printf(s, "ssd_failed_bytes", "%zu", nfailed * sd.info.buf_size);
+    stat_printf(s, "ssd_failed_bytes_max", "%zu", sd.failed_max * sd.info.buf_size);
     stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
 }
 

@@ -1,0 +1,205 @@
+"""A full file system under the SSD tier, and starts that fail for lack of room.
+
+The SSD file lives on a small loop-mounted ext4 (root only).  It is sparse
+and larger than the file system, beside a filler file, so the server's buf
+writes get ENOSPC once the file system fills.  The server must then keep
+its failed bufs within their stated bound (ssd_failed_bytes_max), retry
+with back-off instead of spinning, serve no wrong value, and recover -
+writes resume and the bufs are freed - once the filler is deleted.
+
+A start that fails because the tier file cannot be sized must not leave
+that file behind (it once left the file system with 0 bytes free).
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import zlib
+
+import pytest
+
+from mcserver import IS_STOCK, free_port, base_args, SERVER_BIN
+
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small file system")]
+
+MB = 1 << 20
+
+
+def mount_small(kind, size_mb):
+    d = tempfile.mkdtemp(prefix="tac-smallfs-")
+    if kind == "ext4":
+        img = d + ".img"
+        subprocess.run(["truncate", "-s", "%dM" % size_mb, img], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["mount", "-o", "loop", img, d], check=True)
+    else:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % size_mb, "tmpfs", d], check=True)
+    return d
+
+
+def unmount(d):
+    subprocess.run(["umount", "-l", d], check=False)
+    if os.path.exists(d + ".img"):
+        os.unlink(d + ".img")
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def small_fs():
+    made = []
+
+    def make(kind="ext4", size_mb=96):
+        try:
+            d = mount_small(kind, size_mb)
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            pytest.skip("cannot mount a small %s here: %s" % (kind, e))
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        unmount(d)
+
+
+def start_fails(args):
+    p = subprocess.run([SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0"]
+                       + args, capture_output=True, timeout=30)
+    return p.returncode, (p.stdout + p.stderr).decode()
+
+
+def test_failed_start_leaves_no_file(small_fs):
+    ext4 = small_fs("ext4", 32)
+    rc, out = start_fails(["-m", "16", "-o", "ssd_path=%s/ssd.dat:256m" % ext4])
+    assert rc != 0 and "No space left" in out, out
+    assert not os.path.exists(ext4 + "/ssd.dat"), "the failed start left its SSD file"
+    st = os.statvfs(ext4)
+    assert st.f_bavail * st.f_frsize > 20 * MB
+    tmp = small_fs("tmpfs", 16)
+    rc, out = start_fails(["-m", "16", "-o", "nvm_path=%s/nvm.dat:64m" % tmp])
+    assert rc != 0 and "No space left" in out, out
+    assert not os.path.exists(tmp + "/nvm.dat"), "the failed start left its NVM file"
+    # A start with NVM opened and SSD failing removes the NVM file too.
+    rc, out = start_fails(["-m", "16", "-o", "nvm_path=%s/nvm.dat:4m,ssd_path=%s/ssd.dat:256m" % (tmp, ext4)])
+    assert rc != 0, out
+    assert not os.path.exists(tmp + "/nvm.dat") and not os.path.exists(ext4 + "/ssd.dat")
+    # A file that was there before is never removed.
+    with open(ext4 + "/mine.dat", "wb") as f:
+        f.write(b"precious")
+    rc, out = start_fails(["-m", "16", "-o", "ssd_path=%s/mine.dat:256m" % ext4])
+    assert rc != 0, out
+    assert os.path.exists(ext4 + "/mine.dat")
+
+
+def rss_anon_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def value_of(key, ver, size):
+    head = b"%s|%d|" % (key, ver)
+    pad = (b"%08x" % zlib.crc32(head)) * (size // 8 + 1)
+    pad = pad[:size - len(head) - 9]
+    return head + pad + b"|%08x" % zlib.crc32(head + pad)
+
+
+def run_full_disk(server, small_fs, settle, window, load_seconds=0):
+    fs = small_fs("ext4", 96)
+    # A filler that the test deletes later to give the space back.
+    with open(fs + "/filler", "wb") as f:
+        f.write(b"\0" * (40 * MB))
+    ssd = fs + "/ssd.dat"
+    subprocess.run(["truncate", "-s", "512M", ssd], check=True)    # sparse, > the fs
+    srv = server(["-m", "32", "-t", "2", "-o", "ssd_path=%s:512m" % ssd])
+    c = srv.connect()
+    pid = srv.proc.pid
+    bound_mb = int(c.stats(b"tiers").get("ssd_failed_bytes_max", 4 * MB)) / MB
+    acked = {}
+    peak = 0.0
+    # 256 MB of sets: far more than the ~50 MB the file system has left.
+    for i in range(64000):
+        key = b"disk-%06d-%s" % (i, b"k" * 24)
+        v = value_of(key, 1, 4000)
+        r = c.line(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(v), v))
+        assert r == b"STORED\r\n", r      # a cache drops, it does not refuse
+        acked[key] = v
+        if i % 2000 == 0:
+            peak = max(peak, rss_anon_mb(pid))
+    # Overwrites while the disk stays full, for the long variant.
+    t_end, ver, i = time.time() + load_seconds, 2, 0
+    while time.time() < t_end:
+        key = b"disk-%06d-%s" % ((i * 7919) % 64000, b"k" * 24)
+        v = value_of(key, ver, 4000)
+        r = c.line(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(v), v))
+        assert r == b"STORED\r\n", r
+        acked[key] = v
+        i += 1
+        if i % 64000 == 0:
+            ver += 1
+        if i % 2000 == 0:
+            peak = max(peak, rss_anon_mb(pid))
+    peak = max(peak, rss_anon_mb(pid))
+    time.sleep(settle)
+    c0, t0 = cpu_seconds(pid), time.time()
+    time.sleep(window)
+    cpu = (cpu_seconds(pid) - c0) / (time.time() - t0)
+    peak = max(peak, rss_anon_mb(pid))
+    st = c.stats(b"tiers")
+    print("full disk: RssAnon peak %.0f MB (bound %d MB of DRAM + %.0f MB of failed bufs), idle CPU %.1f%%, "
+          "write errors %s, retries %s, failed bufs dropped %s, items dropped %s"
+          % (peak, 32, bound_mb, 100 * cpu, st.get("ssd_write_errors"), st.get("ssd_write_retries"),
+             st.get("ssd_failed_bufs_dropped"), st.get("ssd_items_dropped")))
+    assert cpu < 0.05, "%.1f%% CPU with no clients and a full disk" % (100 * cpu)
+    # -m, the failed-buf bound, the writers' open bufs, and allocator and
+    # connection slack.  Without the bound this grew toward the SSD size.
+    assert peak < 32 + bound_mb + 48, peak
+    assert st["ssd_write_failing"] == "1", st
+    assert int(st["ssd_failed_bytes"]) <= int(st["ssd_failed_bytes_max"])
+    # Every read is the acknowledged value or a miss (a dropped item).
+    wrong, hits = 0, 0
+    for key, v in acked.items():
+        got = c.get(b"get %s\r\n" % key)
+        if got != b"END\r\n":
+            hits += 1
+            wrong += got != b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v)
+    assert wrong == 0
+    assert hits > 0
+    # Room again: the retried writes land and the failed bufs are freed.
+    os.unlink(fs + "/filler")
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        st = c.stats(b"tiers")
+        if st["ssd_write_failing"] == "0" and st["ssd_failed_bufs"] == "0":
+            break
+        time.sleep(0.2)
+    assert st["ssd_write_failing"] == "0" and st["ssd_failed_bufs"] == "0", st
+    log = srv.stderr_text()
+    assert log.count("SSD tier: writes failing") <= 3, log[-2000:]
+    assert "SSD tier: writes succeed again" in log
+    for key, v in list(acked.items())[-2000:]:
+        got = c.get(b"get %s\r\n" % key)
+        assert got in (b"END\r\n", b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(v), v))
+    return srv
+
+
+def test_full_disk_short(small_fs, server):
+    run_full_disk(server, small_fs, settle=2, window=5)
+
+
+@pytest.mark.slow
+def test_full_disk_two_minutes(small_fs, server):
+    """Two minutes: a minute of overwrites on the full disk, then 10 s of
+    settling and 30 s with no clients, then recovery."""
+    srv = run_full_disk(server, small_fs, settle=10, window=30, load_seconds=60)
+    assert srv.alive()
