@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full test run: set-up + build, `make check` (unit tests + integration suite
 # against ./tac-memcached), then an ASan+UBSan build in build-asan/ and the
-# integration suite again against it, less the tests marked slow. Ends with
+# integration suite again against it, less the tests marked slow, and a short
+# run of each libFuzzer harness (tests/fuzz). Ends with
 # "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,5 +96,14 @@ if [ $asan_ok = 1 ]; then
     fi
 else
     failed_steps+=("asan-build")
+fi
+
+echo "== libFuzzer harnesses (clang, ASan+UBSan): text, meta, binary"
+if tests/fuzz/build.sh; then
+    if ! TAC_JUNIT_DIR="$RESULTS" tests/fuzz/run.sh; then
+        failed_steps+=("fuzz")
+    fi
+else
+    failed_steps+=("fuzz-build")
 fi
 finish

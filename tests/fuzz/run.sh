@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs each libFuzzer harness (tests/fuzz/build.sh) for FUZZ_SECONDS
+# (default 15) on its seed corpus and dictionary; a crash, a sanitizer
+# report or a damaged canary fails the run.  With TAC_JUNIT_DIR set, writes
+# one JUnit XML (fuzz.xml) with a test case per protocol.
+# Usage: tests/fuzz/run.sh [text|meta|binary ...]
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+secs=${FUZZ_SECONDS:-15}
+protos=("$@")
+[ ${#protos[@]} -gt 0 ] || protos=(text meta binary)
+work=$(mktemp -d /tmp/tac-fuzz.XXXXXX)
+cases=""
+fails=0
+for p in "${protos[@]}"; do
+    bin="$here/bin/fuzz_$p"
+    mkdir -p "$work/corpus-$p" "$work/art-$p"
+    start=$(date +%s)
+    "$bin" -max_total_time="$secs" -print_final_stats=1 -dict="$here/$p.dict" \
+        -artifact_prefix="$work/art-$p/" "$work/corpus-$p" "$here/corpus/$p" \
+        > "$work/$p.log" 2>&1
+    rc=$?
+    took=$(( $(date +%s) - start ))
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$p.log")
+    if [ $rc -eq 0 ]; then
+        echo "fuzz $p: ok, ${runs:-?} inputs in ${took}s"
+        cases+="<testcase classname=\"fuzz\" name=\"$p\" time=\"$took\"/>"
+    else
+        fails=$((fails + 1))
+        echo "fuzz $p: FAILED (rc $rc); log and input in $work"
+        grep -E "ERROR|SUMMARY|runtime error|canary" "$work/$p.log" | head -20
+        cases+="<testcase classname=\"fuzz\" name=\"$p\" time=\"$took\"><failure message=\"libFuzzer rc $rc, see $work\"/></testcase>"
+    fi
+done
+if [ -n "${TAC_JUNIT_DIR:-}" ]; then
+    mkdir -p "$TAC_JUNIT_DIR"
+    n=${#protos[@]}
+    echo "<testsuites><testsuite name=\"fuzz\" tests=\"$n\" failures=\"$fails\" errors=\"0\" skipped=\"0\">$cases</testsuite></testsuites>" \
+        > "$TAC_JUNIT_DIR/fuzz.xml"
+fi
+[ $fails -eq 0 ] && rm -rf "$work"
+[ $fails -eq 0 ]
