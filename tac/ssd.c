@@ -16,8 +16,8 @@
  * Past the bound, without -M, the oldest failed buf's items are dropped
  * (counted) and the buf freed; with -M, an SSD that cannot be written
  * counts as full: new writes to it are refused and nothing is dropped.
- * The first failure and the first success after failures are each logged
- * once.
+ * Writes count as failing from a failed write until no failed buf is
+ * left; the start and the end of that state are each logged once.
  *
  * Reads.  A worker never waits for SSD: tac_read_value() snapshots the meta
  * tuple into a transient item, starts a read of the tuple's 4 KiB extent on
@@ -191,9 +191,11 @@ static void write_done(void *arg, struct ssd_buf *b, enum ssd_status st)
         failed_push(b);
         return;
     }
+    /* Failing ends when no failed buf is left: a write into space that
+     * is already allocated may succeed while new space still fails. */
     pthread_mutex_lock(&sd.lock);
     sd.write_ok = true;
-    if (sd.failing) {
+    if (sd.failing && sd.nfailed == 0) {
         sd.failing = false;
         fprintf(stderr, "SSD tier: writes succeed again\n");
     }

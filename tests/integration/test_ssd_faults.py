@@ -82,7 +82,8 @@ def test_failed_writes_lose_nothing(server, ssd_dir, engine):
     # The refusals come from an SSD that cannot be written, holding as many
     # failed bufs as it may (-M: nothing dropped), after items reached it.
     assert st["ssd_write_failing"] == 1, st
-    assert st["ssd_failed_bytes"] == st["ssd_failed_bytes_max"], st
+    # (one buf may be out for its retry when the stats are read)
+    assert st["ssd_failed_bytes"] + 128 * 1024 >= st["ssd_failed_bytes_max"], st
     assert st["evict_dram_to_ssd"] + st["set_fallback_ssd"] > 0, st
     # Every acknowledged value is there, served from DRAM or from unwritten bufs.
     keys = list(acked)
