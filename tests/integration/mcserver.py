@@ -18,6 +18,21 @@ SERVER_BIN = os.path.abspath(os.environ.get("TAC_SERVER") or os.path.join(REPO, 
 # Stock memcached is the reference implementation; detect it by name.
 IS_STOCK = os.path.basename(os.path.realpath(SERVER_BIN)) == "memcached"
 START_TIMEOUT = float(os.environ.get("TAC_START_TIMEOUT", "15"))
+
+
+def _sanitized(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b"__asan_init" in data or b"__tsan_init" in data
+
+
+# A sanitizer build's allocator keeps freed memory (quarantine) and shadow
+# memory counts in its RSS: tests measure memory through the server's own
+# gauges there, and RSS only in a release build.
+SANITIZED = _sanitized(SERVER_BIN)
 STOP_TIMEOUT = 5.0
 
 
