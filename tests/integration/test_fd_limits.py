@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mcserver import SERVER_BIN, free_port
+from mcserver import SANITIZED, SERVER_BIN, free_port
 
 pytestmark = pytest.mark.tac_only
 
@@ -105,7 +105,9 @@ def test_out_of_fds_pauses_accept(server):
     c0, t0 = cpu_seconds(pid), time.time()
     time.sleep(3)
     cpu = (cpu_seconds(pid) - c0) / (time.time() - t0)
-    assert cpu < 0.05, "%.1f%% CPU while out of descriptors" % (100 * cpu)
+    # (A spinning accept loop took a whole core; a sanitizer build's idle
+    # threads cost more than a release build's.)
+    assert cpu < (0.25 if SANITIZED else 0.05), "%.1f%% CPU while out of descriptors" % (100 * cpu)
     # A close lets the waiting client in, within 1 s.
     held.pop().close()
     t0 = time.time()

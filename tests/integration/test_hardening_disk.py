@@ -160,7 +160,8 @@ def run_full_disk(server, small_fs, settle, window, load_seconds=0):
           "write errors %s, retries %s, failed bufs dropped %s, items dropped %s"
           % (peak, 32, bound_mb, 100 * cpu, st.get("ssd_write_errors"), st.get("ssd_write_retries"),
              st.get("ssd_failed_bufs_dropped"), st.get("ssd_items_dropped")))
-    assert cpu < 0.05, "%.1f%% CPU with no clients and a full disk" % (100 * cpu)
+    # 5% on a release build; a sanitizer build's idle threads cost more.
+    assert cpu < (0.25 if SANITIZED else 0.05), "%.1f%% CPU with no clients and a full disk" % (100 * cpu)
     # -m, the failed-buf bound, the writers' open bufs, and allocator and
     # connection slack.  Without the bound this grew toward the SSD size.
     if not SANITIZED:
