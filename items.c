@@ -617,9 +617,11 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
 
 bool item_size_ok(size_t nkey, size_t nbytes)
 {
+    /* Bounded first, so that the sum below cannot wrap. */
+    if (nkey > KEY_MAX_LENGTH || nbytes > (size_t)settings.item_size_max)
+        return false;
     size_t ntotal = item_make_size(nkey, nbytes);
-    return nkey <= KEY_MAX_LENGTH &&
-           ntotal <= (size_t)settings.item_size_max &&
+    return ntotal <= (size_t)settings.item_size_max &&
            slabs_clsid(ntotal) != 0;
 }
 

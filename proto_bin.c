@@ -276,7 +276,9 @@ static void bin_update(conn *c, const char *key, uint16_t nkey,
     /* bin_lengths_ok checked keylen + extlen <= bodylen.  The "\r\n" is
      * added in size_t: a 32-bit sum wraps for bodylen near 4 GB. */
     size_t vlen = (size_t)c->bin.bodylen - c->bin.keylen - c->bin.extlen;
-    size_t nbytes = vlen + 2;
+    size_t nbytes;
+    if (__builtin_add_overflow(vlen, (size_t)2, &nbytes))
+        nbytes = SIZE_MAX;          /* refused as too large below */
     uint32_t flags = 0;
     int64_t exptime = 0;
     if (c->bin.extlen == 8) {
