@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer harness (tests/fuzz/build.sh) for FUZZ_SECONDS
-# (default 15) on its seed corpus and dictionary; a crash, a sanitizer
+# (default 10) on its seed corpus and dictionary; a crash, a sanitizer
 # report or a damaged canary fails the run.  With TAC_JUNIT_DIR set, writes
 # one JUnit XML (fuzz.xml) with a test case per protocol.
 # Usage: tests/fuzz/run.sh [text|meta|binary ...]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-secs=${FUZZ_SECONDS:-15}
+secs=${FUZZ_SECONDS:-10}
 protos=("$@")
 [ ${#protos[@]} -gt 0 ] || protos=(text meta binary)
 work=$(mktemp -d /tmp/tac-fuzz.XXXXXX)

@@ -195,10 +195,6 @@ def run_full_disk(server, small_fs, settle, window, load_seconds=0):
     return srv
 
 
-def test_full_disk_short(small_fs, server):
-    run_full_disk(server, small_fs, settle=2, window=5)
-
-
 @pytest.mark.slow
 def test_full_disk_two_minutes(small_fs, server):
     """Two minutes: a minute of overwrites on the full disk, then 10 s of
