@@ -186,6 +186,9 @@ def run_full_disk(server, small_fs, settle, window, load_seconds=0):
             break
         time.sleep(0.2)
     assert st["ssd_write_failing"] == "0" and st["ssd_failed_bufs"] == "0", st
+    time.sleep(2)
+    print("after recovery: RssAnon %.0f MB (peak %.0f MB), ssd_failed_bytes %s"
+          % (rss_anon_mb(pid), peak, st["ssd_failed_bytes"]))
     log = srv.stderr_text()
     assert log.count("SSD tier: writes failing") <= 3, log[-2000:]
     assert "SSD tier: writes succeed again" in log
