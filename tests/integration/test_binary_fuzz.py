@@ -1,4 +1,6 @@
-"""Fuzz the binary protocol with random and mutated frames.
+"""Fuzz the binary protocol with random and mutated frames.  Mutations set
+whole length fields to boundary values on purpose (a 4 GB body length once
+crashed the server), besides random bytes.
 
 Keys stored before the fuzzing must read back intact afterwards, and the
 server must stay up.  The server runs with -F so that a mutated frame that
@@ -50,8 +52,19 @@ def valid_frame(rng):
 def mutate(rng, data):
     data = bytearray(data)
     for _ in range(rng.randrange(1, 6)):
-        kind = rng.randrange(6)
-        if kind == 0 and data:
+        kind = rng.randrange(8)
+        if kind >= 6 and len(data) >= 24:
+            # A whole length field set on purpose: boundary values and
+            # values next to the lengths the frame really has.
+            keylen, extlen = struct.unpack_from(">HB", data, 2)
+            if kind == 6:
+                struct.pack_into(">I", data, 8, rng.choice(
+                    [0, 1, keylen + extlen, max(keylen + extlen - 1, 0), keylen + extlen + 1,
+                     0x7FFFFFFF, 0x80000000, 0xFFFFFFFD, 0xFFFFFFFE, 0xFFFFFFFF,
+                     (1 << 20) - 1, 1 << 20, (1 << 20) + 1]))
+            else:
+                struct.pack_into(">H", data, 2, rng.choice([0, 1, 250, 251, 0xFFFF]))
+        elif kind == 0 and data:
             data[rng.randrange(len(data))] = rng.randrange(256)
         elif kind == 1:
             # Header length fields: key length, extras length, body length.
