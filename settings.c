@@ -343,18 +343,15 @@ static void opt_apply(const struct option_def *o, const char *arg)
             *(double *)opt_field(o) = v;
         break;
     case OPT_SIZE:
-        if (!arg || !parse_size(arg, &v))
-            die("option '%s': '%s' is not a size (e.g. 512k, 1m)", name, arg ? arg : "");
-        if (v < o->min || v > o->max)
-            die("option '%s': %s is out of range", name, arg);
-        *(int *)opt_field(o) = (int)v;
-        break;
     case OPT_BYTES:
         if (!arg || !parse_size(arg, &v))
             die("option '%s': '%s' is not a size (e.g. 512k, 1m)", name, arg ? arg : "");
         if (v < o->min || v > o->max)
             die("option '%s': %s is out of range", name, arg);
-        *(size_t *)opt_field(o) = (size_t)v;
+        if (o->kind == OPT_SIZE)
+            *(int *)opt_field(o) = (int)v;
+        else
+            *(size_t *)opt_field(o) = (size_t)v;
         break;
     case OPT_OCTAL:
         if (!arg)

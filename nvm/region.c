@@ -346,12 +346,7 @@ enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out)
 
 fail:;
     int err = errno;
-    nvm_alloc_destroy(r);
-    region_unmap(r);
-    if (r->created)
-        unlink(r->path);
-    free(r->path);
-    free(r);
+    nvm_abandon(r);
     errno = err;
     return st;
 }
