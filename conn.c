@@ -574,6 +574,7 @@ static void nread_retry_run(conn *c, void *args)
     c->nr = nr;
     c->bin = bin;
     c->state = state;
+    conn_mem_sync(c);           /* the value being read, if any, again */
 }
 
 static void nread_retry_cleanup(void *args)
