@@ -109,7 +109,8 @@ static struct {
     bool failing;               /* the last write failed, not yet one
                                    succeeded: logged once each way */
     unsigned retry_ms;          /* defrag thread: current back-off */
-    bool write_ok;              /* a write succeeded since the last look */
+    bool write_ok;              /* a retry succeeded since the last look */
+    unsigned retries_inflight;  /* failed bufs submitted again, not back */
     struct ssd_ring **rings;    /* synchronous-read rings, closed at exit */
     size_t nrings, rings_cap;
 } sd;
@@ -183,19 +184,26 @@ static void failed_push(struct ssd_buf *b)
     pthread_mutex_unlock(&sd.lock);
 }
 
-/* Runs on the library's completion thread. */
+/* Runs on the library's completion thread.  arg is non-NULL for the
+ * retry of a buf that failed before. */
 static void write_done(void *arg, struct ssd_buf *b, enum ssd_status st)
 {
-    (void)arg;
+    bool retry = arg != NULL;
+    pthread_mutex_lock(&sd.lock);
+    if (retry)
+        sd.retries_inflight--;
+    pthread_mutex_unlock(&sd.lock);
     if (st != SSD_OK) {
         failed_push(b);
         return;
     }
-    /* Failing ends when no failed buf is left: a write into space that
-     * is already allocated may succeed while new space still fails. */
+    /* Only a retry that succeeds shows the cause is gone: a first write
+     * into space already allocated may succeed while new space still
+     * fails.  Failing ends once every failed buf has been written. */
     pthread_mutex_lock(&sd.lock);
-    sd.write_ok = true;
-    if (sd.failing && sd.nfailed == 0) {
+    if (retry)
+        sd.write_ok = true;
+    if (sd.failing && sd.nfailed == 0 && sd.retries_inflight == 0) {
         sd.failing = false;
         fprintf(stderr, "SSD tier: writes succeed again\n");
     }
@@ -209,7 +217,7 @@ static bool writes_refused(void)
     if (settings.evict_to_free)
         return false;
     pthread_mutex_lock(&sd.lock);
-    bool full = sd.failing && sd.nfailed >= sd.failed_max;
+    bool full = sd.failing && sd.nfailed + sd.retries_inflight >= sd.failed_max;
     pthread_mutex_unlock(&sd.lock);
     return full;
 }
@@ -904,11 +912,16 @@ static void retry_failed_writes(void)
         list[i] = sd.failed[i];
     memmove(sd.failed, sd.failed + n, (sd.nfailed - n) * sizeof(*sd.failed));
     sd.nfailed -= n;
+    sd.retries_inflight += (unsigned)n;
     pthread_mutex_unlock(&sd.lock);
     for (size_t i = 0; i < n; i++) {
         TAC_INCR(ssd_write_retries);
-        if (ssd_buf_submit(list[i], write_done, NULL) != SSD_OK)
+        if (ssd_buf_submit(list[i], write_done, &sd) != SSD_OK) {
+            pthread_mutex_lock(&sd.lock);
+            sd.retries_inflight--;
+            pthread_mutex_unlock(&sd.lock);
             failed_push(list[i]);
+        }
     }
     free(list);
 }
@@ -1222,7 +1235,7 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_pages_reclaimed", "%llu", (unsigned long long)st.reclaimed);
     stat_printf(s, "ssd_io_errors", "%llu", (unsigned long long)st.io_errors);
     pthread_mutex_lock(&sd.lock);
-    size_t nfailed = sd.nfailed;
+    size_t nfailed = sd.nfailed + sd.retries_inflight;
     bool failing = sd.failing;
     pthread_mutex_unlock(&sd.lock);
     stat_printf(s, "ssd_write_failing", "%d", failing ? 1 : 0);
