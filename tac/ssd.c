@@ -339,13 +339,18 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
     uint64_t nref = item_meta_ref(meta);
     struct tac_tuple_hdr hdr;
     nvm_read(tac.nvm, nref, 0, &hdr, sizeof(hdr));
-    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
-        tuple_len(meta) > sd.info.buf_size) {
-        /* Unreadable or too large for a buf: no tier can keep it. */
-        if (tuple_len(meta) > sd.info.buf_size)
-            TAC_INCR(ssd_too_large);
-        else
-            TAC_INCR(nvm_read_errors);
+    if (tuple_len(meta) > sd.info.buf_size) {
+        /* Larger than a buf: SSD cannot take it.  A cache drops it; with
+         * -M nothing stored is dropped, so it stays in NVM (and a set
+         * that needs its room is refused). */
+        TAC_INCR(ssd_too_large);
+        if (!settings.evict_to_free)
+            return false;
+        do_item_evict(meta, hv);
+        return true;
+    }
+    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes) {
+        TAC_INCR(nvm_read_errors);  /* unreadable: no tier can keep it */
         do_item_evict(meta, hv);
         return true;
     }
