@@ -1136,8 +1136,13 @@ enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
         item_unlock(hv);
         if (res != STORE_NO_MEMORY || !(it->it_flags & ITEM_STAGING) ||
             tier_ops == NULL || !settings.evict_to_free ||
-            tries >= STAGE_RETRIES)
+            tries >= STAGE_RETRIES) {
+            if (tries > 0 && res == STORE_NO_MEMORY)
+                GSTATS_INCR(store_wait_timeouts);
+            else if (tries > 0)
+                GSTATS_INCR(store_waits_done);
             return res;
+        }
         tier_ops->dram_pressure(it->slabs_clsid, part_index(partition));
         usleep(STAGE_RETRY_US);
     }

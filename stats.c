@@ -221,6 +221,8 @@ static void stats_general(struct stat_sink *s)
     PRINT_GLOBAL(lru_bumps)
     PRINT_GLOBAL(lru_second_chances)
     PRINT_GLOBAL(outofmemory)
+    PRINT_GLOBAL(store_waits_done)
+    PRINT_GLOBAL(store_wait_timeouts)
     PRINT_GLOBAL(conn_mem_bytes)
     PRINT_GLOBAL(conn_mem_closed)
     slabs_mover_stats(s);

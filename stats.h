@@ -90,7 +90,9 @@ struct thread_stats {
     X(lru_bumps_dropped)     \
     X(lru_bumps)             \
     X(lru_second_chances)    \
-    X(outofmemory)
+    X(outofmemory)           \
+    X(store_waits_done)      \
+    X(store_wait_timeouts)
 
 struct global_stats {
     GLOBAL_GAUGE_FIELDS(STATS_DECLARE_FIELD)
