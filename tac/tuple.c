@@ -25,11 +25,15 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
 bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
 {
     if (hdr->version != TAC_TUPLE_VERSION || hdr->nkey == 0 ||
-        hdr->nkey > KEY_MAX_LENGTH || hdr->nbytes < 2 ||
-        hdr->nbytes > (uint32_t)settings.item_size_max)
+        hdr->nkey > KEY_MAX_LENGTH || hdr->nbytes < 2)
         return false;
-    /* No overflow: nkey < 256 and nbytes < 2^32 in a size_t. */
-    return tac_tuple_size(hdr->nkey, hdr->nbytes) <= room;
+    /* Summed with an overflow check: nbytes is not bounded yet, and a
+     * size_t may be 32 bits. */
+    size_t size;
+    if (__builtin_add_overflow(sizeof(*hdr) + (size_t)hdr->nkey,
+                               (size_t)hdr->nbytes, &size))
+        return false;
+    return size <= (size_t)settings.item_size_max && size <= room;
 }
 
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta)

@@ -34,8 +34,11 @@ struct tac_tuple_hdr {
     uint32_t checksum;
     uint8_t nkey;
     uint8_t version;        /* TAC_TUPLE_VERSION */
-    uint8_t pad[2];
+    uint8_t pad[2];         /* written as 0; covered by the checksum */
 };
+
+_Static_assert(sizeof(struct tac_tuple_hdr) == 40,
+               "the tuple header is an on-media format: no implicit padding");
 
 #define TAC_TUPLE_VERSION 2         /* 2: CRC32C */
 
@@ -52,8 +55,11 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value);
 
 /* True if a header read back from a tier is of this format and its
- * lengths are possible: 1..KEY_MAX_LENGTH key bytes, a value of 2 bytes
- * ("\r\n") up to -I, and the whole tuple within `room` bytes. */
+ * lengths are possible: 1..KEY_MAX_LENGTH key bytes, a value of at least 2
+ * bytes ("\r\n"), and the whole tuple (summed in size_t, overflow checked)
+ * no larger than -I (an item, whose own header is larger, fits in -I) nor
+ * than `room`, the bytes the slot, buf image or read holds from the header
+ * on.  Only then may tac_tuple_size() of its lengths be trusted. */
 bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room);
 
 /*

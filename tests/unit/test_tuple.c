@@ -4,6 +4,9 @@
  * catches every single-byte change), header sanity checks, and the
  * validity check revPtr <-> meta tuple <-> key <-> reference that fetch
  * and defrag rely on.
+ *
+ * Contents, lengths and headers are random: the seed is printed; rerun with
+ * UNIT_SEED=<n> or the seed as the first argument.
  */
 #include "config.h"
 
@@ -14,6 +17,7 @@
 #include "util.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #define REF 4096
 
@@ -118,114 +122,86 @@ static void test_replaced_meta_kills_old_tuple(void)
     item_release(src);
 }
 
-/* Byte-flip detection: for each checksummed byte of a tuple (header but
- * revPtr and the checksum itself, key, value), XOR it with each pattern and
- * require a different checksum.  Returns the number of undetected flips. */
-static unsigned long flips_undetected(size_t nkey, size_t nvalue)
+/* What a reader does with a tuple image of `room` bytes, as it lies in a
+ * slot or buf: bound the header, then match the checksum.  True when the
+ * tuple is refused. */
+static bool refused(const unsigned char *img, size_t room)
+{
+    struct tac_tuple_hdr h;
+    memcpy(&h, img, sizeof(h));
+    if (!tac_tuple_sane(&h, room))
+        return true;
+    const char *key = (const char *)img + sizeof(h);
+    return tac_tuple_checksum(&h, key, key + h.nkey) != h.checksum;
+}
+
+/* Builds a random tuple image of nkey and nbytes bytes, then XORs each
+ * covered byte (all but revPtr: the header's lengths too, which the bounds
+ * check keeps inside the image) with each pattern in turn.  Returns the
+ * changes a reader would accept; *tried counts them all. */
+static unsigned long flips_undetected(size_t nkey, size_t nbytes,
+                                      unsigned long *tried)
 {
     static const unsigned char patterns[] = { 0x01, 0xFF };
-    char key[KEY_MAX_LENGTH];
-    char *value = malloc(nvalue);
-    CHECK(value != NULL);
-    for (size_t i = 0; i < nkey; i++)
-        key[i] = (char)('a' + unit_rand() % 26);
-    for (size_t i = 0; i < nvalue; i++)
-        value[i] = (char)unit_rand();
+    size_t room = tac_tuple_size(nkey, nbytes);
+    unsigned char *img = malloc(room);
+    CHECK(img != NULL);
     struct tac_tuple_hdr h;
     memset(&h, 0, sizeof(h));
-    h.rev_ptr = 0x1234;
+    h.rev_ptr = unit_rand();
     h.cas = unit_rand();
-    h.nbytes = (uint32_t)nvalue;
+    h.nbytes = (uint32_t)nbytes;
     h.flags = (uint32_t)unit_rand();
     h.exptime = (uint32_t)unit_rand();
     h.time = (uint32_t)unit_rand();
     h.nkey = (uint8_t)nkey;
     h.version = TAC_TUPLE_VERSION;
-    uint32_t good = tac_tuple_checksum(&h, key, value);
-    unsigned long missed = 0;
+    for (size_t i = sizeof(h); i < room; i++)
+        img[i] = (unsigned char)unit_rand();
+    img[room - 2] = '\r';
+    img[room - 1] = '\n';
+    h.checksum = tac_tuple_checksum(&h, (char *)img + sizeof(h),
+                                    (char *)img + sizeof(h) + nkey);
+    memcpy(img, &h, sizeof(h));
+    CHECK(!refused(img, room));
 
-    unsigned char *hb = (unsigned char *)&h;
-    for (size_t i = 0; i < sizeof(h); i++) {
-        if (i - offsetof(struct tac_tuple_hdr, rev_ptr) < sizeof(h.rev_ptr) ||
-            (i >= offsetof(struct tac_tuple_hdr, checksum) &&
-             i < offsetof(struct tac_tuple_hdr, checksum) + sizeof(h.checksum)))
-            continue;
-        /* nkey and nbytes say how many bytes follow: flipping them changes
-         * what is summed, so keep the buffers large enough to read. */
-        if (i >= offsetof(struct tac_tuple_hdr, nbytes) &&
-            i < offsetof(struct tac_tuple_hdr, nbytes) + sizeof(h.nbytes))
-            continue;
-        if (i == offsetof(struct tac_tuple_hdr, nkey))
-            continue;
+    unsigned long missed = 0;
+    for (size_t i = offsetof(struct tac_tuple_hdr, cas); i < room; i++) {
         for (size_t p = 0; p < sizeof(patterns); p++) {
-            hb[i] ^= patterns[p];
-            missed += tac_tuple_checksum(&h, key, value) == good;
-            hb[i] ^= patterns[p];
+            img[i] ^= patterns[p];
+            if (!refused(img, room)) {
+                if (missed == 0)
+                    fprintf(stderr, "    missed: nkey %zu nbytes %zu byte %zu ^ 0x%02x\n",
+                            nkey, nbytes, i, patterns[p]);
+                missed++;
+            }
+            img[i] ^= patterns[p];
+            (*tried)++;
         }
     }
-    for (size_t i = 0; i < nkey; i++)
-        for (size_t p = 0; p < sizeof(patterns); p++) {
-            key[i] ^= (char)patterns[p];
-            missed += tac_tuple_checksum(&h, key, value) == good;
-            key[i] ^= (char)patterns[p];
-        }
-    for (size_t i = 0; i < nvalue; i++)
-        for (size_t p = 0; p < sizeof(patterns); p++) {
-            value[i] ^= (char)patterns[p];
-            missed += tac_tuple_checksum(&h, key, value) == good;
-            value[i] ^= (char)patterns[p];
-        }
-    free(value);
+    free(img);
     return missed;
 }
 
-/* A changed length field: the sum then covers other bytes; it must still
- * differ (checked with buffers long enough for the larger length). */
-static unsigned long length_flips_undetected(size_t nkey, size_t nvalue)
-{
-    char key[256];
-    char *value = calloc(1, nvalue + 0x10000);
-    CHECK(value != NULL);
-    memset(key, 'k', sizeof(key));
-    struct tac_tuple_hdr h;
-    memset(&h, 0, sizeof(h));
-    h.nbytes = (uint32_t)nvalue;
-    h.nkey = (uint8_t)nkey;
-    h.version = TAC_TUPLE_VERSION;
-    uint32_t good = tac_tuple_checksum(&h, key, value);
-    unsigned long missed = 0;
-    static const unsigned char patterns[] = { 0x01, 0xFF };
-    for (size_t p = 0; p < sizeof(patterns); p++) {
-        h.nkey ^= patterns[p];
-        missed += tac_tuple_checksum(&h, key, value) == good;
-        h.nkey ^= patterns[p];
-        /* the low two bytes of nbytes (the higher ones would read GBs) */
-        for (int b = 0; b < 2; b++) {
-            h.nbytes ^= (uint32_t)patterns[p] << (8 * b);
-            missed += tac_tuple_checksum(&h, key, value) == good;
-            h.nbytes ^= (uint32_t)patterns[p] << (8 * b);
-        }
-    }
-    free(value);
-    return missed;
-}
-
+/* Value lengths 1..64 (every remainder mod 8 several times over: a
+ * word-at-a-time sum got the last partial word wrong) and a sample up to
+ * 4096, each with keys of 1, 33 and 250 bytes; the value counted with its
+ * "\r\n", as the tuple holds it. */
 static void test_checksum_catches_every_byte_flip(void)
 {
     static const size_t keys[] = { 1, 33, 250 };
     static const size_t sampled[] = { 65, 100, 127, 128, 255, 256, 257, 1000,
                                       1023, 1024, 1029, 2047, 4093, 4094,
                                       4095, 4096 };
-    unsigned long missed = 0, cases = 0;
+    unsigned long missed = 0, tried = 0, cases = 0;
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
         for (size_t v = 1; v <= 64; v++, cases++)
-            missed += flips_undetected(keys[k], v) +
-                      length_flips_undetected(keys[k], v);
+            missed += flips_undetected(keys[k], v + 2, &tried);
         for (size_t i = 0; i < sizeof(sampled) / sizeof(sampled[0]); i++, cases++)
-            missed += flips_undetected(keys[k], sampled[i]) +
-                      length_flips_undetected(keys[k], sampled[i]);
+            missed += flips_undetected(keys[k], sampled[i] + 2, &tried);
     }
-    fprintf(stderr, "  byte flips: %lu tuple shapes, %lu undetected\n", cases, missed);
+    fprintf(stderr, "  byte flips: %lu tuple shapes, %lu changes, %lu undetected\n",
+            cases, tried, missed);
     CHECK_UEQ(missed, 0);
 }
 
@@ -273,6 +249,45 @@ static void test_sane_header(void)
     CHECK(!tac_tuple_sane(&h, SIZE_MAX));
     h.nbytes = (uint32_t)settings.item_size_max + 1;
     CHECK(!tac_tuple_sane(&h, SIZE_MAX));
+
+    /* The whole tuple, not just its value, is bounded by -I. */
+    size_t max = (size_t)settings.item_size_max;
+    h.nbytes = (uint32_t)(max - sizeof(h) - h.nkey);
+    CHECK(tac_tuple_sane(&h, SIZE_MAX));
+    CHECK(tac_tuple_sane(&h, max));
+    CHECK(!tac_tuple_sane(&h, max - 1));
+    h.nbytes++;
+    CHECK(!tac_tuple_sane(&h, SIZE_MAX));
+
+    /* Every version and key length on its own. */
+    h.nbytes = 100;
+    for (unsigned v = 0; v < 256; v++) {
+        h.version = (uint8_t)v;
+        CHECK(tac_tuple_sane(&h, size) == (v == TAC_TUPLE_VERSION));
+    }
+    h.version = TAC_TUPLE_VERSION;
+    for (unsigned k = 0; k < 256; k++) {
+        h.nkey = (uint8_t)k;
+        CHECK(tac_tuple_sane(&h, SIZE_MAX) == (k >= 1 && k <= KEY_MAX_LENGTH));
+    }
+
+    /* Random headers and rooms against the bounds computed in 64 bits. */
+    for (int i = 0; i < 200000; i++) {
+        unsigned char raw[sizeof(h)];
+        for (size_t b = 0; b < sizeof(raw); b++)
+            raw[b] = (unsigned char)unit_rand();
+        memcpy(&h, raw, sizeof(h));
+        if (i % 2)
+            h.version = TAC_TUPLE_VERSION;
+        if (i % 4 < 2)
+            h.nbytes %= (uint32_t)max * 2;
+        size_t room = (size_t)(unit_rand() % (2 * max));
+        uint64_t want = (uint64_t)sizeof(h) + h.nkey + h.nbytes;
+        bool ok = h.version == TAC_TUPLE_VERSION && h.nkey >= 1 &&
+                  h.nkey <= KEY_MAX_LENGTH && h.nbytes >= 2 && want <= room &&
+                  want <= max;
+        CHECK(tac_tuple_sane(&h, room) == ok);
+    }
 }
 
 int main(int argc, char **argv)
