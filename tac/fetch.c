@@ -13,8 +13,10 @@
  *     DRAM, valid warm ones to NVM (or DRAM without NVM), cold ones stay
  *     (tac_ssd_fetch_buf in ssd.c).
  * Each move happens under the key's item lock and only if the item is
- * still the version that was queued.  A fetch that finds no free DRAM
- * chunk gives up (fetch_no_room) and wakes the evictors.
+ * still the version that was queued and its tuple passes the read-back
+ * checks (tuple.h); a damaged tuple is not moved, its item is unlinked.  A
+ * fetch that finds no free DRAM chunk gives up (fetch_no_room) and wakes
+ * the evictors.
  *
  * Buf temperature.  A buf is written from one cold tail, so most of its
  * tuples are cold: a whole-buf read for every warm read costs a buf of
@@ -192,6 +194,8 @@ static void fetch_nvm(const struct fetch_req *r)
             if (tac_nvm_read_value(it, ITEM_data(n))) {
                 do_item_move(it, n, r->hv);
                 TAC_INCR(fetch_nvm_to_dram);
+            } else {
+                do_item_unlink(it, r->hv);      /* damaged: never served */
             }
             item_release(n);
         }

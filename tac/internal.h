@@ -15,6 +15,7 @@
 
 struct nvm_region;
 struct ssd_store;
+struct tac_tuple_hdr;
 
 /* Policy counters: one line each; relaxed atomics, any thread. */
 #define TAC_STATS_FIELDS(X)  \
@@ -111,9 +112,17 @@ bool tac_nvm_admit(void);
  * `reserved`: the meta tuple may use the DRAM slab reserve (moves down
  * only: not sets, which free no DRAM, nor fetches). */
 item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
-/* Copies the value of NVM meta tuple `meta` into dst after checking the
- * tuple (key, size, checksum).  Item lock held. */
+/* Copies the value of NVM meta tuple `meta` into dst (meta->nbytes bytes)
+ * and checks the tuple: header bounds, key, lengths and revPtr against
+ * meta, checksum.  False, counted in nvm_read_errors and
+ * tuple_checksum_failures, when it is damaged: the caller must not use dst
+ * and unlinks meta.  Item lock held, meta pinned. */
 bool tac_nvm_read_value(const item *meta, char *dst);
+/* The same checks on the tuple where it lies: returns a pointer into the
+ * NVM mapping to its key, followed by its value (valid while meta pins the
+ * slot), with its header in *hdr; NULL (counted) when it is damaged.  Item
+ * lock held, meta pinned. */
+const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr);
 
 /* ---- Fetchers (fetch.c): move hot and warm items up (TaC 4.2, 5.4) ---- */
 void tac_fetchers_start(void);

@@ -25,11 +25,15 @@
  * The page version makes a successful read exact: a page is rewritten only
  * after its version is bumped, and the ring checks the version after the
  * read, so data read at a current reference is the tuple that was written
- * there; the checksum and key are checked as well.  A stale reference (the
- * tuple was moved by defrag, or dropped) makes the completion look the key
- * up again and follow the same version (same CAS) to wherever it lives
- * now; if that version is gone the read answers a miss, never another
- * version's value.
+ * there; its header bounds, key and checksum are checked as well.  A stale
+ * reference (the tuple was moved by defrag, or dropped) makes the
+ * completion look the key up again and follow the same version (same CAS)
+ * to wherever it lives now; if that version is gone the read answers a
+ * miss, never another version's value.  A tuple that fails its checks
+ * while the item still points at it is damaged: counted in
+ * tuple_checksum_failures, answered as a miss and unlinked, never served.
+ * Fetch checks the same before it moves a tuple up, and defrag before it
+ * copies one on (a damaged one is dropped).
  *
  * Validity.  A tuple in a page is live iff the key's meta tuple is an SSD
  * meta tuple whose reference is this tuple's.  Defrag checks that with a
@@ -336,9 +340,6 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
     if (tac.ssd == NULL || tac.nvm == NULL || meta->tier != TIER_NVM ||
         (meta->it_flags & ITEM_TRANSIENT))
         return false;
-    uint64_t nref = item_meta_ref(meta);
-    struct tac_tuple_hdr hdr;
-    nvm_read(tac.nvm, nref, 0, &hdr, sizeof(hdr));
     if (tuple_len(meta) > sd.info.buf_size) {
         /* Larger than a buf: SSD cannot take it.  A cache drops it; with
          * -M nothing stored is dropped, so it stays in NVM (and a set
@@ -349,17 +350,18 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         do_item_evict(meta, hv);
         return true;
     }
-    if (hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes) {
-        TAC_INCR(nvm_read_errors);  /* unreadable: no tier can keep it */
-        do_item_evict(meta, hv);
+    /* The NVM slot is pinned by the meta tuple: checked, then copied, in
+     * place.  A damaged tuple is not carried down (the copy would keep its
+     * checksum, so SSD reads would refuse it too): no tier can keep it. */
+    struct tac_tuple_hdr hdr;
+    const char *body = tac_nvm_tuple_checked(meta, &hdr);
+    if (body == NULL) {
+        do_item_unlink(meta, hv);
         return true;
     }
     item *n = ssd_meta_new(meta, meta->partition, true);
     if (n == NULL)
         return false;
-    /* The NVM slot is pinned by the meta tuple: read it in place. */
-    const char *body = (const char *)nvm_ptr(tac.nvm, nref) + sizeof(hdr);
-    nvm_charge_read(tac.nvm, nref, sizeof(hdr), hdr.nkey + hdr.nbytes);
     if (!put_tuple(n, &hdr, body, body + hdr.nkey, my_writer())) {
         item_release(n);
         return false;
@@ -403,12 +405,14 @@ unsigned long long tac_ssd_items(void)
 
 enum fill_result {
     FILL_OK,
-    FILL_OTHER,     /* not t's tuple (moved, reclaimed): look it up again */
+    FILL_OTHER,     /* not t's tuple: moved or reclaimed, unless t's meta
+                       tuple still points there (then damaged) */
     FILL_CORRUPT,   /* t's tuple, damaged: never served */
 };
 
 /* Checks that [data, data + len) is the tuple of transient item t's key
- * and version, and copies its value into t. */
+ * and version, and copies its value into t.  Counts nothing: whether a
+ * FILL_OTHER is damage depends on where the key's meta tuple points. */
 static enum fill_result transient_fill(item *t, const char *data, size_t len)
 {
     struct tac_tuple_hdr hdr;
@@ -422,12 +426,31 @@ static enum fill_result transient_fill(item *t, const char *data, size_t len)
     const char *value = key + hdr.nkey;
     if (memcmp(key, ITEM_key(t), t->nkey) != 0)
         return FILL_OTHER;
-    if (tac_tuple_checksum(&hdr, key, value) != hdr.checksum) {
-        TAC_INCR(tuple_checksum_failures);
+    if (tac_tuple_checksum(&hdr, key, value) != hdr.checksum)
         return FILL_CORRUPT;
-    }
     memcpy(ITEM_data(t), value, hdr.nbytes);
     return FILL_OK;
+}
+
+/* What was read at ref, a reference the key's meta tuple held, failed the
+ * checks.  If the meta tuple still points there, a successful read there
+ * read its own tuple (see Reads above): the tuple is damaged.  Counts it
+ * and unlinks the item, so that it is never served; returns true.  False
+ * when the item is gone or points elsewhere now (moved or replaced).
+ * Caller holds the key's item lock. */
+static bool do_tuple_damaged(const char *key, size_t nkey, uint32_t hv,
+                             uint64_t ref)
+{
+    item *it = do_item_get(key, nkey, hv, NULL, false);
+    if (it == NULL)
+        return false;
+    bool here = item_value_async(it) && item_meta_ref(it) == ref;
+    if (here) {
+        TAC_INCR(tuple_checksum_failures);
+        do_item_unlink(it, hv);
+    }
+    item_release(it);
+    return here;
 }
 
 struct tac_reader {
@@ -497,14 +520,21 @@ static void read_finish(struct pending_read *pr, item *value)
 }
 
 /* The read of pr's reference did not produce its tuple: the tuple moved or
- * was dropped.  Follows the same version to where it lives now. */
-static void read_relookup(struct pending_read *pr)
+ * was dropped.  Follows the same version to where it lives now.  read_ok:
+ * the read succeeded, so if the item has not moved, its tuple is damaged. */
+static void read_relookup(struct pending_read *pr, bool read_ok)
 {
     item *t = pr->t;
     item *value = NULL;
     bool again = false;
     TAC_INCR(ssd_read_retries);
     item_lock(pr->hv);
+    if (read_ok && do_tuple_damaged(ITEM_key(t), t->nkey, pr->hv, pr->ref)) {
+        item_unlock(pr->hv);
+        TAC_INCR(ssd_read_misses);
+        read_finish(pr, NULL);
+        return;
+    }
     item *it = do_item_get(ITEM_key(t), t->nkey, pr->hv, NULL, false);
     if (it != NULL && it->cas == t->cas && it->nbytes == t->nbytes) {
         if (item_value_async(it)) {
@@ -538,6 +568,10 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
     enum fill_result fill = st == SSD_OK ? transient_fill(pr->t, data, len)
                                          : FILL_OTHER;
     if (fill == FILL_CORRUPT) {
+        /* Counted, and the item unlinked, if it still points there. */
+        item_lock(pr->hv);
+        do_tuple_damaged(ITEM_key(pr->t), pr->t->nkey, pr->hv, pr->ref);
+        item_unlock(pr->hv);
         TAC_INCR(ssd_read_misses);
         read_finish(pr, NULL);
         return;
@@ -556,7 +590,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
         read_finish(pr, pr->t);
         return;
     }
-    read_relookup(pr);
+    read_relookup(pr, st == SSD_OK);
 }
 
 bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
@@ -663,12 +697,19 @@ item *tac_ssd_materialize(item *meta)
     if (tac.ssd == NULL || !item_value_async(meta))
         return NULL;
     size_t len = tuple_len(meta);
+    uint64_t ref = item_meta_ref(meta);
     item *t = tac_transient_new(meta);
     char *buf = malloc(len);
     size_t got = 0;
     bool ok = t != NULL && buf != NULL &&
-              read_sync(item_meta_ref(meta), len, false, buf, len, &got) == SSD_OK &&
-              transient_fill(t, buf, got) == FILL_OK;
+              read_sync(ref, len, false, buf, len, &got) == SSD_OK;
+    if (ok && transient_fill(t, buf, got) != FILL_OK) {
+        /* The caller holds the item lock (tier_ops.materialize), so meta
+         * still points at what was read: it is damaged. */
+        do_tuple_damaged(ITEM_key(meta), meta->nkey,
+                         item_hash(ITEM_key(meta), meta->nkey), ref);
+        ok = false;
+    }
     free(buf);
     TAC_INCR(ssd_sync_reads);
     if (!ok) {
@@ -732,8 +773,10 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         return;
     }
     if (transient_fill(t, data, tac_tuple_size(hdr.nkey, hdr.nbytes)) != FILL_OK) {
+        /* meta points at tref, whose bytes these are: damaged. */
         item_release(t);
         item_release(meta);
+        do_tuple_damaged(key, hdr.nkey, hv, tref);
         return;
     }
     item *up = NULL;

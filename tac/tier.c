@@ -11,9 +11,12 @@
  * published under the item lock.  A read of an NVM item copies the value
  * out (tier_materialize) while a reference pins the meta tuple: the slot is
  * freed only when the meta tuple's last reference goes (tier_release), so a
- * copy never races a free.  When an NVM class is full, its coldest tuple
- * moves to SSD; without an SSD tier it is dropped (cache semantics), or
- * with -M nothing is dropped and the store fails.
+ * copy never races a free.  Every read of a tuple checks it first (header
+ * bounds, key, lengths and revPtr against the meta tuple, checksum); a
+ * damaged one is counted, answered as a miss and its item unlinked.  When
+ * an NVM class is full, its coldest tuple moves to SSD; without an SSD
+ * tier it is dropped (cache semantics), or with -M nothing is dropped and
+ * the store fails.
  *
  * Threads: workers (materialize, stage), evictors (demote), any thread
  * (release).  Locks: callers hold the item lock of the key being moved;
@@ -302,31 +305,59 @@ item *tac_transient_new(const item *meta)
     return copy;
 }
 
+/* Reads the header of NVM meta tuple meta's tuple (at ref) into hdr and
+ * checks it: in bounds, and meta's own (key and value lengths, revPtr).
+ * The meta tuple alone owns the slot, so anything else is damage. */
+static bool nvm_hdr_read(const item *meta, uint64_t ref, struct tac_tuple_hdr *hdr)
+{
+    nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
+    /* The meta tuple's lengths bound every copy that follows. */
+    return tac_tuple_sane(hdr, tac_tuple_size(meta->nkey, meta->nbytes)) &&
+           hdr->nkey == meta->nkey && hdr->nbytes == meta->nbytes &&
+           hdr->rev_ptr == (uint64_t)(uintptr_t)meta;
+}
+
+static void nvm_damaged(void)
+{
+    TAC_INCR(nvm_read_errors);
+    TAC_INCR(tuple_checksum_failures);
+}
+
 bool tac_nvm_read_value(const item *meta, char *dst)
 {
     uint64_t ref = item_meta_ref(meta);
     struct tac_tuple_hdr hdr;
     char key[KEY_MAX_LENGTH];
-    nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
-    /* The meta tuple's lengths bound every copy below. */
-    if (!tac_tuple_sane(&hdr, tac_tuple_size(meta->nkey, meta->nbytes)) ||
-        hdr.nkey != meta->nkey || hdr.nbytes != meta->nbytes ||
-        hdr.rev_ptr != (uint64_t)(uintptr_t)meta) {
-        TAC_INCR(nvm_read_errors);
+    if (!nvm_hdr_read(meta, ref, &hdr)) {
+        nvm_damaged();
         return false;
     }
+    /* The copies are what is checked, and dst is what gets served. */
     nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
     nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, dst, hdr.nbytes);
-    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0) {
-        TAC_INCR(nvm_read_errors);
-        return false;
-    }
-    if (tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
-        TAC_INCR(nvm_read_errors);
-        TAC_INCR(tuple_checksum_failures);
+    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
+        tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
+        nvm_damaged();
         return false;
     }
     return true;
+}
+
+const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr)
+{
+    uint64_t ref = item_meta_ref(meta);
+    if (!nvm_hdr_read(meta, ref, hdr)) {
+        nvm_damaged();
+        return NULL;
+    }
+    const char *key = (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr);
+    nvm_charge_read(tac.nvm, ref, sizeof(*hdr), hdr->nkey + hdr->nbytes);
+    if (memcmp(key, ITEM_key(meta), hdr->nkey) != 0 ||
+        tac_tuple_checksum(hdr, key, key + hdr->nkey) != hdr->checksum) {
+        nvm_damaged();
+        return NULL;
+    }
+    return key;
 }
 
 static item *nvm_materialize(item *meta)
@@ -336,6 +367,9 @@ static item *nvm_materialize(item *meta)
         return NULL;
     if (!tac_nvm_read_value(meta, ITEM_data(copy))) {
         free(copy);
+        /* Damaged: never served, now or later.  The caller holds the item
+         * lock and a reference; the slot is freed with the last one. */
+        do_item_unlink(meta, item_hash(ITEM_key(meta), meta->nkey));
         return NULL;
     }
     TAC_INCR(get_hits_nvm);
@@ -635,6 +669,9 @@ void tac_stats_general(struct stat_sink *s)
                     (unsigned long long)STATS_GET(&tac.stats, get_hits_ssd));
         stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
     }
+    if (tac_active())
+        stat_printf(s, "tuple_checksum_failures", "%llu",
+                    (unsigned long long)STATS_GET(&tac.stats, tuple_checksum_failures));
 }
 
 void tac_stats_reset(void)
