@@ -183,12 +183,18 @@ static void listener_accept(evutil_socket_t fd, short which, void *arg)
             }
             return;
         }
-        if (STATS_GET(&gstats, curr_connections) >= (uint64_t)settings.maxconns) {
+        /* Connections on their way to a worker count too, so that a burst
+         * cannot pass -c before the workers register it.  The queue is
+         * read first: a worker counts a connection in curr_connections
+         * before it leaves the queue, so each one is seen at least once. */
+        uint64_t open = workers_conns_queued();
+        open += STATS_GET(&gstats, curr_connections);
+        if (open >= (uint64_t)settings.maxconns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
+            GSTATS_INCR(rejected_connections);     /* before the client knows */
             ssize_t unused = write(sfd, msg, sizeof(msg) - 1);
             (void)unused;
             close(sfd);
-            GSTATS_INCR(rejected_connections);
             continue;
         }
         if (l->transport == TRANSPORT_TCP) {
@@ -366,14 +372,49 @@ static bool server_listen_unix(const char *path, int mask)
 
 /* ---- Process setup ------------------------------------------------------ */
 
-/* Descriptors the server needs besides client connections: stdio,
- * listeners, per worker an eventfd, a libevent backend fd and an SSD read
- * ring, the tier files, the io_uring and evictor/fetcher/LRU threads'
- * own, and slack for a restart's files.  Like memcached, the server refuses
- * to start when the limit cannot cover -c plus this. */
+/* Addresses one -l list may bind: a name can resolve to IPv4 and IPv6. */
+static rlim_t listen_addresses(void)
+{
+    rlim_t n = 0;
+    bool in_token = false;
+    for (const char *p = settings.inter ? settings.inter : ""; *p; p++) {
+        bool delim = *p == ',' || *p == ' ';
+        if (!delim && !in_token)
+            n++;
+        in_token = !delim;
+    }
+    n *= 2;
+    return n < MAX_LISTENERS ? n : MAX_LISTENERS;
+}
+
+/*
+ * Descriptors the server holds besides its client connections, an upper
+ * bound (measured with -t 1..64, -U, NVM and SSD tiers):
+ *   32             stdio, the main event base (epoll, signal pipe, notify
+ *                  eventfd), the SSD file and its write ring, the pid
+ *                  file, libraries' own
+ *   listeners      up to 2 per -l address and transport, at most
+ *                  MAX_LISTENERS; each UDP socket is also dup'd per worker
+ *   5 per worker   its event base (epoll, signal pipe, notify eventfd) and
+ *                  its hand-off eventfd
+ *   with an SSD tier, 2 per ring (eventfd and io_uring): per worker a read
+ *                  ring and a synchronous-read ring; one synchronous-read
+ *                  ring per evictor, fetcher, defrag, LRU and maintainer
+ *                  thread
+ * Like memcached, the server refuses to start when the limit cannot cover
+ * -c plus this.
+ */
 static rlim_t fd_headroom(void)
 {
-    return 64 + 4 * (rlim_t)settings.num_threads;
+    rlim_t threads = (rlim_t)settings.num_threads;
+    rlim_t addrs = settings.socketpath ? 1 : listen_addresses();
+    rlim_t tcp = settings.socketpath || settings.port ? addrs : 0;
+    rlim_t udp = !settings.socketpath && settings.udpport ? addrs : 0;
+    rlim_t n = 32 + tcp + udp + udp * threads + 5 * threads;
+    if (settings.ssd_path != NULL)
+        n += 2 * (2 * threads + (rlim_t)settings.evict_threads +
+                  (rlim_t)settings.fetch_threads + 4);
+    return n;
 }
 
 static void raise_fd_limit(void)
