@@ -61,20 +61,29 @@ static int nlisteners;
  * retrying at once would spin.  Accepting pauses instead (every listen
  * event removed) until a connection closes, which any worker signals with
  * resume_ev (event_active is thread-safe with evthread_use_pthreads), or
- * at the latest after ACCEPT_RETRY_MS, in case the descriptors were held
- * by something else.  A pause lasts, for the log and the stats, until an
- * accept finds the backlog empty with descriptors to spare: one line when
- * it starts and one when it ends, however often accepting resumes for a
- * single connection in between.  listen_disabled_num counts the pauses and
- * time_in_listen_disabled_us their length, as in memcached.
+ * at the latest after ACCEPT_RETRY_MS, for descriptors freed some other
+ * way (the limit raised, a hand-off that failed).
+ *
+ * A close signals only while fd_short is set.  The first EMFILE sets it
+ * and accepts once more before pausing, so a close that lands between the
+ * failed accept and the pause is seen by that retry, and any later close
+ * signals.
+ *
+ * A shortage lasts, for the log and the stats, from the first EMFILE until
+ * an accept finds the backlog empty: Linux takes the descriptor before it
+ * looks at the backlog, so EAGAIN means descriptors are left.  It is logged
+ * once when it starts and once when it ends, however often accepting
+ * resumes for a single connection in between.  listen_disabled_num counts
+ * shortages and time_in_listen_disabled_us their length, as in memcached;
+ * accepting_conns is 0 while the listen events are removed.
  */
-#define ACCEPT_RETRY_MS 1000
+#define ACCEPT_RETRY_MS 100
 
 static struct event *resume_ev;     /* main base; activated on a close */
 static struct event *retry_ev;      /* main base; the ACCEPT_RETRY_MS timer */
-static int accept_paused;           /* atomic: read by workers on close */
-static bool accept_pause_logged;    /* main thread: paused, and said so */
-static struct timespec paused_since;
+static int fd_short;                /* atomic; read by workers on close */
+static bool accept_paused;          /* main thread: listen events removed */
+static struct timespec short_since; /* main thread */
 
 static void listener_accept(evutil_socket_t fd, short which, void *arg);
 
@@ -83,67 +92,74 @@ static void listeners_enable(bool on)
     for (int i = 0; i < nlisteners; i++) {
         if (listeners[i].ev == NULL)
             continue;
-        if (on)
-            event_add(listeners[i].ev, NULL);
-        else
-            event_del(listeners[i].ev);
+        if ((on ? event_add(listeners[i].ev, NULL) : event_del(listeners[i].ev)) != 0)
+            fprintf(stderr, "cannot %s listener event\n", on ? "add" : "remove");
     }
+}
+
+static void accept_shortage_begin(void)
+{
+    struct rlimit rl = { 0, 0 };
+    getrlimit(RLIMIT_NOFILE, &rl);
+    /* Sequentially consistent: ordered before the retried accept, as a
+     * worker's close is before its load of the flag. */
+    __atomic_store_n(&fd_short, 1, __ATOMIC_SEQ_CST);
+    clock_gettime(CLOCK_MONOTONIC, &short_since);
+    GSTATS_INCR(listen_disabled_num);
+    fprintf(stderr, "Too many open files (limit %lu, %llu connections): "
+            "accepting waits for a connection to close\n",
+            (unsigned long)rl.rlim_cur,
+            (unsigned long long)STATS_GET(&gstats, curr_connections));
+}
+
+/* The backlog is empty and descriptors are left: the shortage is over. */
+static void accept_shortage_end(void)
+{
+    if (!__atomic_load_n(&fd_short, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&fd_short, 0, __ATOMIC_RELAXED);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t us = (int64_t)(now.tv_sec - short_since.tv_sec) * 1000000 +
+                 (now.tv_nsec - short_since.tv_nsec) / 1000;
+    GSTATS_ADD(time_in_listen_disabled_us, us > 0 ? us : 0);
+    fprintf(stderr, "Accepting connections again after %lld ms\n",
+            (long long)(us / 1000));
 }
 
 static void accept_pause(void)
 {
     struct timeval retry = { ACCEPT_RETRY_MS / 1000, (ACCEPT_RETRY_MS % 1000) * 1000 };
+    accept_paused = true;
     listeners_enable(false);
-    __atomic_store_n(&accept_paused, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&gstats.accepting_conns, 0, __ATOMIC_RELAXED);
-    evtimer_add(retry_ev, &retry);
-    if (!accept_pause_logged) {
-        accept_pause_logged = true;
-        clock_gettime(CLOCK_MONOTONIC, &paused_since);
-        GSTATS_INCR(listen_disabled_num);
-        fprintf(stderr, "Too many open files: accepting paused until a "
-                "connection closes (-c %d)\n", settings.maxconns);
-    }
+    if (evtimer_add(retry_ev, &retry) != 0)
+        fprintf(stderr, "cannot add the accept retry timer\n");
 }
 
-/* Tries accepting again (a connection closed, or the retry timer). */
+/* Accepts again after a pause (a connection closed, or the retry timer). */
 static void accept_resume(evutil_socket_t fd, short which, void *arg)
 {
     (void)fd;
     (void)which;
     (void)arg;
-    if (!__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+    if (!accept_paused)
         return;
-    __atomic_store_n(&accept_paused, 0, __ATOMIC_RELEASE);
+    accept_paused = false;
     evtimer_del(retry_ev);
     listeners_enable(true);
     __atomic_store_n(&gstats.accepting_conns, 1, __ATOMIC_RELAXED);
-    /* Accept what waits now: this also tells whether descriptors are left
-     * once the backlog is empty (the end of the pause) or not (pause). */
-    for (int i = 0; i < nlisteners; i++)
-        if (listeners[i].ev != NULL &&
-            !__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+    /* Accept what waits now; this ends the shortage (EAGAIN) or pauses
+     * again (EMFILE). */
+    for (int i = 0; i < nlisteners && !accept_paused; i++)
+        if (listeners[i].ev != NULL)
             listener_accept(listeners[i].fd, EV_READ, &listeners[i]);
 }
 
-/* The backlog is empty and descriptors are left: the pause is over. */
-static void accept_note_drained(void)
-{
-    if (!accept_pause_logged)
-        return;
-    accept_pause_logged = false;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t us = (uint64_t)(now.tv_sec - paused_since.tv_sec) * 1000000u +
-                  (uint64_t)((now.tv_nsec - paused_since.tv_nsec) / 1000);
-    GSTATS_ADD(time_in_listen_disabled_us, us);
-    fprintf(stderr, "Accepting connections again\n");
-}
-
-/* Called by conn_close on any worker. */
+/* Runs on the closing worker after every connection close. */
 static void on_conn_closed(void)
 {
-    if (__atomic_load_n(&accept_paused, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&fd_short, __ATOMIC_SEQ_CST))
         event_active(resume_ev, EV_READ, 0);
 }
 
@@ -154,20 +170,31 @@ static void listener_accept(evutil_socket_t fd, short which, void *arg)
     for (int i = 0; i < 64; i++) {
         int sfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (sfd < 0) {
-            if (errno == EMFILE || errno == ENFILE)
+            if (errno == EMFILE || errno == ENFILE) {
+                if (!__atomic_load_n(&fd_short, __ATOMIC_RELAXED)) {
+                    accept_shortage_begin();
+                    continue;
+                }
                 accept_pause();
-            else if (errno == EAGAIN || errno == EWOULDBLOCK)
-                accept_note_drained();
-            else if (errno != EINTR && errno != ECONNABORTED)
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                accept_shortage_end();
+            } else if (errno != EINTR && errno != ECONNABORTED) {
                 perror("accept()");
+            }
             return;
         }
-        if (STATS_GET(&gstats, curr_connections) >= (uint64_t)settings.maxconns) {
+        /* Connections on their way to a worker count too, so that a burst
+         * cannot pass -c before the workers register it.  The queue is
+         * read first: a worker counts a connection in curr_connections
+         * before it leaves the queue, so each one is seen at least once. */
+        uint64_t open = workers_conns_queued();
+        open += STATS_GET(&gstats, curr_connections);
+        if (open >= (uint64_t)settings.maxconns) {
             static const char msg[] = "ERROR Too many open connections\r\n";
+            GSTATS_INCR(rejected_connections);     /* before the client knows */
             ssize_t unused = write(sfd, msg, sizeof(msg) - 1);
             (void)unused;
             close(sfd);
-            GSTATS_INCR(rejected_connections);
             continue;
         }
         if (l->transport == TRANSPORT_TCP) {
@@ -345,14 +372,49 @@ static bool server_listen_unix(const char *path, int mask)
 
 /* ---- Process setup ------------------------------------------------------ */
 
-/* Descriptors the server needs besides client connections: stdio,
- * listeners, per worker an eventfd, a libevent backend fd and an SSD read
- * ring, the tier files, the io_uring and evictor/fetcher/LRU threads'
- * own, and slack for a restart's files.  Like memcached, the server refuses
- * to start when the limit cannot cover -c plus this. */
+/* Addresses one -l list may bind: a name can resolve to IPv4 and IPv6. */
+static rlim_t listen_addresses(void)
+{
+    rlim_t n = 0;
+    bool in_token = false;
+    for (const char *p = settings.inter ? settings.inter : ""; *p; p++) {
+        bool delim = *p == ',' || *p == ' ';
+        if (!delim && !in_token)
+            n++;
+        in_token = !delim;
+    }
+    n *= 2;
+    return n < MAX_LISTENERS ? n : MAX_LISTENERS;
+}
+
+/*
+ * Descriptors the server holds besides its client connections, an upper
+ * bound (measured with -t 1..64, -U, NVM and SSD tiers):
+ *   32             stdio, the main event base (epoll, signal pipe, notify
+ *                  eventfd), the SSD file and its write ring, the pid
+ *                  file, libraries' own
+ *   listeners      up to 2 per -l address and transport, at most
+ *                  MAX_LISTENERS; each UDP socket is also dup'd per worker
+ *   5 per worker   its event base (epoll, signal pipe, notify eventfd) and
+ *                  its hand-off eventfd
+ *   with an SSD tier, 2 per ring (eventfd and io_uring): per worker a read
+ *                  ring and a synchronous-read ring; one synchronous-read
+ *                  ring per evictor, fetcher, defrag, LRU and maintainer
+ *                  thread
+ * Like memcached, the server refuses to start when the limit cannot cover
+ * -c plus this.
+ */
 static rlim_t fd_headroom(void)
 {
-    return 64 + 4 * (rlim_t)settings.num_threads;
+    rlim_t threads = (rlim_t)settings.num_threads;
+    rlim_t addrs = settings.socketpath ? 1 : listen_addresses();
+    rlim_t tcp = settings.socketpath || settings.port ? addrs : 0;
+    rlim_t udp = !settings.socketpath && settings.udpport ? addrs : 0;
+    rlim_t n = 32 + tcp + udp + udp * threads + 5 * threads;
+    if (settings.ssd_path != NULL)
+        n += 2 * (2 * threads + (rlim_t)settings.evict_threads +
+                  (rlim_t)settings.fetch_threads + 4);
+    return n;
 }
 
 static void raise_fd_limit(void)

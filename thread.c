@@ -15,7 +15,9 @@
  *
  * Threads and locks.  queue_lock protects a worker's hand-off queue and is
  * never held with any other lock.  workers[] is written before the workers
- * start and read-only afterwards.
+ * start and read-only afterwards.  conns_queued (atomic) counts the sockets
+ * in all hand-off queues: the listener adds, the worker subtracts once
+ * conn_new has counted the connection in curr_connections.
  */
 #include "config.h"
 
@@ -53,6 +55,7 @@ struct conn_queue_item {
 static struct worker *workers;
 static int nworkers;
 static int next_worker;              /* listener thread only */
+static uint64_t conns_queued;        /* atomic: handed off, not yet conns */
 static pthread_t maint_tid;
 static int maint_stop;               /* atomic */
 static int init_count;               /* protected by init_lock */
@@ -88,6 +91,8 @@ static void worker_accept_queued(evutil_socket_t fd, short which, void *arg)
         if (!q)
             break;
         conn *c = conn_new(q->sfd, q->transport, w);
+        /* After conn_new: the listener's -c check sees it at least once. */
+        __atomic_sub_fetch(&conns_queued, 1, __ATOMIC_SEQ_CST);
         if (!c) {
             fprintf(stderr, "cannot create connection for fd %d\n", q->sfd);
             close(q->sfd);
@@ -254,6 +259,7 @@ void worker_dispatch_conn(int sfd, int transport, int unused)
     q->sfd = sfd;
     q->transport = transport;
 
+    __atomic_add_fetch(&conns_queued, 1, __ATOMIC_SEQ_CST);
     struct worker *w = &workers[next_worker];
     next_worker = (next_worker + 1) % nworkers;
     pthread_mutex_lock(&w->queue_lock);
@@ -267,6 +273,11 @@ void worker_dispatch_conn(int sfd, int transport, int unused)
     uint64_t one = 1;
     if (write(w->notify_fd, &one, sizeof(one)) != sizeof(one))
         perror("eventfd write");
+}
+
+uint64_t workers_conns_queued(void)
+{
+    return __atomic_load_n(&conns_queued, __ATOMIC_SEQ_CST);
 }
 
 /* Gives every worker a conn on a UDP socket.  Called before the workers'

@@ -38,6 +38,9 @@ struct worker {
 void workers_start(int nthreads, struct event_base *main_base);
 /* Hands an accepted socket to the next worker. */
 void worker_dispatch_conn(int sfd, int transport, int udp_port_unused);
+/* Sockets handed to workers that are not yet connections (the listener
+ * counts them against -c with curr_connections). */
+uint64_t workers_conns_queued(void);
 /* Gives every worker a connection on a UDP socket. */
 void workers_add_udp(int sfd);
 /* Asks every worker to close its connections and exit; waits. */

@@ -2,7 +2,9 @@
 memcached, exit status 71), and running out of descriptors pauses accepting
 instead of spinning on the readable listen socket."""
 import os
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -10,7 +12,7 @@ import time
 
 import pytest
 
-from mcserver import SANITIZED, SERVER_BIN, free_port
+from mcserver import SANITIZED, SERVER_BIN, Conn, base_args, free_port
 
 pytestmark = pytest.mark.tac_only
 
@@ -135,3 +137,115 @@ def test_out_of_fds_pauses_accept(server):
     assert int(st["listen_disabled_num"]) == 1
     assert int(st["time_in_listen_disabled_us"]) > 0
     assert st["accepting_conns"] == "1"
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def soft_nofile(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise AssertionError("no open file limit for %d" % pid)
+
+
+def test_conn_limit_reachable_and_enforced():
+    """Started with a soft limit below -c, the server raises it to cover -c
+    plus its own descriptors (many workers, a UDP socket dup'd per worker,
+    an SSD tier's rings), so that every one of -c connections is served
+    without running out of descriptors; past -c each connection is refused
+    and counted, also in a burst that arrives before the workers have
+    registered the ones before it."""
+    maxconns, workers = 60, 16
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    d = tempfile.mkdtemp(prefix="tac-fd-")
+    port = free_port()
+    cmd = ["prlimit", "--nofile=64:%d" % hard, "--", SERVER_BIN] + base_args() + [
+        "-l", "127.0.0.1", "-p", str(port), "-U", str(free_port(socket.SOCK_DGRAM)),
+        "-c", str(maxconns), "-t", str(workers),
+        "-o", "ssd_path=%s:64m" % os.path.join(d, "ssd.dat")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    socks = []
+    try:
+        deadline = time.time() + float(os.environ.get("TAC_START_TIMEOUT", "15"))
+        while True:
+            assert p.poll() is None, p.communicate()[0].decode()
+            try:
+                st = Conn(socket.create_connection(("127.0.0.1", port), timeout=5))
+                st.sock.settimeout(5)
+                break
+            except OSError:
+                assert time.time() < deadline, "the server did not start"
+                time.sleep(0.05)
+        socks.append(st.sock)
+        # pid of the server, not of prlimit (it execs, so they are one).
+        pid = p.pid
+        spare = soft_nofile(pid) - open_fds(pid)
+        assert spare >= maxconns, "limit %d, %d descriptors open: -c %d is out of reach" % (
+            soft_nofile(pid), open_fds(pid), maxconns)
+
+        def connect_and_ask():
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            socks.append(s)
+            return s
+
+        def answer(s):
+            s.settimeout(5)
+            got = b""
+            while not got.endswith(b"\r\n"):
+                chunk = s.recv(100)
+                if not chunk:
+                    break
+                got += chunk
+            return got
+
+        # One at a time up to -c: every one is served.
+        for _ in range(maxconns - 1):
+            s = connect_and_ask()
+            s.sendall(b"version\r\n")
+            assert answer(s).startswith(b"VERSION "), "connection %d of -c %d" % (len(socks), maxconns)
+        s = connect_and_ask()
+        assert answer(s) == b"ERROR Too many open connections\r\n"
+        stats = st.stats()
+        assert int(stats["rejected_connections"]) == 1
+        assert int(stats["curr_connections"]) == maxconns
+        assert int(stats["listen_disabled_num"]) == 0 and stats["accepting_conns"] == "1"
+
+        # Half of them go; twice as many arrive at once (queued in the
+        # backlog while the server is stopped, so that the listener accepts
+        # them all before any worker registers one): at most half are
+        # served, and every other one is refused and counted.
+        half = maxconns // 2
+        for s in socks[1:1 + half]:
+            s.close()
+        deadline = time.time() + 5
+        while int(st.stats()["curr_connections"]) > maxconns - half:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        p.send_signal(signal.SIGSTOP)
+        try:
+            burst = [connect_and_ask() for _ in range(2 * half)]
+            for s in burst:
+                s.sendall(b"version\r\n")
+        finally:
+            p.send_signal(signal.SIGCONT)
+        answers = [answer(s) for s in burst]
+        served = sum(a.startswith(b"VERSION ") for a in answers)
+        refused = sum(a == b"ERROR Too many open connections\r\n" for a in answers)
+        assert served + refused == len(burst), answers
+        assert served <= half, "%d served past -c %d" % (served - half, maxconns)
+        stats = st.stats()
+        assert int(stats["rejected_connections"]) == 1 + refused
+        assert int(stats["curr_connections"]) <= maxconns
+        assert int(stats["listen_disabled_num"]) == 0
+    finally:
+        for s in socks:
+            s.close()
+        if p.poll() is None:
+            p.terminate()
+        out = p.communicate(timeout=10)[0].decode()
+        shutil.rmtree(d, ignore_errors=True)
+    assert p.returncode == 0, out
