@@ -253,7 +253,8 @@ static const struct option_def options[] = {
       "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so not\n"
       "                          tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g" },
     { 0, "ssd_page_size", OPT_SIZE, S(ssd_page_size), 0, 1 << 30, true, NULL,
-      "<bytes>", "SSD page: the unit of reclaim and defrag (default: 8m)" },
+      "<bytes>", "SSD page: the unit of reclaim and defrag; raised to hold\n"
+      "                          the largest item, -I, in whole bufs (default: 8m)" },
     { 0, "ssd_buf_size", OPT_SIZE, S(ssd_buf_size), 0, 1 << 30, true, NULL,
       "<bytes>", "SSD buf: the unit of writing, a multiple of 4k (default: 256k)" },
     { 0, "ssd_io_engine", OPT_STRING, S(ssd_io_engine), 0, 0, true, NULL,

@@ -32,21 +32,29 @@
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 static enum ssd_status buf_open(struct ssd_store *s, int page,
-                                unsigned keep_free, struct ssd_buf **out)
+                                unsigned keep_free, size_t len,
+                                struct ssd_buf **out)
 {
     enum ssd_status st = SSD_OK;
     *out = NULL;
+    if (len > s->page_size)
+        return SSD_ERR_ARG;
+    unsigned nslots = len <= s->buf_size ? 1u
+                      : (unsigned)((len + s->buf_size - 1) / s->buf_size);
     struct ssd_buf *b = calloc(1, sizeof *b);
     void *mem = NULL;
-    if (b == NULL || posix_memalign(&mem, SSD_BLOCK, s->buf_size) != 0) {
+    size_t cap = (size_t)nslots * s->buf_size;
+    if (b == NULL || posix_memalign(&mem, SSD_BLOCK, cap) != 0) {
         free(b);
         return SSD_ERR_NOMEM;
     }
     b->mem = mem;
+    b->cap = cap;
+    b->nslots = nslots;
     b->s = s;
     atomic_init(&b->refs, 1);
     pthread_mutex_lock(&s->lock);
-    int id = do_page_take_slot(s, page, keep_free, &b->slot, &st);
+    int id = do_page_take_slot(s, page, keep_free, nslots, &b->slot, &st);
     if (id >= 0) {
         b->page = (unsigned)id;
         b->version = (uint16_t)atomic_load(&s->pages[id].version);
@@ -68,13 +76,13 @@ static enum ssd_status buf_open(struct ssd_store *s, int page,
 
 enum ssd_status ssd_buf_open(struct ssd_store *s, struct ssd_buf **out)
 {
-    return buf_open(s, -1, 0, out);
+    return buf_open(s, -1, 0, 0, out);
 }
 
 enum ssd_status ssd_buf_open_keep(struct ssd_store *s, unsigned keep_free,
                                   struct ssd_buf **out)
 {
-    return buf_open(s, -1, keep_free, out);
+    return buf_open(s, -1, keep_free, 0, out);
 }
 
 enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
@@ -84,7 +92,14 @@ enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
         *out = NULL;
         return SSD_ERR_ARG;
     }
-    return buf_open(s, page, 0, out);
+    return buf_open(s, page, 0, 0, out);
+}
+
+enum ssd_status ssd_buf_open_large(struct ssd_store *s, int page,
+                                   unsigned keep_free, size_t len,
+                                   struct ssd_buf **out)
+{
+    return buf_open(s, page, keep_free, len, out);
 }
 
 enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
@@ -104,7 +119,9 @@ enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
     if (len == 0 || b->state != BUF_FILLING)
         return SSD_ERR_ARG;
     size_t at = round_up(b->used, SSD_TUPLE_ALIGN);
-    if (at > s->buf_size || len > s->buf_size - at)
+    /* A buf spanning several slots holds one tuple, at its first byte,
+     * so that every tuple starts in the slot its buf starts in. */
+    if (at > b->cap || len > b->cap - at || (b->nslots > 1 && at > 0))
         return SSD_ERR_NOSPACE;
     for (size_t i = 0, pos = at; i < (size_t)n; pos += iov[i].iov_len, i++)
         memcpy(b->mem + pos, iov[i].iov_base, iov[i].iov_len);
@@ -214,10 +231,31 @@ static struct ssd_buf *do_buf_find(struct ssd_store *s, uint64_t ref)
     unsigned page = ssd_ref_page(ref);
     unsigned slot = (unsigned)(ssd_ref_offset(ref) / s->buf_size);
     for (struct ssd_buf *b = s->bufs; b != NULL; b = b->next)
-        if (b->page == page && b->slot == slot &&
+        if (b->page == page && slot >= b->slot && slot < b->slot + b->nslots &&
             b->version == ssd_ref_version(ref))
             return b;
     return NULL;
+}
+
+/* Offset of ref inside buf b. */
+static size_t buf_off(const struct ssd_buf *b, uint64_t ref)
+{
+    return ssd_ref_offset(ref) - (size_t)b->slot * b->s->buf_size;
+}
+
+size_t do_buf_extent(struct ssd_store *s, unsigned page, size_t off,
+                     size_t *used)
+{
+    size_t i = (size_t)page * s->bufs_per_page + off / s->buf_size;
+    unsigned first = s->buf_first[i];
+    size_t start = (size_t)first * s->buf_size;
+    *used = s->buf_used[(size_t)page * s->bufs_per_page + first];
+    uint64_t ref = ssd_ref_pack((uint16_t)atomic_load(&s->pages[page].version),
+                                (uint16_t)page, (uint32_t)start);
+    struct ssd_buf *b = do_buf_find(s, ref);
+    if (b != NULL && b->used > *used)
+        *used = b->used;
+    return start;
 }
 
 const void *ssd_buf_lookup(struct ssd_store *s, uint64_t ref, size_t len,
@@ -229,8 +267,8 @@ const void *ssd_buf_lookup(struct ssd_store *s, uint64_t ref, size_t len,
         return NULL;
     pthread_mutex_lock(&s->lock);
     struct ssd_buf *b = do_buf_find(s, ref);
-    size_t off = ssd_ref_offset(ref) % s->buf_size;
-    if (b != NULL && off + len <= b->used) {
+    if (b != NULL && buf_off(b, ref) + len <= b->used) {
+        size_t off = buf_off(b, ref);
         atomic_fetch_add(&b->refs, 1);
         *pin = b;
         p = b->mem + off;
@@ -246,16 +284,17 @@ void ssd_buf_unpin(struct ssd_buf *pin)
 }
 
 bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
-                         bool whole, char *dst, size_t *used_out)
+                         bool whole, size_t cap, char *dst, size_t *used_out)
 {
     bool hit = false;
     pthread_mutex_lock(&s->lock);
     struct ssd_buf *b = do_buf_find(s, ref);
     if (b != NULL) {
-        size_t off = ssd_ref_offset(ref) % s->buf_size;
+        size_t off = buf_off(b, ref);
         if (whole) {
-            memcpy(dst, b->mem, b->used);
-            *used_out = b->used;
+            size_t n = b->used < cap ? b->used : cap;
+            memcpy(dst, b->mem, n);
+            *used_out = n;
             hit = true;
         } else if (off + len <= b->used) {
             memcpy(dst, b->mem + off, len);

@@ -50,11 +50,13 @@ enum buf_state { BUF_FILLING = 0, BUF_INFLIGHT, BUF_FAILED };
 struct ssd_buf {
     struct ssd_store *s;
     struct ssd_buf *next, *prev;   /* store->bufs list: store->lock */
-    char *mem;                     /* buf_size bytes, 4 KiB aligned */
+    char *mem;                     /* cap bytes, 4 KiB aligned */
+    size_t cap;                    /* nslots * buf_size */
     size_t used;
     size_t wlen, wdone;            /* write length (rounded) and progress */
     uint64_t fpos;                 /* file offset of byte 0 */
-    unsigned page, slot;
+    unsigned page, slot;           /* first slot of the buf */
+    unsigned nslots;               /* consecutive slots it spans (>= 1) */
     uint16_t version;
     enum buf_state state;
     atomic_uint refs;              /* 1 while registered + pins */
@@ -108,6 +110,7 @@ struct ssd_store {
     pthread_mutex_t lock;
     struct ssd_page *pages;       /* npages */
     uint32_t *buf_used;           /* npages * bufs_per_page; lock */
+    uint32_t *buf_first;          /* per slot: first slot of its buf; lock */
     int free_head;                /* lock */
     int cur_page;                 /* shared open page, -1 none; lock */
     uint64_t page_seq;            /* last page seq handed out; lock */
@@ -143,11 +146,12 @@ struct ssd_store {
 uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page);
 /* A buf of page finished (written or released): lock held. */
 void do_page_buf_done(struct ssd_store *s, unsigned page);
-/* Lock held.  Takes the next buf slot of page (of the shared open page
- * when page < 0, opening a new one only while more than keep_free pages
- * are free).  Returns the page id, or -1 with *st set. */
+/* Lock held.  Takes the next nslots consecutive buf slots of page (of the
+ * shared open page when page < 0, opening a new one only while more than
+ * keep_free pages are free; a shared page with too few slots left is
+ * finished first).  Returns the page id, or -1 with *st set. */
 int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
-                      unsigned *slot, enum ssd_status *st);
+                      unsigned nslots, unsigned *slot, enum ssd_status *st);
 
 /* buf.c */
 /* err: 0 on success, else the errno of the failed write (EIO for a
@@ -155,9 +159,15 @@ int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
 void ssd_buf_write_done(struct ssd_buf *b, int err);
 void ssd_buf_unref(struct ssd_buf *b);
 /* Copies [ref, ref+len) into dst when ref's buf is in memory; for
- * whole-buf reads (len 0) copies the buf and stores its used length. */
+ * whole-buf reads copies at most cap bytes of the buf (a prefix ending at a
+ * tuple boundary when it has grown since it was measured) and stores the
+ * length copied. */
 bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
-                         bool whole, char *dst, size_t *used_out);
+                         bool whole, size_t cap, char *dst, size_t *used_out);
+/* Lock held.  The first byte's offset in its page of the buf covering
+ * offset `off` of page, and the bytes that buf holds now. */
+size_t do_buf_extent(struct ssd_store *s, unsigned page, size_t off,
+                     size_t *used);
 
 /* io.c */
 int ssd_wuring_start(struct ssd_store *s);

@@ -479,7 +479,8 @@ void ssd_ring_destroy(struct ssd_ring *r)
 }
 
 /* Builds and starts one read of [off, off + len) of ref's page, where
- * whole says the caller wants the buf's whole used part. */
+ * whole says the caller wants the whole used part of the buf covering
+ * off (from that buf's first byte, which may lie in an earlier slot). */
 static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
                                  size_t len, bool whole, ssd_read_cb cb,
                                  void *arg)
@@ -489,14 +490,24 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
         return SSD_ERR_ARG;
     if (!ssd_ref_current(s, ref))
         return SSD_ERR_STALE;
-    if (!whole && (len == 0 || off % s->buf_size + len > s->buf_size))
+    if (!whole && (len == 0 || len > s->page_size - off))
         return SSD_ERR_ARG;
+    if (whole) {
+        /* Sized now; a buf still filling may grow meanwhile, and then a
+         * prefix of it (whole tuples) is what the caller gets. */
+        pthread_mutex_lock(&s->lock);
+        off = do_buf_extent(s, ssd_ref_page(ref), off, &len);
+        pthread_mutex_unlock(&s->lock);
+        ref = ssd_ref_pack(ssd_ref_version(ref), ssd_ref_page(ref),
+                           (uint32_t)off);
+    }
     size_t start = off / SSD_BLOCK * SSD_BLOCK;
     size_t end = (off + len + SSD_BLOCK - 1) / SSD_BLOCK * SSD_BLOCK;
+    if (end == start)
+        end = start + SSD_BLOCK;
     struct ssd_req *q = calloc(1, sizeof *q);
     void *mem = NULL;
-    if (q == NULL || posix_memalign(&mem, SSD_BLOCK, whole ? s->buf_size
-                                                           : end - start) != 0) {
+    if (q == NULL || posix_memalign(&mem, SSD_BLOCK, end - start) != 0) {
         free(q);
         return SSD_ERR_NOMEM;
     }
@@ -510,21 +521,12 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
     ST_ADD(s, reads, 1);
     r->pending++;
     size_t used = 0;
-    if (ssd_buf_copy_if_mem(s, ref, len, whole, q->mem + q->skip, &used)) {
+    if (ssd_buf_copy_if_mem(s, ref, len, whole, len, q->mem + q->skip, &used)) {
         if (whole)
             q->len = used;
         ST_ADD(s, reads_mem, 1);
         ring_done_push(r, q);           /* xlen 0 marks a memory read */
         return SSD_OK;
-    }
-    if (whole) {                        /* used length known since submit */
-        pthread_mutex_lock(&s->lock);
-        q->len = s->buf_used[(size_t)ssd_ref_page(ref) * s->bufs_per_page +
-                             off / s->buf_size];
-        pthread_mutex_unlock(&s->lock);
-        end = start + (q->len + SSD_BLOCK - 1) / SSD_BLOCK * SSD_BLOCK;
-        if (end == start)
-            end = start + SSD_BLOCK;
     }
     q->fpos = ssd_page_fpos(s, ssd_ref_page(ref)) + start;
     q->xlen = end - start;

@@ -91,7 +91,8 @@ struct ssd_config {
     /* Bytes.  A file is preallocated to this size (fallocate, else
      * ftruncate).  0 uses the existing file's or device's size. */
     uint64_t size;
-    size_t page_size;     /* multiple of buf_size, <= 4 GB; 0 = 8 MB */
+    size_t page_size;     /* multiple of buf_size, <= 4 GB; 0 = 8 MB; the
+                             largest tuple the store can take */
     size_t buf_size;      /* multiple of 4 KiB; 0 = 256 KB */
     enum ssd_engine engine;
     unsigned queue_depth; /* io_uring entries per ring; 0 = 64 */
@@ -204,6 +205,18 @@ enum ssd_status ssd_buf_open_keep(struct ssd_store *s, unsigned keep_free,
 enum ssd_status ssd_buf_open_page(struct ssd_store *s, int page,
                                   struct ssd_buf **out);
 
+/* A buf for one tuple of len bytes larger than buf_size: it spans
+ * ceil(len / buf_size) consecutive slots of one page and takes a single
+ * append.  page < 0 uses the shared open page (finished first, its last
+ * slots left empty, when too few are left; keep_free as for
+ * ssd_buf_open_keep), else a page from ssd_page_alloc (SSD_ERR_FULL when
+ * it has too few slots left).  SSD_ERR_ARG when len exceeds page_size.
+ * Reads, lookups and ssd_page_buf treat it as one buf: ssd_page_buf gives
+ * its used length at its first slot and 0 at the others. */
+enum ssd_status ssd_buf_open_large(struct ssd_store *s, int page,
+                                   unsigned keep_free, size_t len,
+                                   struct ssd_buf **out);
+
 /* Appends len bytes at the next SSD_TUPLE_ALIGN boundary of the buf and
  * stores the tuple's reference in *ref_out; the reference is usable at
  * once.  A tuple may straddle 4 KiB blocks but never bufs:
@@ -284,8 +297,9 @@ unsigned ssd_ring_pending(const struct ssd_ring *r);
  * never runs (SSD_ERR_ARG for a bad range, SSD_ERR_STALE, SSD_ERR_NOMEM). */
 enum ssd_status ssd_read(struct ssd_ring *r, uint64_t ref, size_t len,
                          ssd_read_cb cb, void *arg);
-/* Reads the whole buf holding ref (any tuple in it): cb gets the buf's
- * first byte and its used length. */
+/* Reads the whole buf holding ref (any tuple in it; for a buf spanning
+ * several slots, any offset inside it): cb gets the buf's first byte and
+ * its used length, which may exceed buf_size. */
 enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
                              ssd_read_cb cb, void *arg);
 

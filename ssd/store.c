@@ -183,7 +183,9 @@ static enum ssd_status init_pages(struct ssd_store *s)
     s->pages = calloc(s->npages, sizeof *s->pages);
     s->buf_used = calloc((size_t)s->npages * s->bufs_per_page,
                          sizeof *s->buf_used);
-    if (s->pages == NULL || s->buf_used == NULL)
+    s->buf_first = calloc((size_t)s->npages * s->bufs_per_page,
+                          sizeof *s->buf_first);
+    if (s->pages == NULL || s->buf_used == NULL || s->buf_first == NULL)
         return SSD_ERR_NOMEM;
     for (unsigned i = 0; i < s->npages; i++) {
         atomic_init(&s->pages[i].version, 1);
@@ -206,6 +208,7 @@ static void free_store(struct ssd_store *s)
     pthread_cond_destroy(&s->pool_cond);
     free(s->pages);
     free(s->buf_used);
+    free(s->buf_first);
     free(s->path);
     free(s);
 }
@@ -347,6 +350,8 @@ static int do_page_alloc(struct ssd_store *s)
     p->live = 0;
     memset(&s->buf_used[(size_t)id * s->bufs_per_page], 0,
            s->bufs_per_page * sizeof *s->buf_used);
+    for (unsigned i = 0; i < s->bufs_per_page; i++)
+        s->buf_first[(size_t)id * s->bufs_per_page + i] = i;
     ST_SUB(s, pages_free, 1);
     ST_ADD(s, pages_used, 1);
     return id;
@@ -431,12 +436,22 @@ bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len)
 /* ---- buf slot hand-out (called by buf.c through ssd_buf_open*) ---------- */
 
 int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
-                      unsigned *slot, enum ssd_status *st)
+                      unsigned nslots, unsigned *slot, enum ssd_status *st)
 {
+    if (nslots == 0 || nslots > s->bufs_per_page) {
+        *st = SSD_ERR_ARG;
+        return -1;
+    }
     if (page < 0) {
+        /* A shared page without nslots slots left is finished: its last
+         * slots stay empty, and it seals once its bufs are written. */
         if (s->cur_page >= 0 &&
-            s->pages[s->cur_page].next_slot >= s->bufs_per_page)
+            s->pages[s->cur_page].next_slot + nslots > s->bufs_per_page) {
+            s->pages[s->cur_page].next_slot = s->bufs_per_page;
+            int old = s->cur_page;
             s->cur_page = -1;
+            do_page_maybe_seal(s, (unsigned)old);
+        }
         if (s->cur_page < 0 &&
             atomic_load_explicit(&s->st_pages_free, memory_order_relaxed) <= keep_free) {
             *st = SSD_ERR_FULL;
@@ -455,11 +470,14 @@ int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
         return -1;
     }
     struct ssd_page *p = &s->pages[page];
-    if (p->next_slot >= s->bufs_per_page) {
+    if (p->next_slot + nslots > s->bufs_per_page) {
         *st = SSD_ERR_FULL;
         return -1;
     }
-    *slot = p->next_slot++;
+    *slot = p->next_slot;
+    for (unsigned i = 0; i < nslots; i++)
+        s->buf_first[(size_t)page * s->bufs_per_page + *slot + i] = *slot;
+    p->next_slot += nslots;
     p->bufs_out++;
     return page;
 }

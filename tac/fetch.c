@@ -208,8 +208,9 @@ static void fetch_nvm(const struct fetch_req *r)
 static void *fetcher_main(void *arg)
 {
     (void)arg;
-    char *mem = malloc(tac_ssd_buf_size() > 0 ? tac_ssd_buf_size() : 1);
-    if (mem == NULL) {
+    struct tac_iobuf io = { NULL, tac_ssd_buf_size() > 0 ? tac_ssd_buf_size() : 1 };
+    io.mem = malloc(io.cap);
+    if (io.mem == NULL) {
         fprintf(stderr, "out of memory starting a fetcher\n");
         return NULL;
     }
@@ -227,13 +228,13 @@ static void *fetcher_main(void *arg)
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
         } else if (r.kind == FETCH_SSD_TUPLE) {
-            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, mem);
+            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, &io);
         } else {
             TAC_INCR(fetch_ssd_bufs);
-            tac_ssd_fetch_buf(r.ref, mem);
+            tac_ssd_fetch_buf(r.ref, &io);
         }
     }
-    free(mem);
+    free(io.mem);
     return NULL;
 }
 

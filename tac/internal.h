@@ -35,7 +35,7 @@ struct tac_tuple_hdr;
     X(evict_nvm_to_ssd)      \
     X(set_fallback_ssd)      \
     X(ssd_full)              \
-    X(ssd_too_large)         \
+    X(ssd_large_bufs)        \
     X(ssd_read_retries)      \
     X(ssd_read_misses)       \
     X(ssd_sync_reads)        \
@@ -135,13 +135,18 @@ void tac_fetch_nvm(const item *meta);
 void tac_fetch_ssd_buf(const item *meta);
 /* Queues SSD meta tuple meta's own tuple (antituple, anti2). */
 void tac_fetch_ssd_tuple(const item *meta);
+/* A fetcher's read buffer: grown to the largest tuple or buf it reads. */
+struct tac_iobuf {
+    char *mem;
+    size_t cap;
+};
 /* Moves the SSD tuple at ref (len bytes) of the key, if still there, up
  * (fetcher). */
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, size_t len, char *mem);
-/* Fetches the buf holding ref (fetcher thread; mem holds a buf): valid hot
- * tuples go to DRAM, warm ones to NVM, cold ones stay. */
-void tac_ssd_fetch_buf(uint64_t ref, char *mem);
+                       uint64_t ref, size_t len, struct tac_iobuf *io);
+/* Fetches the buf holding ref (fetcher thread): valid hot tuples go to
+ * DRAM, warm ones to NVM, cold ones stay. */
+void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io);
 /* Bytes of an SSD buf (for the fetchers' buffers). */
 size_t tac_ssd_buf_size(void);
 

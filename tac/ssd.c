@@ -253,6 +253,43 @@ static enum ssd_status writer_open(struct writer *w)
     return st;
 }
 
+/* A tuple larger than a buf gets a buf of its own spanning the slots it
+ * needs (ssd_buf_open_large), written at once.  w->lock held. */
+static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
+                             size_t len, uint64_t *ref)
+{
+    struct ssd_buf *b = NULL;
+    enum ssd_status st;
+    if (!w->own_pages) {
+        st = ssd_buf_open_large(tac.ssd, -1, DEFRAG_RESERVE_PAGES, len, &b);
+    } else {
+        st = w->page >= 0 ? ssd_buf_open_large(tac.ssd, w->page, 0, len, &b)
+                          : SSD_ERR_FULL;
+        if (st == SSD_ERR_FULL) {
+            /* The small buf still filling keeps its slots in the old page. */
+            if (w->page >= 0)
+                ssd_page_finish(tac.ssd, w->page);
+            w->page = ssd_page_alloc(tac.ssd);
+            st = w->page < 0 ? SSD_ERR_FULL
+                             : ssd_buf_open_large(tac.ssd, w->page, 0, len, &b);
+        }
+    }
+    if (st != SSD_OK) {
+        TAC_INCR(ssd_full);
+        if (!w->own_pages)
+            defrag_wake();
+        return false;
+    }
+    if (ssd_buf_appendv(b, iov, n, ref) != SSD_OK) {
+        ssd_buf_release(b);
+        return false;
+    }
+    TAC_INCR(ssd_large_bufs);
+    if (ssd_buf_submit(b, write_done, NULL) != SSD_OK)
+        failed_push(b);
+    return true;
+}
+
 /* Appends one tuple (the pieces of iov) to w's buf; *ref gets its
  * reference.  False when the SSD has no free page (for w). */
 static bool writer_put(struct writer *w, const struct iovec *iov, int n,
@@ -263,7 +300,15 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
         TAC_INCR(ssd_full);
         return false;
     }
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += iov[i].iov_len;
     pthread_mutex_lock(&w->lock);
+    if (len > sd.info.buf_size) {
+        ok = writer_put_large(w, iov, n, len, ref);
+        pthread_mutex_unlock(&w->lock);
+        return ok;
+    }
     for (int tries = 0; tries < 2 && !ok; tries++) {
         if (w->buf == NULL) {
             enum ssd_status st = writer_open(w);
@@ -319,10 +364,6 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
 {
     if (tac.ssd == NULL)
         return NULL;
-    if (tac_tuple_size(it->nkey, it->nbytes) > sd.info.buf_size) {
-        TAC_INCR(ssd_too_large);
-        return NULL;
-    }
     item *meta = ssd_meta_new(it, partition, reserved);
     if (meta == NULL)
         return NULL;
@@ -340,16 +381,6 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
     if (tac.ssd == NULL || tac.nvm == NULL || meta->tier != TIER_NVM ||
         (meta->it_flags & ITEM_TRANSIENT))
         return false;
-    if (tuple_len(meta) > sd.info.buf_size) {
-        /* Larger than a buf: SSD cannot take it.  A cache drops it; with
-         * -M nothing stored is dropped, so it stays in NVM (and a set
-         * that needs its room is refused). */
-        TAC_INCR(ssd_too_large);
-        if (!settings.evict_to_free)
-            return false;
-        do_item_evict(meta, hv);
-        return true;
-    }
     /* The NVM slot is pinned by the meta tuple: checked, then copied, in
      * place.  A damaged tuple is not carried down (the copy would keep its
      * checksum, so SSD reads would refuse it too): no tier can keep it. */
@@ -627,8 +658,8 @@ bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
 struct sync_req {
     bool done;
     enum ssd_status st;
-    char *dst;
-    size_t cap, len;
+    struct tac_iobuf *io;       /* grown to fit what was read */
+    size_t len;
 };
 
 static void sync_done(void *arg, enum ssd_status st, const char *data,
@@ -636,9 +667,18 @@ static void sync_done(void *arg, enum ssd_status st, const char *data,
 {
     struct sync_req *r = arg;
     r->st = st;
-    if (st == SSD_OK) {
-        r->len = len < r->cap ? len : r->cap;
-        memcpy(r->dst, data, r->len);
+    if (st == SSD_OK && len > r->io->cap) {
+        char *m = realloc(r->io->mem, len);
+        if (m == NULL) {
+            r->st = SSD_ERR_NOMEM;
+        } else {
+            r->io->mem = m;
+            r->io->cap = len;
+        }
+    }
+    if (r->st == SSD_OK) {
+        r->len = len;
+        memcpy(r->io->mem, data, len);
     }
     r->done = true;
 }
@@ -669,15 +709,15 @@ static struct ssd_ring *my_sync_ring(void)
     return r;
 }
 
-/* Reads ref's tuple (len bytes) or, with whole, its whole buf into dst
- * (cap bytes) and waits.  *got gets the bytes copied. */
+/* Reads ref's tuple (len bytes) or, with whole, its whole buf into io
+ * (grown as needed) and waits.  *got gets the bytes read. */
 static enum ssd_status read_sync(uint64_t ref, size_t len, bool whole,
-                                 char *dst, size_t cap, size_t *got)
+                                 struct tac_iobuf *io, size_t *got)
 {
     struct ssd_ring *ring = my_sync_ring();
     if (ring == NULL)
         return SSD_ERR_NOMEM;
-    struct sync_req r = { .dst = dst, .cap = cap };
+    struct sync_req r = { .io = io };
     enum ssd_status st = whole ? ssd_read_buf(ring, ref, sync_done, &r)
                                : ssd_read(ring, ref, len, sync_done, &r);
     if (st != SSD_OK)
@@ -699,18 +739,18 @@ item *tac_ssd_materialize(item *meta)
     size_t len = tuple_len(meta);
     uint64_t ref = item_meta_ref(meta);
     item *t = tac_transient_new(meta);
-    char *buf = malloc(len);
+    struct tac_iobuf io = { malloc(len), len };
     size_t got = 0;
-    bool ok = t != NULL && buf != NULL &&
-              read_sync(ref, len, false, buf, len, &got) == SSD_OK;
-    if (ok && transient_fill(t, buf, got) != FILL_OK) {
+    bool ok = t != NULL && io.mem != NULL &&
+              read_sync(ref, len, false, &io, &got) == SSD_OK;
+    if (ok && transient_fill(t, io.mem, got) != FILL_OK) {
         /* The caller holds the item lock (tier_ops.materialize), so meta
          * still points at what was read: it is damaged. */
         do_tuple_damaged(ITEM_key(meta), meta->nkey,
                          item_hash(ITEM_key(meta), meta->nkey), ref);
         ok = false;
     }
-    free(buf);
+    free(io.mem);
     TAC_INCR(ssd_sync_reads);
     if (!ok) {
         if (t != NULL)
@@ -813,31 +853,33 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
 }
 
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, size_t len, char *mem)
+                       uint64_t ref, size_t len, struct tac_iobuf *io)
 {
-    if (tac.ssd == NULL || len > sd.info.buf_size)
+    if (tac.ssd == NULL)
         return;
     /* Read without the lock; fetch_tuple checks under it that the key's
      * meta tuple still points at this tuple. */
     size_t got = 0;
-    if (read_sync(ref, len, false, mem, sd.info.buf_size, &got) != SSD_OK ||
-        tuple_at(mem, got, 0) != len ||
-        memcmp(mem + sizeof(struct tac_tuple_hdr), key, nkey) != 0)
+    if (read_sync(ref, len, false, io, &got) != SSD_OK ||
+        tuple_at(io->mem, got, 0) != len ||
+        memcmp(io->mem + sizeof(struct tac_tuple_hdr), key, nkey) != 0)
         return;
     item_lock(hv);
-    fetch_tuple(ref, mem, hv);
+    fetch_tuple(ref, io->mem, hv);
     item_unlock(hv);
 }
 
-void tac_ssd_fetch_buf(uint64_t ref, char *mem)
+void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io)
 {
     if (tac.ssd == NULL)
         return;
+    /* Every tuple starts in the slot its buf starts in (ssd.h). */
     size_t bs = sd.info.buf_size;
     uint64_t base = ref - ssd_ref_offset(ref) % bs;
     size_t used = 0;
-    if (read_sync(base, 0, true, mem, bs, &used) != SSD_OK)
+    if (read_sync(base, 0, true, io, &used) != SSD_OK)
         return;
+    const char *mem = io->mem;
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
         const char *key = mem + off + sizeof(struct tac_tuple_hdr);
@@ -912,7 +954,7 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
 
 /* Empties the oldest sealed page.  Returns false when there was nothing to
  * do or it could not proceed. */
-static bool defrag_page(char *mem)
+static bool defrag_page(struct tac_iobuf *io)
 {
     struct ssd_page_info pi;
     int page = ssd_page_oldest(tac.ssd, &pi);
@@ -931,12 +973,12 @@ static bool defrag_page(char *mem)
         if (ssd_ref_version(base) != pi.version)
             return true;            /* reclaimed meanwhile */
         size_t got = 0;
-        enum ssd_status st = read_sync(base, 0, true, mem, sd.info.buf_size, &got);
+        enum ssd_status st = read_sync(base, 0, true, io, &got);
         if (st == SSD_ERR_STALE)
             return true;
         if (st != SSD_OK)
             return false;           /* counted by ssd/ as an I/O error */
-        if (!defrag_buf(base, mem, got, &drop))
+        if (!defrag_buf(base, io->mem, got, &drop))
             return false;
     }
     /* Every tuple found valid was moved or dropped: whatever live bytes
@@ -1058,8 +1100,8 @@ static int64_t now_ms(void)
 static void *defrag_main(void *arg)
 {
     (void)arg;
-    char *mem = malloc(sd.info.buf_size);
-    if (mem == NULL) {
+    struct tac_iobuf io = { malloc(sd.info.buf_size), sd.info.buf_size };
+    if (io.mem == NULL) {
         fprintf(stderr, "SSD tier: no memory for the defrag thread\n");
         return NULL;
     }
@@ -1085,7 +1127,7 @@ static void *defrag_main(void *arg)
                               ? sd.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        if (!failing && free_pages_now() < sd.free_wm && defrag_page(mem))
+        if (!failing && free_pages_now() < sd.free_wm && defrag_page(&io))
             continue;
         int wait = DEFRAG_IDLE_MS;
         if (have_failed) {
@@ -1094,7 +1136,7 @@ static void *defrag_main(void *arg)
         }
         defrag_sleep(wait);
     }
-    free(mem);
+    free(io.mem);
     return NULL;
 }
 
@@ -1150,6 +1192,19 @@ bool tac_ssd_open(void)
     cfg.size = size;
     cfg.page_size = (size_t)settings.ssd_page_size;
     cfg.buf_size = (size_t)settings.ssd_buf_size;
+    /* A tuple larger than a buf spans slots of one page: the page bounds
+     * the largest tuple, so it grows with -I unless set. */
+    size_t bs = cfg.buf_size ? cfg.buf_size : SSD_DEFAULT_BUF_SIZE;
+    size_t need = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max + 2);
+    need = (need + bs - 1) / bs * bs;
+    if (cfg.page_size == 0 && need > SSD_DEFAULT_PAGE_SIZE)
+        cfg.page_size = need;
+    if (cfg.page_size != 0 && cfg.page_size < need && cfg.page_size % bs == 0) {
+        fprintf(stderr, "-o ssd_page_size=%zu raised to %zu to hold the largest "
+                "item (-I %zu with its key and header, in whole bufs)\n",
+                cfg.page_size, need, (size_t)settings.item_size_max);
+        cfg.page_size = need;
+    }
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
     if (st != SSD_OK) {
         fprintf(stderr, "cannot open the SSD tier at %s: %s", path, ssd_strerror(st));
