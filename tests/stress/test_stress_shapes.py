@@ -218,8 +218,10 @@ def plan(case, dram_mb):
     else:
         n_bytes = int(0.7 * (dram + nvm) * mb / footprint(case.key_len, case.value))
     n_meta = int(0.5 * dram * mb / meta_estimate(case.key_len))
-    n = max(min(n_bytes, n_meta), THREADS * 8)
+    n = min(n_bytes, n_meta)
     why = "bytes" if n_bytes <= n_meta else "meta tuples"
+    if ssd and n < THREADS * 8:  # the SSD has room for a few more keys per thread
+        n, why = THREADS * 8, "at least 8 keys per thread"
     return dram, nvm, ssd, n, why
 
 
