@@ -6,7 +6,7 @@ Axes (DESIGN.md section 7, "back-pressure, never refusal"):
   value size   100 B, 1.1 KB, 16 KB, 500 KB (each +-10%), or mixed (per write:
                45% ~100 B, 35% ~1.1 KB, 15% ~16 KB, 5% ~500 KB)
   DRAM:NVM:SSD 1:2:16, 1:8:32, 1:0:16 (no NVM), 1:8:0 (no SSD); DRAM is -m
-               (STRESS_SHAPES_DRAM_MB: 16, 8 for a sanitizer build, 32 in long mode)
+               (STRESS_SHAPES_DRAM_MB: 12, 8 for a sanitizer build, 32 in long mode)
   updates      50% or 100% of the operations (the rest are reads), with bursts of
                16-128 pipelined updates from one thread
   busy         2 busy-loop processes at nice 0 share the cores with the server
@@ -18,7 +18,7 @@ sends whatever has queued (pipelining), one reader matches replies in FIFO order
 zipfian-ish (shapes_client.Skewed).
 
 Data set: the threads first store every key once (16 sets in flight per thread),
-then run updates and reads for STRESS_SECONDS (4 s; 20 s in long mode), then a
+then run updates and reads for STRESS_SECONDS (3 s; 20 s in long mode), then a
 sweep reads every key back.  With an SSD the data set is 1.4x DRAM+NVM (at most
 45% of the SSD), so it fills DRAM and NVM and spills into SSD; without an SSD it
 is 0.6x DRAM+NVM, so it fits.  Every key also holds a meta tuple in DRAM; the
@@ -44,15 +44,17 @@ Per case it prints ops, stores, refusals, stall windows and the server's
 store_no_memory, nvm_alloc_failures, meta_alloc_failures, evictions,
 ssd_too_large and evictor_backlog (the largest seen by a 0.5 s sampler).
 
-Modes (STRESS_SHAPES): "short" (default): 9 cases that cover every value of every
-axis at least twice (busy: four cases) and the pairs most likely to break (500 KB
-with and without NVM, with and without SSD; 250 B keys with 100 B values; the
-YCSB shape); "pairwise": an all-pairs design over the five axes; "long": the full
-product (320 cases; see bench/shapes-long.sh).  STRESS_SHAPES_CASES=<substring,...>
+Modes (STRESS_SHAPES): "short" (default; about 65 s, and 80 s against an ASan
+build, on 2 busy cores): 10 cases that cover every value of every axis at least twice (each
+value size with two different ratios, five cases busy) and the shapes most likely
+to break (500 KB without NVM and without SSD, DRAM straight to SSD, 250 B keys
+with 100 B values, the YCSB shape); an all-pairs design needs 22 cases, more
+than scripts/test.sh can spend.  "pairwise": that all-pairs design; "long": the
+full product (320 cases; see bench/shapes-long.sh).  STRESS_SHAPES_CASES=<substring,...>
 picks cases by id.
 
 A sanitizer build (ASan/TSan runtime symbols in the binary, or TAC_SKIP_SLOW=1)
-runs the same cases at half the DRAM size (half the data) without the CPU hog:
+runs the same cases at 8 MB of DRAM (2/3 of the data) without the CPU hog:
 the hog would measure the sanitizer's slowness, not the server's, and the 5 s
 progress window is meant for the instrumented code alone.
 
@@ -103,15 +105,16 @@ MIXED = [(0.45, 100), (0.35, 1100), (0.15, 16 << 10), (0.05, 500 << 10)]
 Case = collections.namedtuple("Case", "key_len value ratio updates busy")
 
 SHORT = [
-    Case(33, "1.1k", "1:2:16", 50, True),  # the YCSB shape
-    Case(8, "100", "1:8:32", 100, False),
-    Case(250, "100", "1:0:16", 50, True),  # meta tuples nearly as big as the items
-    Case(64, "16k", "1:8:0", 100, True),
+    Case(33, "1.1k", "1:2:16", 50, True),  # the YCSB shape, scaled down
+    Case(8, "100", "1:8:32", 100, False),  # meta tuples fill DRAM before NVM fills
+    Case(250, "100", "1:8:0", 50, True),  # meta tuples nearly as big as the items
+    Case(64, "16k", "1:0:16", 100, True),  # DRAM straight to SSD
     Case(250, "16k", "1:2:16", 100, False),
-    Case(8, "500k", "1:0:16", 100, True),  # larger than an SSD buf, no NVM to hold it
+    Case(8, "500k", "1:0:16", 100, True),  # larger than an SSD buf, and no NVM to hold it
     Case(64, "500k", "1:8:0", 50, False),
     Case(33, "mixed", "1:8:32", 50, False),
-    Case(250, "mixed", "1:2:16", 100, False),
+    Case(8, "mixed", "1:2:16", 100, False),
+    Case(250, "1.1k", "1:8:32", 50, True),
 ]
 
 
@@ -164,8 +167,8 @@ if os.environ.get("STRESS_SHAPES_CASES"):
     _want = os.environ["STRESS_SHAPES_CASES"].split(",")
     CASES = [c for c in CASES if any(w in case_id(c) for w in _want)]
 
-DRAM_MB = int(os.environ.get("STRESS_SHAPES_DRAM_MB") or (32 if MODE == "long" else 8 if SANITIZER else 16))
-SECONDS = float(os.environ.get("STRESS_SECONDS") or (20 if MODE == "long" else 4))
+DRAM_MB = int(os.environ.get("STRESS_SHAPES_DRAM_MB") or (32 if MODE == "long" else 8 if SANITIZER else 12))
+SECONDS = float(os.environ.get("STRESS_SECONDS") or (20 if MODE == "long" else 3))
 SNAPSHOT_STATS = ["dram_bytes", "dram_items", "meta_tuples", "nvm_bytes", "nvm_items", "nvm_pages_used",
                   "nvm_pages_total", "ssd_items", "ssd_live_bytes", "ssd_pages_free", "ssd_pages_total"]
 REPORT_STATS = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictions", "ssd_too_large",
