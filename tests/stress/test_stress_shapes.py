@@ -44,14 +44,16 @@ Per case it prints ops, stores, refusals, stall windows and the server's
 store_no_memory, nvm_alloc_failures, meta_alloc_failures, evictions,
 ssd_too_large and evictor_backlog (the largest seen by a 0.5 s sampler).
 
-Modes (STRESS_SHAPES): "short" (default; about 65 s, and 80 s against an ASan
-build, on 2 busy cores): 10 cases that cover every value of every axis at least twice (each
-value size with two different ratios, five cases busy) and the shapes most likely
-to break (500 KB without NVM and without SSD, DRAM straight to SSD, 250 B keys
-with 100 B values, the YCSB shape); an all-pairs design needs 22 cases, more
-than scripts/test.sh can spend.  "pairwise": that all-pairs design; "long": the
-full product (320 cases; see bench/shapes-long.sh).  STRESS_SHAPES_CASES=<substring,...>
-picks cases by id.
+Modes (STRESS_SHAPES):
+  short     the default; about 65 s, and 80 s against an ASan build, on 2 busy
+            cores.  10 cases that cover every value of every axis at least twice
+            (each value size with two different ratios, five cases busy) and the
+            shapes most likely to break (500 KB without NVM and without SSD, DRAM
+            straight to SSD, 250 B keys with 100 B values, the YCSB shape).  An
+            all-pairs design needs 22 cases, more than scripts/test.sh can spend.
+  pairwise  that all-pairs design.
+  long      the full product, 320 cases (bench/shapes-long.sh).
+STRESS_SHAPES_CASES=<substring>,... keeps the cases whose id contains one of them.
 
 A sanitizer build (ASan/TSan runtime symbols in the binary, or TAC_SKIP_SLOW=1)
 runs the same cases at 8 MB of DRAM (2/3 of the data) without the CPU hog:
@@ -266,8 +268,8 @@ def verify_read(run, tid, i, raw, snap_acked, snap_sent):
         if run.uncertain[i] or run.acked_ver[i] == 0:
             return
         if owner == tid or (snap_acked == snap_sent and run.sent_max[i] == snap_sent):
-            run.note(run.lost, "%s: thread %d: key %d (%r...) missing, version %x acknowledged"
-                     % (run.phase, tid, i, key[:40], run.acked_ver[i]))
+            run.note(run.lost, "%s: thread %d: key %d (%r...) missing, version %x (len %d) acknowledged"
+                     % (run.phase, tid, i, key[:40], run.acked_ver[i], run.acked_len[i]))
         return
     try:
         ver, crc = check_value(key, raw)
