@@ -196,8 +196,8 @@ def run(a, port, proc):
     for w in workers:
         runs.ops.update(w.ops)
     refused = sum(runs.refusals.values())
-    print("stores %d, refusals %d %s, wrong %d, lost %d, bad replies %d, stall windows > 1s %d%s, client errors %s"
-          % (runs.ops["stored"], refused, dict(runs.refusals) or "", len(runs.errors), len(runs.lost),
+    print("stores %d, refusals %d %s, wrong %d, lost keys %d, bad replies %d, stall windows > 1s %d%s, client errors %s"
+          % (runs.ops["stored"], refused, dict(runs.refusals) or "", len(runs.errors), len(runs.lost_keys),
              len(runs.bad_replies), len(stalls), " (longest %.2fs)" % stalls[0][1] if stalls else "", failed[:3]))
     print("final stats: %s" % " ".join("%s=%s" % (k, st.get(k, "-")) for k in WATCH + ["store_waits_done"]))
     if runs.first_refusal:

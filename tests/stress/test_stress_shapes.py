@@ -245,7 +245,8 @@ class Run:
         self.refused_vers = {}  # key index -> versions whose set was refused
         self.lock = threading.Lock()
         self.errors = []  # wrong values
-        self.lost = []
+        self.lost = []  # one message per miss seen
+        self.lost_keys = set()
         self.bad_replies = []
         self.refusals = collections.Counter()
         self.ops = collections.Counter()  # summed from the workers at the end
@@ -268,6 +269,7 @@ def verify_read(run, tid, i, raw, snap_acked, snap_sent):
         if run.uncertain[i] or run.acked_ver[i] == 0:
             return
         if owner == tid or (snap_acked == snap_sent and run.sent_max[i] == snap_sent):
+            run.lost_keys.add(i)
             run.note(run.lost, "%s: thread %d: key %d (%r...) missing, version %x (len %d) acknowledged"
                      % (run.phase, tid, i, key[:40], run.acked_ver[i], run.acked_len[i]))
         return
@@ -560,10 +562,10 @@ def test_shapes(server, tier_paths, case):
     ops = run.ops["set"] + run.ops["get"]
     refused = sum(run.refusals.values())
     print("ops %d (%d sets, %d gets; %.0f/s in the run), stores %d, refusals %d %s, stall windows > %gs: %d%s, "
-          "wrong %d, lost %d, bad replies %d; max in flight per connection %s"
+          "wrong %d, lost keys %d, bad replies %d; max in flight per connection %s"
           % (ops, run.ops["set"], run.ops["get"], (ops - n) / max(t_run, 0.001), run.ops["stored"], refused,
              dict(run.refusals) or "", STALL_LIMIT, len(stalls),
-             " (longest %.2fs)" % stalls[0][1] if stalls else "", len(run.errors), len(run.lost),
+             " (longest %.2fs)" % stalls[0][1] if stalls else "", len(run.errors), len(run.lost_keys),
              len(run.bad_replies), {m.name: m.max_in_flight for m in muxes.values()}))
     if st:
         print("stats: %s; max evictor_backlog %d; items dram %s nvm %s ssd %s; nvm pages %s/%s (max %d); "
@@ -596,7 +598,8 @@ def test_shapes(server, tier_paths, case):
     if run.bad_replies:
         failures.append("%d unexpected replies, first: %s" % (len(run.bad_replies), [e for e in run.bad_replies if e][:10]))
     if run.lost:
-        failures.append("%d acknowledged keys lost, first: %s" % (len(run.lost), [e for e in run.lost if e][:10]))
+        failures.append("%d acknowledged keys lost (%d misses seen), first: %s"
+                        % (len(run.lost_keys), len(run.lost), [e for e in run.lost if e][:10]))
     dropped = {k: st.get(k) for k in ("evictions", "nvm_evictions", "ssd_items_dropped") if int(st.get(k, 0) or 0)}
     if dropped:
         failures.append("items dropped though the data set fits: %s (ssd_too_large=%s)" % (dropped, st.get("ssd_too_large")))
