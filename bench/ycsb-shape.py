@@ -41,7 +41,7 @@ import shapes_client as sc  # noqa: E402
 import test_stress_shapes as ts  # noqa: E402
 
 WATCH = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictor_backlog", "evictions",
-         "ssd_too_large", "store_wait_timeouts", "nvm_pages_used", "nvm_pages_total", "ssd_pages_free",
+         "ssd_large_bufs", "store_wait_timeouts", "nvm_pages_used", "nvm_pages_total", "ssd_pages_free",
          "ssd_pages_total", "dram_items", "nvm_items", "ssd_items", "meta_tuples"]
 
 

@@ -125,11 +125,13 @@ enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
         return SSD_ERR_NOSPACE;
     for (size_t i = 0, pos = at; i < (size_t)n; pos += iov[i].iov_len, i++)
         memcpy(b->mem + pos, iov[i].iov_base, iov[i].iov_len);
+    /* A tuple in a buf of its own holds all of the buf's slots. */
+    size_t charge = b->nslots > 1 ? b->cap : len;
     pthread_mutex_lock(&s->lock);
     b->used = at + len;                 /* under the lock: lookup reads it */
-    s->pages[b->page].live += len;
+    s->pages[b->page].live += charge;
     pthread_mutex_unlock(&s->lock);
-    ST_ADD(s, live_bytes, len);
+    ST_ADD(s, live_bytes, charge);
     *ref_out = ssd_ref_pack(b->version, (uint16_t)b->page,
                             (uint32_t)(b->slot * s->buf_size + at));
     return SSD_OK;

@@ -169,6 +169,9 @@ struct ssd_page_info {
     uint64_t seq;
 };
 int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out);
+/* The sealed page with the fewest live bytes (the oldest of those), the
+ * one whose re-packing wins the most space; -1 when none is sealed. */
+int ssd_page_emptiest(struct ssd_store *s, struct ssd_page_info *out);
 /* Bytes written to buf slot `slot` of page (0 when it holds none) and, in
  * *ref, the reference of the slot's first byte (0 for a free page). */
 uint32_t ssd_page_buf(struct ssd_store *s, int page, unsigned slot,
@@ -180,7 +183,8 @@ uint32_t ssd_page_buf(struct ssd_store *s, int page, unsigned slot,
  * reclaimed or is not sealed. */
 bool ssd_page_drop(struct ssd_store *s, int page, uint16_t version);
 
-/* Subtracts len from the live bytes of ref's page.  A sealed page whose
+/* Subtracts len (a tuple larger than a buf: its whole slots) from the live
+ * bytes of ref's page.  A sealed page whose
  * live bytes reach 0 is reclaimed at once: version bumped, page freed.
  * Returns false (and changes nothing) when ref is stale. */
 bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len);
@@ -310,7 +314,7 @@ enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
 #define SSD_STATS_FIELDS(X) \
     X(pages_used,    "pages open or sealed") \
     X(pages_free,    "pages on the free list") \
-    X(live_bytes,    "bytes of tuples not yet marked dead") \
+    X(live_bytes,    "bytes of tuples not yet marked dead (whole slots for a tuple larger than a buf)") \
     X(bufs_written,  "buf writes completed successfully") \
     X(bytes_written, "bytes written by buf writes") \
     X(reads,         "ssd_read/ssd_read_buf calls accepted") \

@@ -418,6 +418,9 @@ bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len)
     unsigned id = ssd_ref_page(ref);
     if (ref == 0 || id >= s->npages)
         return false;
+    /* A tuple larger than a buf held whole slots (ssd_buf_appendv). */
+    if (len > s->buf_size)
+        len = (len + s->buf_size - 1) / s->buf_size * s->buf_size;
     pthread_mutex_lock(&s->lock);
     struct ssd_page *p = &s->pages[id];
     bool ok = atomic_load_explicit(&p->version, memory_order_relaxed) ==
@@ -484,14 +487,15 @@ int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
 
 /* ---- page inspection (defrag) -------------------------------------------- */
 
-int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out)
+/* The sealed page that `better` prefers over all others, or -1. */
+static int page_pick(struct ssd_store *s, struct ssd_page_info *out,
+                     bool (*better)(const struct ssd_page *, const struct ssd_page *))
 {
     int best = -1;
     pthread_mutex_lock(&s->lock);
     for (unsigned i = 0; i < s->npages; i++) {
         const struct ssd_page *p = &s->pages[i];
-        if (p->state == PAGE_SEALED &&
-            (best < 0 || p->seq < s->pages[best].seq))
+        if (p->state == PAGE_SEALED && (best < 0 || better(p, &s->pages[best])))
             best = (int)i;
     }
     if (best >= 0 && out != NULL) {
@@ -502,6 +506,26 @@ int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out)
     }
     pthread_mutex_unlock(&s->lock);
     return best;
+}
+
+static bool older(const struct ssd_page *a, const struct ssd_page *b)
+{
+    return a->seq < b->seq;
+}
+
+static bool emptier(const struct ssd_page *a, const struct ssd_page *b)
+{
+    return a->live < b->live || (a->live == b->live && a->seq < b->seq);
+}
+
+int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out)
+{
+    return page_pick(s, out, older);
+}
+
+int ssd_page_emptiest(struct ssd_store *s, struct ssd_page_info *out)
+{
+    return page_pick(s, out, emptier);
 }
 
 uint32_t ssd_page_buf(struct ssd_store *s, int page, unsigned slot,

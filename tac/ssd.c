@@ -43,12 +43,15 @@
  *
  * Space.  Each page counts its live bytes; a sealed page with none left is
  * reclaimed at once (ssd/).  When free pages fall below the watermark the
- * defrag thread takes the oldest sealed page, reads its bufs, and moves
- * each valid tuple into its own buf, changing only that meta tuple's
- * reference; then the page is reclaimed.  When moving would gain nothing
- * (the page is nearly all live, or no page is free), the SSD is full: the
- * page's items are dropped and counted as evictions, or with -M nothing is
- * dropped and writes to SSD fail until space frees up.
+ * defrag thread takes the sealed page with the fewest live bytes, reads
+ * its bufs, and moves each valid tuple into its own buf, changing only
+ * that meta tuple's reference; then the page is reclaimed.  (The oldest
+ * page is the wrong choice: under skewed updates it holds the cold items
+ * nobody rewrites, nearly all live, while younger pages are mostly dead.)
+ * When moving would gain nothing (even that page is nearly all live, or no
+ * page is free), the SSD is full: the oldest page's items, the coldest,
+ * are dropped and counted as evictions, or with -M nothing is dropped and
+ * writes to SSD fail until space frees up.
  *
  * Threads: workers (reads, shared writer), evictors (their writers), the
  * defrag thread, and the ssd/ library's write completion thread.
@@ -95,7 +98,10 @@ struct writer {
 
 /* Free pages the other writers leave to defrag, so that it always has
  * somewhere to move live tuples to and space can be won back. */
-#define DEFRAG_RESERVE_PAGES 1
+/* Two: moving one page's tuples needs at most one page's slots, and
+ * defrag's current page may have only a few left (a large tuple that does
+ * not fit there finishes it). */
+#define DEFRAG_RESERVE_PAGES 2
 
 static struct {
     struct ssd_info info;
@@ -265,7 +271,7 @@ static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
     } else {
         st = w->page >= 0 ? ssd_buf_open_large(tac.ssd, w->page, 0, len, &b)
                           : SSD_ERR_FULL;
-        if (st == SSD_ERR_FULL) {
+        if (st != SSD_OK) {         /* too few slots left, or sealed */
             /* The small buf still filling keeps its slots in the old page. */
             if (w->page >= 0)
                 ssd_page_finish(tac.ssd, w->page);
@@ -952,19 +958,26 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
     return true;
 }
 
-/* Empties the oldest sealed page.  Returns false when there was nothing to
- * do or it could not proceed. */
+/* Wins back one page: re-packs the live tuples of the sealed page with the
+ * fewest live bytes.  When even that page is nearly all live, the SSD is
+ * full: the oldest page's items are dropped (cache semantics), or with -M
+ * nothing is done.  Returns false when there was nothing to do or it could
+ * not proceed. */
 static bool defrag_page(struct tac_iobuf *io)
 {
     struct ssd_page_info pi;
-    int page = ssd_page_oldest(tac.ssd, &pi);
+    int page = ssd_page_emptiest(tac.ssd, &pi);
     if (page < 0)
         return false;
     bool drop = pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
-    if (!drop)
+    if (drop)
+        page = ssd_page_oldest(tac.ssd, &pi);
+    else
         TAC_INCR(ssd_defrag_runs);
+    if (page < 0)
+        return false;
     for (unsigned slot = 0; slot < sd.info.bufs_per_page; slot++) {
         uint64_t base;
         uint32_t used = ssd_page_buf(tac.ssd, page, slot, &base);
@@ -1095,7 +1108,7 @@ static int64_t now_ms(void)
 }
 
 /* The defrag thread: retries failed writes with back-off, keeps them
- * within their bound, and re-packs the oldest page while free pages are
+ * within their bound, and re-packs the emptiest page while free pages are
  * short.  One page, or one retry round, per pass. */
 static void *defrag_main(void *arg)
 {

@@ -42,7 +42,7 @@ Each case asserts
     store completed while one was outstanding.
 Per case it prints ops, stores, refusals, stall windows and the server's
 store_no_memory, nvm_alloc_failures, meta_alloc_failures, evictions,
-ssd_too_large and evictor_backlog (the largest seen by a 0.5 s sampler).
+ssd_large_bufs and evictor_backlog (the largest seen by a 0.5 s sampler).
 
 Modes (STRESS_SHAPES):
   short     the default; about 65 s, and 80 s against an ASan build, on 2 busy
@@ -173,7 +173,7 @@ DRAM_MB = int(os.environ.get("STRESS_SHAPES_DRAM_MB") or (32 if MODE == "long" e
 SECONDS = float(os.environ.get("STRESS_SECONDS") or (20 if MODE == "long" else 3))
 SNAPSHOT_STATS = ["dram_bytes", "dram_items", "meta_tuples", "nvm_bytes", "nvm_items", "nvm_pages_used",
                   "nvm_pages_total", "ssd_items", "ssd_live_bytes", "ssd_pages_free", "ssd_pages_total"]
-REPORT_STATS = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictions", "ssd_too_large",
+REPORT_STATS = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictions", "ssd_large_bufs",
                 "evictor_backlog", "store_waits_done", "store_wait_timeouts", "nvm_evictions", "ssd_items_dropped",
                 "ssd_full", "set_fallback_nvm", "set_fallback_ssd"]
 
@@ -602,7 +602,7 @@ def test_shapes(server, tier_paths, case):
                         % (len(run.lost_keys), len(run.lost), [e for e in run.lost if e][:10]))
     dropped = {k: st.get(k) for k in ("evictions", "nvm_evictions", "ssd_items_dropped") if int(st.get(k, 0) or 0)}
     if dropped:
-        failures.append("items dropped though the data set fits: %s (ssd_too_large=%s)" % (dropped, st.get("ssd_too_large")))
+        failures.append("items dropped though the data set fits: %s (ssd_large_bufs=%s)" % (dropped, st.get("ssd_large_bufs")))
     if stalls:
         failures.append("%d windows > %gs with a store outstanding and none completing; longest %s"
                         % (len(stalls), STALL_LIMIT, ["%.2fs at +%.1fs" % (d, s - t0) for s, d in stalls[:5]]))
@@ -670,12 +670,12 @@ def test_large_items_M(server, tier_paths):
             if not full:
                 state["bad_refusals"].append(
                     "%r with nvm %s (pages %s/%s, %s live of %s) ssd %s (pages free %s/%s, %s live of %s); "
-                    "acknowledged live %s of %s total; ssd_too_large=%s nvm_alloc_failures=%s"
+                    "acknowledged live %s of %s total; ssd_large_bufs=%s nvm_alloc_failures=%s"
                     % (line, "full" if nf else "NOT full", st.get("nvm_pages_used"), st.get("nvm_pages_total"),
                        st.get("nvm_bytes"), st.get("nvm_capacity"), "full" if sf else "NOT full",
                        st.get("ssd_pages_free"), st.get("ssd_pages_total"), st.get("ssd_live_bytes"),
                        st.get("ssd_capacity"), fmt_bytes(state["acked_bytes"]), fmt_bytes(total),
-                       st.get("ssd_too_large"), st.get("nvm_alloc_failures")))
+                       st.get("ssd_large_bufs"), st.get("nvm_alloc_failures")))
 
     def worker(tid):
         rnd = random.Random(seed * 100 + tid)
