@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -105,7 +106,7 @@ static size_t conn_mem_holding(const conn *c)
     size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
     if (c->item != NULL && c->state == conn_nread)
         n += ITEM_ntotal(c->item);
-    return n;
+    return n + c->room_held;
 }
 
 /* Marks the biggest holders for closing until the marked bytes cover the
@@ -435,34 +436,56 @@ static void park_done(void *arg, struct item *value)
     }
 }
 
-static bool park_value(conn *c, struct item *meta, uint32_t hv,
-                       conn_fill_fn fill, void (*cleanup)(void *),
-                       const void *ctx, size_t ctxlen)
+/* A parked response not yet waiting on anything: its placeholder is
+ * queued; park_link() makes it pending, or park_drop() gives it up. */
+static struct parked *park_new(conn *c, conn_fill_fn fill,
+                               void (*cleanup)(void *), const void *ctx,
+                               size_t ctxlen)
 {
-    if (c->thread->reader == NULL || c->transport == TRANSPORT_UDP)
-        return false;
     struct parked *p = malloc(sizeof(*p) + ctxlen);
     if (p == NULL)
-        return false;
+        return NULL;
     struct resp *r = resp_new(c);
     if (r == NULL) {
         free(p);
-        return false;
+        return NULL;
     }
     p->c = c;
     p->r = r;
     p->fill = fill;
     p->cleanup = cleanup;
     memcpy(p->ctx, ctx, ctxlen);
-    if (!tac_read_value(c->thread->reader, meta, hv, park_done, p)) {
-        r->skip = true;             /* an empty resp, dropped when sent */
-        free(p);
-        return false;
-    }
-    r->pending = true;
+    return p;
+}
+
+static void park_link(conn *c, struct parked *p)
+{
+    p->r->pending = true;
     p->next = c->parked;
     c->parked = p;
     c->npending++;
+}
+
+static void park_drop(struct parked *p)
+{
+    p->r->skip = true;              /* an empty resp, dropped when sent */
+    free(p);
+}
+
+static bool park_value(conn *c, struct item *meta, uint32_t hv,
+                       conn_fill_fn fill, void (*cleanup)(void *),
+                       const void *ctx, size_t ctxlen)
+{
+    if (c->thread->reader == NULL || c->transport == TRANSPORT_UDP)
+        return false;
+    struct parked *p = park_new(c, fill, cleanup, ctx, ctxlen);
+    if (p == NULL)
+        return false;
+    if (!tac_read_value(c->thread->reader, meta, hv, park_done, p)) {
+        park_drop(p);
+        return false;
+    }
+    park_link(c, p);
     return true;
 }
 
@@ -591,6 +614,115 @@ void conn_retry_nread(conn *c)
     item_ref(a.it);
     conn_retry(c, ITEM_key(a.it), a.it->nkey, nread_retry_run,
                nread_retry_cleanup, &a, sizeof(a));
+}
+
+/* ---- Stores waiting for room (-o store_wait_ms) ------------------------ */
+
+/* Retry delays: short at first (an evictor frees DRAM within
+ * microseconds of being woken), longer while the wait goes on. */
+#define ROOM_RETRY_MIN_US 250
+#define ROOM_RETRY_MAX_US 8000
+
+struct room_wait {
+    struct worker *w;
+    struct event *ev;
+    int64_t start_us;           /* the store's first wait */
+    size_t bytes;               /* in c->room_held */
+    struct nread_retry a;       /* the request; holds a reference to a.it */
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void room_fill(conn *c, struct item *value, void *ctx)
+{
+    struct room_wait *rw = ctx;
+    (void)value;
+    c->barriers--;
+    c->room_held -= rw->bytes;
+    GSTATS_DECR(stores_waiting);
+    int tries = c->redo_tries;
+    c->redo_tries = 1;              /* set_cmds counted it once already */
+    c->room_wait_start = rw->start_us;
+    c->room_parked = c->room_timed_out = false;
+    nread_retry_run(c, &rw->a);     /* complete_nread releases a.it */
+    if (!c->room_parked && !c->room_timed_out)
+        GSTATS_INCR(store_waits_done);
+    c->room_wait_start = 0;
+    c->redo_tries = tries;
+    conn_mem_sync(c);
+}
+
+static void room_cleanup(void *ctx)
+{
+    struct room_wait *rw = ctx;
+    GSTATS_DECR(stores_waiting);
+    item_release(rw->a.it);
+}
+
+static void room_timer(evutil_socket_t fd, short which, void *arg)
+{
+    struct parked *p = arg;
+    struct room_wait *rw = (struct room_wait *)p->ctx;
+    struct worker *w = rw->w;
+    (void)fd;
+    (void)which;
+    event_free(rw->ev);
+    park_done(p, NULL);             /* room_fill, or room_cleanup if closed */
+    conn_run_ready(w);
+}
+
+bool conn_wait_room(conn *c, enum store_result *res)
+{
+    if (*res != STORE_NEED_ROOM)
+        return false;
+    int64_t now = mono_us();
+    int64_t start = c->room_wait_start != 0 ? c->room_wait_start : now;
+    if (now - start >= (int64_t)settings.store_wait_ms * 1000 &&
+        settings.store_wait_ms > 0) {
+        GSTATS_INCR(store_wait_timeouts);
+        c->room_timed_out = true;
+        *res = STORE_WAIT_TIMEOUT;
+        return false;
+    }
+    *res = STORE_NO_MEMORY;
+    if (settings.store_wait_ms == 0 || c->transport == TRANSPORT_UDP)
+        return false;
+    int64_t delay = (now - start) / 4;
+    delay = delay < ROOM_RETRY_MIN_US ? ROOM_RETRY_MIN_US
+          : delay > ROOM_RETRY_MAX_US ? ROOM_RETRY_MAX_US : delay;
+    struct room_wait rw = {
+        .w = c->thread, .start_us = start, .bytes = ITEM_ntotal(c->item),
+        .a = { .it = c->item, .nr = c->nr, .bin = c->bin,
+               .protocol = c->protocol },
+    };
+    struct parked *p = park_new(c, room_fill, room_cleanup, &rw, sizeof(rw));
+    if (p == NULL)
+        return false;
+    struct room_wait *prw = (struct room_wait *)p->ctx;
+    prw->ev = evtimer_new(c->thread->base, room_timer, p);
+    struct timeval tv = { 0, (suseconds_t)delay };
+    if (prw->ev == NULL || evtimer_add(prw->ev, &tv) != 0) {
+        if (prw->ev != NULL)
+            event_free(prw->ev);
+        park_drop(p);
+        return false;
+    }
+    park_link(c, p);
+    item_ref(c->item);
+    c->barriers++;                  /* later requests wait for its answer */
+    c->room_held += rw.bytes;
+    c->room_parked = true;
+    conn_mem_sync(c);
+    if (c->room_wait_start == 0)
+        GSTATS_INCR(store_waits);
+    GSTATS_INCR(stores_waiting);
+    *res = STORE_NEED_ROOM;
+    return true;
 }
 
 void conn_run_ready(struct worker *w)

@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "items.h"
 #include "memcached.h"
 
 struct item;
@@ -130,6 +131,12 @@ struct conn {
                                later requests wait until they ran */
     conn *ready_next;
 
+    /* stores parked for room (conn.c, "Stores waiting for room") */
+    int64_t room_wait_start;   /* µs: the running store's first wait, or 0 */
+    bool room_parked;          /* it parked again */
+    bool room_timed_out;       /* it ran out of store_wait_ms */
+    size_t room_held;          /* bytes of parked stores' items */
+
     /* connection memory (conn.c, "Connection memory") */
     size_t mem_held;        /* this conn's share of conn_mem_bytes; written
                                by its worker, read under the registry lock */
@@ -226,6 +233,21 @@ typedef void (*conn_retry_fn)(conn *c, void *args);
 void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
                 void (*cleanup)(void *args), const void *args, size_t argslen);
 void conn_retry_nread(conn *c);
+
+/*
+ * A store found no room in any tier, and a lower tier will make some
+ * (*res is STORE_NEED_ROOM, from item_store_wait).  Parks the request:
+ * a placeholder keeps its answer's place, later requests wait behind it
+ * (the connection stops reading, so TCP pushes back), the worker serves
+ * other connections, and a timer runs the protocol's complete_nread hook
+ * again with the same value.  Its item counts against conn_mem_limit
+ * meanwhile.  Returns true when parked (answer nothing now).  False when
+ * *res was something else, or the store cannot wait: *res becomes
+ * STORE_WAIT_TIMEOUT once -o store_wait_ms has passed since its first
+ * wait (counted in store_wait_timeouts), or STORE_NO_MEMORY when it
+ * cannot park (UDP, store_wait_ms 0, out of memory).
+ */
+bool conn_wait_room(conn *c, enum store_result *res);
 
 /* Drives the connections whose parked responses were filled (thread.c,
  * after reaping the worker's reads). */

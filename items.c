@@ -65,10 +65,6 @@
 #define LRU_SPARE_MAX 64
 /* Rounds of (slabs_alloc, tail pull) before item_alloc gives up. */
 #define ALLOC_TRIES 4
-/* A store whose value no tier has room for waits up to this many times this
- * long for the evictors (item_store). */
-#define STAGE_RETRIES 50
-#define STAGE_RETRY_US 1000
 
 /* Per-class counters of `stats items`; relaxed atomics. */
 #define LRU_STATS_FIELDS(X) \
@@ -1120,32 +1116,37 @@ enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
     return res;
 }
 
+static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
+                               uint64_t *cas_out, int partition, bool may_wait)
+{
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    item_lock(hv);
+    enum store_result res = do_item_store(it, op, req_cas, cas_out, hv, partition);
+    item_unlock(hv);
+    /* A value DRAM had no room for, that no lower tier could take either:
+     * its tail is moving down, defrag is compacting, or the page mover has
+     * yet to refill the meta tuples' reserve.  The evictors are woken; a
+     * caller that can wait tries again (DESIGN.md 7: back-pressure, not
+     * errors), unless every tier is full for good. */
+    if (res == STORE_NO_MEMORY && (it->it_flags & ITEM_STAGING) &&
+        tier_ops != NULL && op != STORE_APPEND && op != STORE_PREPEND) {
+        tier_ops->dram_pressure(it->slabs_clsid, part_index(partition));
+        if (may_wait && tier_ops->room_later != NULL && tier_ops->room_later())
+            res = STORE_NEED_ROOM;
+    }
+    return res;
+}
+
 enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
                              uint64_t *cas_out, int partition)
 {
-    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
-    enum store_result res;
-    /* A value DRAM had no room for goes to a lower tier.  When that one is
-     * momentarily full too (its tail is moving down, or the page mover has
-     * yet to refill the meta tuples' reserve), wait a little for the
-     * evictors before answering out of memory (not with -M, where a full
-     * cache answers at once). */
-    for (int tries = 0;; tries++) {
-        item_lock(hv);
-        res = do_item_store(it, op, req_cas, cas_out, hv, partition);
-        item_unlock(hv);
-        if (res != STORE_NO_MEMORY || !(it->it_flags & ITEM_STAGING) ||
-            tier_ops == NULL || !settings.evict_to_free ||
-            tries >= STAGE_RETRIES) {
-            if (tries > 0 && res == STORE_NO_MEMORY)
-                GSTATS_INCR(store_wait_timeouts);
-            else if (tries > 0)
-                GSTATS_INCR(store_waits_done);
-            return res;
-        }
-        tier_ops->dram_pressure(it->slabs_clsid, part_index(partition));
-        usleep(STAGE_RETRY_US);
-    }
+    return store(it, op, req_cas, cas_out, partition, false);
+}
+
+enum store_result item_store_wait(item *it, enum store_op op, uint64_t req_cas,
+                                  uint64_t *cas_out, int partition)
+{
+    return store(it, op, req_cas, cas_out, partition, true);
 }
 
 /* ---- incr / decr, delete. ------------------------------------------ */

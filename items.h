@@ -227,6 +227,10 @@ enum store_result {
     STORE_TOO_LARGE,    /* append/prepend result exceeds -I */
     STORE_NEED_VALUE,   /* append/prepend: the old value is on SSD; read it
                            (conn_park_key) and retry with the value hint */
+    STORE_NEED_ROOM,    /* item_store_wait: no tier has room now, a lower
+                           one will (evictors, defrag); retry later */
+    STORE_WAIT_TIMEOUT, /* the caller waited -o store_wait_ms for room in
+                           vain; answered as out of memory, counted apart */
 };
 
 /*
@@ -237,6 +241,11 @@ enum store_result {
  */
 enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
                              uint64_t *cas_out, int partition);
+/* item_store for a caller that can wait (a connection parks the request,
+ * conn_wait_room): STORE_NEED_ROOM when no tier has room for a staging
+ * item now but a lower tier will make some.  The evictors have been woken. */
+enum store_result item_store_wait(item *it, enum store_op op, uint64_t req_cas,
+                                  uint64_t *cas_out, int partition);
 
 enum delta_result {
     DELTA_OK = 1,
@@ -349,6 +358,11 @@ struct item_tier_ops {
      * lower tier right away (tier_policy=anti2 places items without
      * regard to the tier).  Any thread. */
     bool (*skip_dram)(void);
+    /* Optional: a staging item found no room; true when a lower tier will
+     * make some without a client's help (evictors demote, defrag
+     * compacts, or a cache drops its coldest), false when every tier is
+     * full for good (-M).  Any thread. */
+    bool (*room_later)(void);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

@@ -89,6 +89,7 @@ struct settings {
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
     size_t conn_mem_limit;  /* -o conn_mem_limit, bytes (0 = auto until
                                settings_finalize) */
+    int store_wait_ms;      /* -o store_wait_ms: longest wait for room */
 };
 
 extern struct settings settings;

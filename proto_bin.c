@@ -320,17 +320,20 @@ void proto_bin_complete_nread(conn *c)
         SLAB_STATS_INCR(&c->thread->stats, it->slabs_clsid, set_cmds);
     if (op == STORE_SET && c->bin.cas)
         op = STORE_CAS;
-    enum store_result res = item_store(it, op, c->bin.cas, &cas,
-                                       c->thread->partition);
+    enum store_result res = item_store_wait(it, op, c->bin.cas, &cas,
+                                            c->thread->partition);
     if (res == STORE_NEED_VALUE)
         conn_retry_nread(c);        /* append/prepend to an SSD value */
+    else
+        conn_wait_room(c, &res);    /* STORE_NEED_ROOM: parked */
     c->item = NULL;
     item_release(it);
     conn_set_state(c, conn_new_cmd);
 
     switch (res) {
     case STORE_NEED_VALUE:
-        break;                      /* answered once the value is read */
+    case STORE_NEED_ROOM:
+        break;                      /* answered later, in its place */
     case STORE_STORED:
         bin_ok(c, cas);
         break;
@@ -344,6 +347,10 @@ void proto_bin_complete_nread(conn *c)
         bin_error(c, ST_E2BIG, 0);
         break;
     case STORE_NO_MEMORY:
+        if (op != STORE_APPEND && op != STORE_PREPEND)
+            STATS_INCR(&c->thread->stats, store_no_memory);
+        /* fall through */
+    case STORE_WAIT_TIMEOUT:
         bin_error(c, ST_ENOMEM, 0);
         break;
     case STORE_NOT_STORED:

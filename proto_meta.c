@@ -703,6 +703,8 @@ void proto_meta_complete_set(conn *c)
         conn_retry_nread(c);        /* append/prepend to an SSD value */
         return;
     }
+    if (conn_wait_room(c, &ret))
+        return;                     /* answered once a tier has room */
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -712,9 +714,12 @@ void proto_meta_complete_set(conn *c)
             STATS_INCR(ts, cas_misses);
     }
 
-    if (ret == STORE_NO_MEMORY && op != STORE_APPEND && op != STORE_PREPEND) {
-        /* Every tier was full: answered like a failed allocation. */
-        STATS_INCR(ts, store_no_memory);
+    if ((ret == STORE_NO_MEMORY || ret == STORE_WAIT_TIMEOUT) &&
+        op != STORE_APPEND && op != STORE_PREPEND) {
+        /* Every tier was full, or the store waited store_wait_ms for
+         * room (counted apart): answered like a failed allocation. */
+        if (ret == STORE_NO_MEMORY)
+            STATS_INCR(ts, store_no_memory);
         if (op == STORE_SET)
             item_delete(ITEM_key(it), it->nkey, 0);
         out_errstring(c, "SERVER_ERROR out of memory storing object");

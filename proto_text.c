@@ -311,7 +311,7 @@ enum store_result pt_store(conn *c, item *it, enum store_op op,
         return item_exists(ITEM_key(it), it->nkey) ? STORE_EXISTS
                                                    : STORE_NOT_FOUND;
     }
-    return item_store(it, op, req_cas, cas_out, c->thread->partition);
+    return item_store_wait(it, op, req_cas, cas_out, c->thread->partition);
 }
 
 static void pt_complete_classic(conn *c, item *it)
@@ -331,6 +331,8 @@ static void pt_complete_classic(conn *c, item *it)
         conn_retry_nread(c);        /* append/prepend to an SSD value */
         return;
     }
+    if (conn_wait_room(c, &ret))
+        return;                     /* answered once a tier has room */
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -350,11 +352,14 @@ static void pt_complete_classic(conn *c, item *it)
         out_string(c, "NOT_FOUND");
         break;
     case STORE_NO_MEMORY:
+    case STORE_WAIT_TIMEOUT:
         if (op != STORE_APPEND && op != STORE_PREPEND) {
             /* Every tier was full (the value was taken, then could not
-             * be placed).  Like a failed allocation, a failed set must
-             * not leave the old value readable. */
-            STATS_INCR(ts, store_no_memory);
+             * be placed), or it waited store_wait_ms for room in vain
+             * (counted apart).  Like a failed allocation, a failed set
+             * must not leave the old value readable. */
+            if (ret == STORE_NO_MEMORY)
+                STATS_INCR(ts, store_no_memory);
             if (op == STORE_SET)
                 item_delete(ITEM_key(it), it->nkey, 0);
             out_string(c, "SERVER_ERROR out of memory storing object");

@@ -55,6 +55,7 @@ void settings_init(void)
     settings.temp_sample_interval = 5;
     settings.fetch_threads = -1;   /* -1 = as many as workers */
     settings.temp_sample_size = 2000;
+    settings.store_wait_ms = 2000;
     settings.prefix_delimiter = ':';
     settings.slab_reassign = true;
     settings.slab_automove = 1;
@@ -269,6 +270,11 @@ static const struct option_def options[] = {
       "                          past it the connection holding the most is closed\n"
       "                          (default: the larger of 64m and -m/8, and at least\n"
       "                          twice -I plus 16m)" },
+    { 0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
+      "store_wait_ms", "<ms>", "longest a store waits, parked on its connection, for a\n"
+      "                          lower tier to make room before it is answered\n"
+      "                          SERVER_ERROR out of memory; 0 answers at once\n"
+      "                          (default: 2000)" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
     { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },

@@ -68,7 +68,8 @@ struct thread_stats {
     X(connection_structures) \
     X(hash_bytes)        \
     X(conn_mem_bytes)    \
-    X(accepting_conns)
+    X(accepting_conns)   \
+    X(stores_waiting)
 
 /* Engine-wide counters, cleared by `stats reset`. */
 #define GLOBAL_COUNTER_FIELDS(X) \
@@ -91,6 +92,7 @@ struct thread_stats {
     X(lru_bumps)             \
     X(lru_second_chances)    \
     X(outofmemory)           \
+    X(store_waits)           \
     X(store_waits_done)      \
     X(store_wait_timeouts)
 

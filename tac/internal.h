@@ -185,6 +185,10 @@ void tac_ssd_release(item *meta);
  * SSD then). */
 bool tac_nvm_tight(void);
 unsigned long long tac_ssd_items(void);
+/* No room on SSD for good: no page beyond defrag's reserve is free and
+ * defrag cannot win one, or writes fail and their bound is reached (-M).
+ * True without an SSD tier. */
+bool tac_ssd_full(void);
 void tac_ssd_stats_tiers(struct stat_sink *s);
 void tac_ssd_stats_settings(struct stat_sink *s);
 

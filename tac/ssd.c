@@ -433,6 +433,21 @@ void tac_ssd_release(item *meta)
     __atomic_sub_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
 }
 
+bool tac_ssd_full(void)
+{
+    if (tac.ssd == NULL || writes_refused())
+        return true;
+    struct ssd_stats st;
+    ssd_get_stats(tac.ssd, &st);
+    if (st.pages_free > DEFRAG_RESERVE_PAGES)
+        return false;
+    /* Defrag can still win a page unless even the emptiest is all but
+     * full; with -M that is where it stops (defrag_page). */
+    struct ssd_page_info pi;
+    return ssd_page_emptiest(tac.ssd, &pi) < 0 ||
+           pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+}
+
 unsigned long long tac_ssd_items(void)
 {
     return __atomic_load_n(&ssd_items, __ATOMIC_RELAXED);
@@ -1255,6 +1270,9 @@ bool tac_ssd_open(void)
         wm = 3;
     if (wm > sd.info.npages / 2)
         wm = sd.info.npages / 2;
+    /* Defrag must start before the writers stop at its reserve. */
+    if (wm <= DEFRAG_RESERVE_PAGES)
+        wm = DEFRAG_RESERVE_PAGES + 1;
     sd.free_wm = wm;
     sd.nwriters = settings.evict_threads + 2;
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));

@@ -427,6 +427,23 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
     tac_evictors_wake(partition);
 }
 
+/* A store found no tier with room.  A cache makes room by dropping its
+ * coldest data, so room comes unless -M; with -M it comes while the SSD is
+ * not full (evictors move NVM's tail there, defrag compacts), or without
+ * an SSD while NVM has pages no class took yet. */
+static bool tier_room_later(void)
+{
+    if (settings.evict_to_free)
+        return true;
+    if (tac.ssd != NULL)
+        return !tac_ssd_full();
+    if (tac.nvm == NULL)
+        return false;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    return info.pages_used < info.pages_total;
+}
+
 bool tac_anti2_to_nvm(void)
 {
     if (tac.policy != POLICY_ANTI2 || tac.nvm == NULL)
@@ -440,6 +457,7 @@ static const struct item_tier_ops tier_ops = {
     .release = tier_release,
     .dram_pressure = tier_dram_pressure,
     .skip_dram = tac_anti2_to_nvm,
+    .room_later = tier_room_later,
 };
 
 /* ---- Set-up ------------------------------------------------------------- */
