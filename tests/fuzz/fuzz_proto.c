@@ -51,8 +51,9 @@
  * boundary number and the flags shuffled.  The other half is libFuzzer's
  * own mutation.
  *
- * Invariant.  Canary items stored at start (keys no input can guess) must
- * read back intact every 256 inputs; flush_all and shutdown are off.
+ * Invariant.  Canary items stored at start must read back intact every 256
+ * inputs unless an input replaced or deleted them as a client may (their
+ * CAS tells); flush_all and shutdown are off.
  */
 #include "config.h"
 
@@ -85,6 +86,7 @@ static unsigned long runs;
 #define NCANARY 4
 static char canary_key[NCANARY][48];
 static char canary_val[NCANARY][64];
+static unsigned long long canary_cas[NCANARY];
 
 /* ---- Item bounds for ASan (see the top comment) ------------------------- */
 
@@ -189,33 +191,79 @@ static void run_conn(const uint8_t *data, size_t size, char *out, size_t cap,
 
 /* ---- Canaries and engine state ------------------------------------------ */
 
+/* Fetches canary i with gets: true if found, with its value (cut to
+ * cap - 1 bytes) and CAS.  Any answer but a hit or a miss aborts. */
+static bool fetch_canary(int i, char *val, size_t cap, unsigned long long *cas)
+{
+    char req[128], out[2048], key[64];
+    size_t len = 0, nbytes;
+    unsigned flags;
+    int n = snprintf(req, sizeof(req), "gets %s\r\n", canary_key[i]);
+    run_conn((const uint8_t *)req, (size_t)n, out, sizeof(out) - 1, &len);
+    out[len] = '\0';
+    if (strcmp(out, "END\r\n") == 0)
+        return false;
+    const char *eol = strstr(out, "\r\n");
+    size_t hdr = eol != NULL ? (size_t)(eol - out) + 2 : 0;
+    bool ok = eol != NULL &&
+              sscanf(out, "VALUE %63s %u %zu %llu", key, &flags, &nbytes, cas) == 4 &&
+              strcmp(key, canary_key[i]) == 0;
+    /* A value an input made too long for out is only checked by its CAS. */
+    if (ok && hdr + nbytes + 7 <= sizeof(out) - 1)
+        ok = hdr + nbytes + 7 == len &&
+             memcmp(out + hdr + nbytes, "\r\nEND\r\n", 7) == 0;
+    if (!ok) {
+        fprintf(stderr, "canary %s: bad answer: %s\n", canary_key[i], out);
+        abort();
+    }
+    if (nbytes >= cap)
+        nbytes = cap - 1;
+    if (nbytes > len - hdr)
+        nbytes = len - hdr;
+    memcpy(val, out + hdr, nbytes);
+    val[nbytes] = '\0';
+    return true;
+}
+
+/* Stores canary i with a fresh value and records its CAS. */
+static void store_canary(int i)
+{
+    snprintf(canary_val[i], sizeof(canary_val[i]), "canary-value-%d-%08x", i,
+             (unsigned)random());
+    char req[256], val[64];
+    int n = snprintf(req, sizeof(req), "set %s 0 0 %zu\r\n%s\r\n", canary_key[i],
+                     strlen(canary_val[i]), canary_val[i]);
+    run_conn((const uint8_t *)req, (size_t)n, NULL, 0, NULL);
+    if (!fetch_canary(i, val, sizeof(val), &canary_cas[i]) ||
+        strcmp(val, canary_val[i]) != 0) {
+        fprintf(stderr, "canary %s: not stored\n", canary_key[i]);
+        abort();
+    }
+}
+
 static void store_canaries(void)
 {
     for (int i = 0; i < NCANARY; i++) {
         snprintf(canary_key[i], sizeof(canary_key[i]),
                  "zq7canary%02d-%08x%08x", i, (unsigned)random(), (unsigned)random());
-        snprintf(canary_val[i], sizeof(canary_val[i]), "canary-value-%d-%08x", i,
-                 (unsigned)random());
-        char req[256];
-        int n = snprintf(req, sizeof(req), "set %s 0 0 %zu\r\n%s\r\n", canary_key[i],
-                         strlen(canary_val[i]), canary_val[i]);
-        run_conn((const uint8_t *)req, (size_t)n, NULL, 0, NULL);
+        store_canary(i);
     }
 }
 
+/* A canary whose CAS is unchanged must hold its value.  libFuzzer can
+ * learn a key from the comparisons it watches, so an input may delete or
+ * overwrite a canary as a client may: a changed CAS or a miss stores the
+ * canary again. */
 static void check_canaries(void)
 {
     for (int i = 0; i < NCANARY; i++) {
-        char req[128], out[256];
-        size_t len = 0;
-        int n = snprintf(req, sizeof(req), "get %s\r\n", canary_key[i]);
-        run_conn((const uint8_t *)req, (size_t)n, out, sizeof(out) - 1, &len);
-        out[len] = '\0';
-        char want[256];
-        snprintf(want, sizeof(want), "VALUE %s 0 %zu\r\n%s\r\nEND\r\n",
-                 canary_key[i], strlen(canary_val[i]), canary_val[i]);
-        if (strcmp(out, want) != 0) {
-            fprintf(stderr, "canary %s damaged: %s\n", canary_key[i], out);
+        char val[64];
+        unsigned long long cas;
+        if (!fetch_canary(i, val, sizeof(val), &cas) || cas != canary_cas[i]) {
+            store_canary(i);
+        } else if (strcmp(val, canary_val[i]) != 0) {
+            fprintf(stderr, "canary %s damaged: %s, not %s\n", canary_key[i], val,
+                    canary_val[i]);
             abort();
         }
     }
