@@ -29,9 +29,12 @@ for f in $srcs; do
     fi
     objs+=("$o")
 done
+# The wraps give ASan the bounds of each item in its slab chunk (see
+# fuzz_proto.c).
+wraps=-Wl,--wrap=item_alloc,--wrap=slabs_alloc_ex,--wrap=slabs_free
 for p in text meta binary; do
     P=$(echo "$p" | tr a-z A-Z)
-    "$CC" "${flags[@]}" -fsanitize=fuzzer -DFUZZ_PROTO_$P "$here/fuzz_proto.c" "${objs[@]}" \
-        $libs -lnuma -lm -o "$out/fuzz_$p"
+    "$CC" "${flags[@]}" -Wall -Wextra -fsanitize=fuzzer -DFUZZ_PROTO_$P "$here/fuzz_proto.c" \
+        "${objs[@]}" $wraps $libs -lnuma -lm -o "$out/fuzz_$p"
 done
 echo "fuzz/build.sh: built $out/fuzz_text, fuzz_meta, fuzz_binary"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer harness (tests/fuzz/build.sh) for FUZZ_SECONDS
 # (default 10) on its seed corpus and dictionary; a crash, a sanitizer
-# report or a damaged canary fails the run.  With TAC_JUNIT_DIR set, writes
-# one JUnit XML (fuzz.xml) with a test case per protocol.
+# report or a damaged canary fails the run.  libFuzzer's seed is printed;
+# FUZZ_SEED sets it.  With TAC_JUNIT_DIR set, writes one JUnit XML
+# (fuzz.xml) with a test case per protocol.
 # Usage: tests/fuzz/run.sh [text|meta|binary ...]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 secs=${FUZZ_SECONDS:-10}
+seed=${FUZZ_SEED:-$(( $(od -An -N4 -tu4 /dev/urandom) % 2147483647 + 1 ))}
 protos=("$@")
 [ ${#protos[@]} -gt 0 ] || protos=(text meta binary)
 work=$(mktemp -d /tmp/tac-fuzz.XXXXXX)
@@ -16,18 +18,18 @@ for p in "${protos[@]}"; do
     bin="$here/bin/fuzz_$p"
     mkdir -p "$work/corpus-$p" "$work/art-$p"
     start=$(date +%s)
-    "$bin" -max_total_time="$secs" -print_final_stats=1 -dict="$here/$p.dict" \
+    "$bin" -seed="$seed" -max_total_time="$secs" -print_final_stats=1 -dict="$here/$p.dict" \
         -artifact_prefix="$work/art-$p/" "$work/corpus-$p" "$here/corpus/$p" \
         > "$work/$p.log" 2>&1
     rc=$?
     took=$(( $(date +%s) - start ))
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$p.log")
     if [ $rc -eq 0 ]; then
-        echo "fuzz $p: ok, ${runs:-?} inputs in ${took}s"
+        echo "fuzz $p: ok, ${runs:-?} inputs in ${took}s (FUZZ_SEED=$seed)"
         cases+="<testcase classname=\"fuzz\" name=\"$p\" time=\"$took\"/>"
     else
         fails=$((fails + 1))
-        echo "fuzz $p: FAILED (rc $rc); log and input in $work"
+        echo "fuzz $p: FAILED (rc $rc, FUZZ_SEED=$seed); log and input in $work"
         grep -E "ERROR|SUMMARY|runtime error|canary" "$work/$p.log" | head -20
         cases+="<testcase classname=\"fuzz\" name=\"$p\" time=\"$took\"><failure message=\"libFuzzer rc $rc, see $work\"/></testcase>"
     fi

@@ -1,23 +1,58 @@
-"""Fuzz the binary protocol with random and mutated frames.  Mutations set
-whole length fields to boundary values on purpose (a 4 GB body length once
-crashed the server), besides random bytes.
+"""Fuzz the binary protocol over the network with frames built to hit the
+length checks.
 
-Keys stored before the fuzzing must read back intact afterwards, and the
-server must stay up.  The server runs with -F so that a mutated frame that
-happens to be a valid FLUSH cannot legitimately wipe the data.  Set
-FUZZ_SEED to replay a run; the seed is printed.
+Most frames are requests of every opcode with their real layout; a mutated
+one has header fields set on purpose: the body, key or extras length to a
+boundary value (0, 1, the real lengths +-1, 2^31-1, 2^32-2, 2^32-1,
+-I +-1 ...), the opcode to any valid one (or a few invalid), the magic,
+the CAS; then random bytes over the frame, a cut, or more bytes after it.
+A random fuzzer never found the 4 GB body length of an APPEND that once
+crashed the server (vlen + 2 wrapped in 32 bits); these frames do.
+
+Checks: every answer on a binary connection is a sequence of well-formed
+response frames; a store whose header announces a value larger than -I
+gets an error response carrying its opaque (tac refuses it before the
+value arrives; stock memcached closes or waits for the value, so this one
+is not checked there); keys stored before the fuzzing read back intact
+afterwards; the server stays up.  The server runs with -F so that a mutated
+frame that happens to be a valid FLUSH cannot legitimately wipe the data.
+FUZZ_SEED replays a run (the seed is printed); FUZZ_FRAMES sets its length.
 """
 import os
 import random
 import socket
 import struct
-import time
 import zlib
 
-from mcserver import recv_exact
+from fuzz_net import exchange, fuzz_seed
+from mcserver import IS_STOCK, recv_exact
 
 HDR = struct.Struct(">BBHBBHIIQ")
 FRAMES = int(os.environ.get("FUZZ_FRAMES", "12000"))
+ITEM_MAX = 1 << 20
+
+# opcode: (extras length, has a key, has a value)
+OPS = {
+    0x00: (0, True, False), 0x01: (8, True, True), 0x02: (8, True, True),
+    0x03: (8, True, True), 0x04: (0, True, False), 0x05: (20, True, False),
+    0x06: (20, True, False), 0x07: (0, False, False), 0x08: (4, False, False),
+    0x09: (0, True, False), 0x0A: (0, False, False), 0x0B: (0, False, False),
+    0x0C: (0, True, False), 0x0D: (0, True, False), 0x0E: (0, True, True),
+    0x0F: (0, True, True), 0x10: (0, True, False), 0x11: (8, True, True),
+    0x12: (8, True, True), 0x13: (8, True, True), 0x14: (0, True, False),
+    0x15: (20, True, False), 0x16: (20, True, False), 0x17: (0, False, False),
+    0x18: (4, False, False), 0x19: (0, True, True), 0x1A: (0, True, True),
+    0x1B: (4, False, False), 0x1C: (4, True, False), 0x1D: (4, True, False),
+    0x1E: (4, True, False), 0x23: (4, True, False), 0x24: (4, True, False),
+}
+VALID_OPS = sorted(OPS)
+STORE_OPS = [op for op in VALID_OPS if OPS[op][2]]
+QUIT_OPS = [0x07, 0x17]
+OTHER_OPS = [0x20, 0x21, 0x22, 0x25, 0x80, 0xFF]
+KEY_LENGTHS = [1, 1, 2, 8, 33, 250]  # the shortest key leaves the longest value
+LEN32 = [0, 1, 2, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFD, 0xFFFFFFFE, 0xFFFFFFFF,
+         ITEM_MAX - 1, ITEM_MAX, ITEM_MAX + 1, 65535, 65536]
+EXPTIMES = [0, 1, 100, 2592000, 2592001, 0x7FFFFFFF, 0xFFFFFFFF]
 
 
 def frame(op, key=b"", value=b"", extras=b"", opaque=0, cas=0):
@@ -26,72 +61,145 @@ def frame(op, key=b"", value=b"", extras=b"", opaque=0, cas=0):
 
 
 def encode(key, version):
-    body = b"%s|%d|" % (key, version) + bytes(random.Random(key).randrange(256) for _ in range(40))
+    body = b"%s|%d|" % (key, version) + random.Random(key).randbytes(40)
     return body + b"|%08x" % zlib.crc32(body)
 
 
-def valid_frame(rng):
-    op = rng.choice([0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x09, 0x0A, 0x0B, 0x0C,
-                     0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x1C, 0x1D, 0x23])
-    key = b"fz:%d" % rng.randrange(500)
-    if op in (0x01, 0x02, 0x03, 0x11):
-        return frame(op, key, os.urandom(rng.randrange(0, 300)), struct.pack(">II", 0, 0))
-    if op in (0x05, 0x06):
-        return frame(op, key, extras=struct.pack(">QQI", 1, 0, 0))
-    if op in (0x1C, 0x1D, 0x23):
-        return frame(op, key, extras=struct.pack(">I", 0))
-    if op in (0x0A, 0x0B):
-        return frame(op)
+def fuzz_key(rng):
+    """Keys of 1 to 250 bytes, none of them a "pre:" key."""
+    return (b"z%d-" % rng.randrange(50) + b"k" * 250)[:rng.choice(KEY_LENGTHS)]
+
+
+def valid_frame(rng, ops=VALID_OPS):
+    op = rng.choice(ops)
+    extlen, has_key, has_value = OPS[op]
+    key = fuzz_key(rng) if has_key else b""
     if op == 0x10:
-        return frame(op, key=rng.choice([b"", b"settings", b"items", b"slabs", b"bogus"]))
-    if op in (0x0E, 0x0F):
-        return frame(op, key, b"app")
-    return frame(op, key)
+        key = rng.choice([b"", b"settings", b"items", b"slabs", b"sizes", b"bogus"])
+    value = rng.randbytes(rng.choice([0, 1, 10, 100, 1000])) if has_value else b""
+    if extlen == 8:
+        extras = struct.pack(">II", rng.getrandbits(32), rng.choice(EXPTIMES))
+    elif extlen == 20:
+        extras = struct.pack(">QQI", rng.choice([0, 1, 1 << 63, (1 << 64) - 1]),
+                             rng.choice([0, 7, (1 << 64) - 1]), rng.choice(EXPTIMES))
+    elif op == 0x1B:
+        extras = struct.pack(">I", 0)   # verbosity stays off: stderr is not the test
+    elif extlen == 4:
+        extras = struct.pack(">I", rng.choice(EXPTIMES))
+    else:
+        extras = b""
+    return frame(op, key, value, extras, opaque=rng.getrandbits(32),
+                 cas=rng.choice([0, 0, 1, rng.getrandbits(64)]))
 
 
 def mutate(rng, data):
+    """Sets header fields on purpose, then maybe damages bytes at random."""
     data = bytearray(data)
-    for _ in range(rng.randrange(1, 6)):
-        kind = rng.randrange(8)
-        if kind >= 6 and len(data) >= 24:
-            # A whole length field set on purpose: boundary values and
-            # values next to the lengths the frame really has.
-            keylen, extlen = struct.unpack_from(">HB", data, 2)
-            if kind == 6:
-                struct.pack_into(">I", data, 8, rng.choice(
-                    [0, 1, keylen + extlen, max(keylen + extlen - 1, 0), keylen + extlen + 1,
-                     0x7FFFFFFF, 0x80000000, 0xFFFFFFFD, 0xFFFFFFFE, 0xFFFFFFFF,
-                     (1 << 20) - 1, 1 << 20, (1 << 20) + 1]))
-            else:
-                struct.pack_into(">H", data, 2, rng.choice([0, 1, 250, 251, 0xFFFF]))
-        elif kind == 0 and data:
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        elif kind == 1:
-            # Header length fields: key length, extras length, body length.
-            pos = rng.choice([2, 3, 4, 8, 9, 10, 11])
-            if pos < len(data):
-                data[pos] = rng.choice([0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)])
-        elif kind == 2 and len(data) > 1:
-            del data[rng.randrange(1, len(data)):]
-        elif kind == 3:
-            data += os.urandom(rng.randrange(1, 40))
-        elif kind == 4 and len(data) > 1:
-            data[1] = rng.randrange(256)
-        elif data:
-            data[0] = rng.choice([0x80, 0x81, 0x00, rng.randrange(256)])
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        keylen, extlen = struct.unpack_from(">HB", data, 2)
+        real = keylen + extlen
+        field = rng.choice([0, 1, 1, 2, 3, 4, 5])
+        if field == 0:
+            struct.pack_into(">I", data, 8, rng.choice(
+                LEN32 + [real, max(real - 1, 0), real + 1, len(data) - 24]))
+        elif field == 1:
+            # The value length (body - key - extras) at a boundary, up to
+            # the largest the 32-bit body length allows.
+            vlen = rng.choice(rng.choice([[0, 1, ITEM_MAX - 2, ITEM_MAX - 1, ITEM_MAX],
+                                          [0x7FFFFFFF, 0xFFFFFFFE - real, 0xFFFFFFFF - real]]))
+            struct.pack_into(">I", data, 8, (real + vlen) & 0xFFFFFFFF)
+        elif field == 2:
+            struct.pack_into(">H", data, 2, rng.choice(
+                [0, 1, 250, 251, 0xFFFF, min(keylen + 1, 0xFFFF), max(keylen - 1, 0)]))
+        elif field == 3:
+            data[4] = rng.choice([0, 4, 8, 20, 255, (extlen + 1) % 256, max(extlen - 1, 0)])
+        elif field == 4:
+            data[1] = rng.choice(VALID_OPS + OTHER_OPS)
+        else:
+            struct.pack_into(">Q", data, 16, rng.choice([0, 1, (1 << 64) - 1, rng.getrandbits(64)]))
+    kind = rng.randrange(10)
+    if kind == 0:
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    elif kind == 1:
+        del data[rng.randrange(1, len(data)):]
+    elif kind == 2:
+        data += rng.randbytes(rng.randrange(1, 300))
+    elif kind == 3:
+        data[0] = rng.choice([0x81, 0x00, rng.randrange(256)])
     return bytes(data)
 
 
-def random_frame(rng):
+def bad_frame(rng):
     r = rng.random()
     if r < 0.45:
-        return mutate(rng, valid_frame(rng))
-    if r < 0.75:
-        return valid_frame(rng)
+        return mutate(rng, valid_frame(rng, STORE_OPS))
     if r < 0.9:
-        return b"\x80" + os.urandom(rng.randrange(0, 60))
+        return mutate(rng, valid_frame(rng))
+    if r < 0.95:
+        return b"\x80" + rng.randbytes(rng.randrange(0, 60))
     return HDR.pack(0x80, rng.randrange(256), rng.randrange(65536), rng.randrange(256), 0, 0,
-                    rng.randrange(1 << 32), rng.randrange(1 << 32), 0)
+                    rng.getrandbits(32), rng.getrandbits(32), 0)
+
+
+def connection_frames(rng):
+    """Valid requests, then bad frames, then a few more valid ones: a frame
+    the server refuses may end the connection, so it comes after the valid
+    ones.  Returns the frames and the index of the first bad one."""
+    frames = [valid_frame(rng) for _ in range(rng.randrange(0, 12))]
+    bad = len(frames)
+    frames += [bad_frame(rng) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+    frames += [valid_frame(rng) for _ in range(rng.randrange(0, 4))]
+    return frames, bad
+
+
+def responses(answer):
+    """(opaque, status) of each whole response frame."""
+    pos, out = 0, []
+    while len(answer) - pos >= 24:
+        hdr = HDR.unpack_from(answer, pos)
+        pos += 24 + hdr[6]
+        if pos <= len(answer):
+            out.append((hdr[7], hdr[5]))
+    return out
+
+
+def oversized_store(frames, bad):
+    """The opaque of frames[bad] if it is a store with a valid header
+    whose value cannot fit an item (-I), no quit comes before it, and its
+    extras and key are all sent; else None."""
+    if any(f[1] in QUIT_OPS for f in frames[:bad]):
+        return None
+    f = frames[bad]
+    if len(f) < 24 or f[0] != 0x80 or f[1] not in OPS or not OPS[f[1]][2]:
+        return None
+    keylen, extlen = struct.unpack_from(">HB", f, 2)
+    bodylen, opaque = struct.unpack_from(">II", f, 8)
+    if extlen != OPS[f[1]][0] or not 0 < keylen <= 250 or bodylen < keylen + extlen:
+        return None
+    if bodylen - keylen - extlen + 2 <= ITEM_MAX:
+        return None
+    if sum(map(len, frames[bad:])) < 24 + extlen + keylen:
+        return None
+    return opaque
+
+
+def check_frames(answer, whole):
+    """The answer is whole response frames (the last may be cut if the
+    server reset the connection)."""
+    pos = 0
+    while pos < len(answer):
+        if len(answer) - pos < 24:
+            assert not whole, "a cut response header at byte %d: %r" % (pos, answer[pos:])
+            return
+        magic, _op, keylen, extlen, _dt, _status, bodylen, _opaque, _cas = \
+            HDR.unpack_from(answer, pos)
+        assert magic == 0x81, "response magic 0x%02x at byte %d: %r" % (magic, pos, answer[pos:pos + 48])
+        assert keylen + extlen <= bodylen, "response lengths %d + %d > body %d at byte %d" % (
+            keylen, extlen, bodylen, pos)
+        if pos + 24 + bodylen > len(answer):
+            assert not whole, "response body of %d bytes cut at byte %d" % (bodylen, pos)
+            return
+        pos += 24 + bodylen
 
 
 def bin_get(sock, key):
@@ -102,8 +210,7 @@ def bin_get(sock, key):
 
 
 def test_binary_fuzz_keeps_data_and_server(server):
-    seed = int(os.environ.get("FUZZ_SEED", str(int(time.time() * 1000) % (1 << 31))))
-    print("FUZZ_SEED=%d" % seed)
+    seed = fuzz_seed()
     rng = random.Random(seed)
     srv = server(args=["-F", "-c", "4096"])
 
@@ -119,32 +226,33 @@ def test_binary_fuzz_keeps_data_and_server(server):
         assert hdr[5] == 0
     s.close()
 
-    sent = 0
-    conns = 0
+    sent = answered = conns = refused = 0
     while sent < FRAMES:
         conns += 1
-        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-        sock.setblocking(False)
-        batch = rng.randrange(1, 60)
+        frames, bad = connection_frames(rng)
+        sent += len(frames)
+        where = "seed %d, connection %d" % (seed, conns)
         try:
-            for _ in range(batch):
-                data = random_frame(rng)
-                try:
-                    sock.send(data)
-                except (BlockingIOError, BrokenPipeError, ConnectionResetError):
-                    break
-                sent += 1
-                # Drain whatever came back so the server never blocks on us.
-                try:
-                    while sock.recv(65536):
-                        pass
-                except (BlockingIOError, ConnectionResetError):
-                    pass
-        finally:
-            sock.close()
-        assert srv.alive(), "server died after %d frames (seed %d)" % (sent, seed)
+            answer, whole = exchange(srv, frames)
+        except AssertionError as e:
+            raise AssertionError("%s: %s" % (where, e))
+        assert srv.alive(), "server died after %d frames (%s)" % (sent, where)
+        if frames[0][:1] != b"\x80":
+            continue                    # a text connection
+        try:
+            check_frames(answer, whole)
+        except AssertionError as e:
+            raise AssertionError("%s: %s" % (where, e))
+        got = responses(answer)
+        answered += len(got)
+        opaque = oversized_store(frames, bad)
+        if opaque is not None and not IS_STOCK:
+            # Refused at once (E2BIG), never read into an item; stock
+            # memcached closes or answers only after the value.
+            assert any(o == opaque and st != 0 for o, st in got), \
+                "%s: no refusal for the oversized store %r" % (where, frames[bad][:64])
+            refused += 1
 
-    assert sent >= FRAMES
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     bad = []
     for key, value in keep.items():
@@ -154,4 +262,5 @@ def test_binary_fuzz_keeps_data_and_server(server):
     s.close()
     assert not bad, "seed %d: %d keys damaged, e.g. %r" % (seed, len(bad), bad[:5])
     assert srv.alive()
-    print("sent %d frames over %d connections" % (sent, conns))
+    print("sent %d frames over %d connections, %d responses, %d oversized stores refused"
+          % (sent, conns, answered, refused))
