@@ -8,8 +8,8 @@
  * page_size bytes.  Slot sizes are multiples of 256 B (see nvm.h for how
  * classes grow); a page handed to a class is cut into per_page slots from
  * its first byte, so every slot is 256 B-aligned.  Pages are handed out in
- * address order by bumping next_page and are never returned while the
- * region is open (as in memcached without slab rebalancing).
+ * address order by bumping next_page; once none is left, a page of another
+ * class whose slots are all free is handed over (page_reuse, below).
  *
  * Each class has P partitions.  A partition owns the pages it took; its
  * free list is a DRAM stack of slot references, and its "end" is the
@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvm/internal.h"
 
@@ -78,9 +79,11 @@ enum nvm_status nvm_alloc_init(struct nvm_region *r)
 
     r->page_class = calloc(r->npages, 1);
     r->page_owner = calloc(r->npages, 1);
-    if (r->page_class == NULL || r->page_owner == NULL)
+    r->reuse_count = calloc(r->npages, sizeof(*r->reuse_count));
+    if (r->page_class == NULL || r->page_owner == NULL || r->reuse_count == NULL)
         return NVM_ERR_NOMEM;
-    r->dram_bytes = 2 * r->npages;
+    pthread_mutex_init(&r->reuse_lock, NULL);
+    r->dram_bytes = 6 * r->npages;
     for (unsigned c = 1; c <= r->nclasses; c++) {
         struct nvm_part *parts = aligned_alloc(64, parts_bytes);
         if (parts == NULL)
@@ -110,6 +113,10 @@ void nvm_alloc_destroy(struct nvm_region *r)
     free(r->page_class);
     free(r->page_owner);
     r->page_class = r->page_owner = NULL;
+    if (r->reuse_count != NULL)
+        pthread_mutex_destroy(&r->reuse_lock);
+    free(r->reuse_count);
+    r->reuse_count = NULL;
 }
 
 /* ---- Partition internals: do_ = caller holds p->lock -------------------- */
@@ -163,6 +170,85 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
     return true;
 }
 
+/* ---- Reuse of wholly free pages ------------------------------------------
+ * Pages are handed out in address order and stay with their class.  With
+ * mixed sizes every page may end up in some class while a class that needs
+ * one has none: its allocations then fail though NVM is far from full by
+ * bytes.  A page of another class whose slots are all free (all on its
+ * owner partition's stack: frees go to the owner) holds nothing, so it is
+ * taken off that stack and handed over.  Large classes, with few slots per
+ * page, free whole pages most often and are searched first.  The search
+ * costs a pass over each stack it looks at, so it runs once at a time and,
+ * after a search that found nothing, not again for a millisecond.
+ */
+
+#define REUSE_BACKOFF_NS 1000000ull
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t page_of(const struct nvm_region *r, uint64_t ref)
+{
+    return (ref - NVM_DATA_OFFSET) / r->page_size;
+}
+
+/* q->lock and r->reuse_lock held.  Takes a page of q whose slots are all
+ * on q's stack off the stack; false if q has none. */
+static bool do_take_free_page(struct nvm_region *r, struct nvm_class *c,
+                              struct nvm_part *q, uint64_t *page)
+{
+    uint64_t best = UINT64_MAX;
+    for (uint64_t j = 0; j < q->nfree; j++) {
+        uint64_t pg = page_of(r, q->stack[j]);
+        if (++r->reuse_count[pg] == c->per_page && best == UINT64_MAX)
+            best = pg;
+    }
+    for (uint64_t j = 0; j < q->nfree; j++)
+        r->reuse_count[page_of(r, q->stack[j])] = 0;
+    if (best == UINT64_MAX)
+        return false;
+    uint64_t n = 0;
+    for (uint64_t j = 0; j < q->nfree; j++)
+        if (page_of(r, q->stack[j]) != best)
+            q->stack[n++] = q->stack[j];
+    NVM_STORE(&q->nfree, n);
+    q->owned -= c->per_page;
+    NVM_SUB(&c->pages, 1);
+    *page = best;
+    return true;
+}
+
+/* A wholly free page of another class than cls, off its owner's stack.
+ * Called with a partition lock of cls held: other locks only by trylock. */
+static bool page_reuse(struct nvm_region *r, unsigned cls, uint64_t *page)
+{
+    if (now_ns() < NVM_LOAD(&r->reuse_after_ns) ||
+        pthread_mutex_trylock(&r->reuse_lock) != 0)
+        return false;
+    bool found = false;
+    for (unsigned k = r->nclasses; k >= 1 && !found; k--) {
+        struct nvm_class *c = &r->classes[k];
+        if (k == cls)
+            continue;
+        for (int i = 0; i < r->nparts && !found; i++) {
+            struct nvm_part *q = &c->parts[i];
+            if (NVM_LOAD(&q->nfree) < c->per_page ||
+                pthread_mutex_trylock(&q->lock) != 0)
+                continue;
+            found = do_take_free_page(r, c, q, page);
+            pthread_mutex_unlock(&q->lock);
+        }
+    }
+    if (!found)
+        NVM_STORE(&r->reuse_after_ns, now_ns() + REUSE_BACKOFF_NS);
+    pthread_mutex_unlock(&r->reuse_lock);
+    return found;
+}
+
 /* Gives partition part of cls a new page and carves one slot from it. */
 static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
 {
@@ -174,8 +260,13 @@ static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
     if (!do_stack_reserve(r, p, p->owned + c->per_page,
                           r->npages * c->per_page))
         return 0;
-    if (!page_take(r, cls, part, &page))
-        return 0;
+    if (!page_take(r, cls, part, &page)) {
+        if (!page_reuse(r, cls, &page))
+            return 0;
+        NVM_STORE(&r->page_owner[page], (uint8_t)part);
+        NVM_STORE(&r->page_class[page], (uint8_t)cls);
+        NVM_ADD(&r->pages_reused, 1);
+    }
     p->owned += c->per_page;
     p->end_ref = nvm_page_ref(r, page);
     NVM_STORE(&p->end_free, (uint64_t)c->per_page);

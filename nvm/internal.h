@@ -72,6 +72,12 @@ struct nvm_region {
     uint8_t *page_class;    /* [npages]; atomic; 0 = not handed out */
     uint8_t *page_owner;    /* [npages]; atomic; owning partition */
 
+    /* Reuse of wholly free pages by another class (alloc.c, page_reuse). */
+    pthread_mutex_t reuse_lock;     /* trylock: one search at a time */
+    uint32_t *reuse_count;          /* [npages] scratch; reuse_lock */
+    uint64_t reuse_after_ns;        /* atomic: no search before this */
+    uint64_t pages_reused;          /* atomic */
+
     /* Stats. */
     uint64_t bytes_used;    /* atomic */
     uint64_t dram_bytes;    /* atomic: metadata malloc'd (stacks reserved) */

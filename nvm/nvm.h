@@ -179,6 +179,7 @@ struct nvm_info {
     size_t page_size;
     size_t data_offset;    /* offset of page 0 */
     uint64_t pages_total, pages_used;
+    uint64_t pages_reused;  /* wholly free pages handed to another class */
     uint64_t slots_used;
     uint64_t bytes_used;   /* sum of allocated slot sizes */
     size_t dram_bytes;     /* DRAM held by the allocator metadata (reserved) */

@@ -709,6 +709,7 @@ void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_bytes", "%llu", (unsigned long long)info.bytes_used);
         stat_printf(s, "nvm_items", "%llu", (unsigned long long)info.slots_used);
         stat_printf(s, "nvm_pages_used", "%llu", (unsigned long long)info.pages_used);
+        stat_printf(s, "nvm_pages_reused", "%llu", (unsigned long long)info.pages_reused);
         stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }

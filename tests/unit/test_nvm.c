@@ -330,6 +330,39 @@ static void test_alloc_until_full(void)
     CHECK_UEQ(in.bytes_used, 0);
     CHECK_UEQ(nvm_free_slots(r, cls, 0), total);
     nvm_free(r, 0);                         /* no-op */
+
+    /* Every page belongs to the 5000 B class and all its slots are free:
+     * another class takes whole free pages over (page_reuse), and the
+     * 5000 B class keeps the rest, never a slot in a page it gave away. */
+    unsigned small = nvm_class_of_size(r, 100);
+    uint64_t sper = (256 * KB) / nvm_class_slot_size(r, small);
+    uint64_t want = 2 * sper + 1;           /* three pages */
+    uint64_t *srefs = calloc(want, sizeof(*srefs));
+    CHECK(srefs != NULL);
+    usleep(2000);       /* the fruitless search above holds reuse off 1 ms */
+    for (uint64_t i = 0; i < want; i++) {
+        srefs[i] = nvm_alloc(r, 100, 0);
+        CHECK(srefs[i] != 0);
+        CHECK_UEQ(nvm_class_of_ref(r, srefs[i]), small);
+    }
+    nvm_get_info(r, &in);
+    CHECK_UEQ(in.pages_reused, 3);
+    nvm_class_info(r, cls, &ci);
+    CHECK_UEQ(ci.pages, in.pages_total - 3);
+    CHECK_UEQ(nvm_free_slots(r, cls, 0), total - 3 * per_page);
+    for (uint64_t i = 0; i < total - 3 * per_page; i++) {
+        refs[i] = nvm_alloc(r, 5000, 0);
+        CHECK(refs[i] != 0);
+        CHECK_UEQ(nvm_class_of_ref(r, refs[i]), cls);
+    }
+    CHECK_UEQ(nvm_alloc(r, 5000, 0), 0);    /* no whole page of `small` is free */
+    for (uint64_t i = 0; i < want; i++)
+        nvm_free(r, srefs[i]);
+    for (uint64_t i = 0; i < total - 3 * per_page; i++)
+        nvm_free(r, refs[i]);
+    nvm_get_info(r, &in);
+    CHECK_UEQ(in.slots_used, 0);
+    free(srefs);
     free(refs);
     nvm_close(r);
     unlink(shm_path);
