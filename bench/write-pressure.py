@@ -122,6 +122,13 @@ def tier_args(kind, d, tag):
     return ["-t", "2", "-m", "96", "-o", "ssd_path=%s:1536m" % ssd], [ssd]
 
 
+def stop_and_clean(srv, files):
+    srv.stop()
+    for f in files:
+        if os.path.exists(f):
+            os.unlink(f)
+
+
 def tac_bench(port, extra, json_path):
     cmd = [BENCH, "-s", "127.0.0.1:%d" % port, "-q", "--json", json_path] + SHAPE + extra
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -146,10 +153,7 @@ def run_one(kind, args, d, tag):
                       os.path.join(d, "%s-%s-run.json" % (kind, tag)))
         st = all_stats(srv.port)
     finally:
-        srv.stop()
-        for f in files:
-            if os.path.exists(f):
-                os.unlink(f)
+        stop_and_clean(srv, files)
     res = {"system": kind, "cmd": " ".join(srv.cmd), "load_seconds": round(lsecs, 1),
            "load_errors": ld["errors"], "throughput": r["throughput"],
            "p99_us": r["latency"]["all"]["p99_us"], "wrong": r["wrong"], "errors": r["errors"],
@@ -222,10 +226,7 @@ def sustained(args, d):
             r = json.load(f)
         final = all_stats(srv.port)
     finally:
-        srv.stop()
-        for f in files:
-            if os.path.exists(f):
-                os.unlink(f)
+        stop_and_clean(srv, files)
     first = [s["evictor_backlog"] for s in samples if s["t"] <= 60]
     rest = [s["evictor_backlog"] for s in samples if s["t"] > args.seconds - 240]
     span = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 1

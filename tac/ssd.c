@@ -134,6 +134,12 @@ static size_t tuple_len(const item *meta)
     return tac_tuple_size(meta->nkey, meta->nbytes);
 }
 
+/* A page this full gains too little from a move (DEFRAG_FULL_PERMILLE). */
+static bool page_nearly_full(const struct ssd_page_info *pi)
+{
+    return pi->live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+}
+
 static void defrag_wake(void)
 {
     pthread_mutex_lock(&sd.lock);
@@ -445,7 +451,7 @@ bool tac_ssd_full(void)
      * full; with -M that is where it stops (defrag_page). */
     struct ssd_page_info pi;
     return ssd_page_emptiest(tac.ssd, &pi) < 0 ||
-           pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+           page_nearly_full(&pi);
 }
 
 unsigned long long tac_ssd_items(void)
@@ -984,7 +990,7 @@ static bool defrag_page(struct tac_iobuf *io)
     int page = ssd_page_emptiest(tac.ssd, &pi);
     if (page < 0)
         return false;
-    bool drop = pi.live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+    bool drop = page_nearly_full(&pi);
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
     if (drop)

@@ -437,11 +437,7 @@ static bool tier_room_later(void)
         return true;
     if (tac.ssd != NULL)
         return !tac_ssd_full();
-    if (tac.nvm == NULL)
-        return false;
-    struct nvm_info info;
-    nvm_get_info(tac.nvm, &info);
-    return info.pages_used < info.pages_total;
+    return tac.nvm != NULL && nvm_free_pages(tac.nvm) > 0;
 }
 
 bool tac_anti2_to_nvm(void)
