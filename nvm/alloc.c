@@ -8,8 +8,9 @@
  * page_size bytes.  Slot sizes are multiples of 256 B (see nvm.h for how
  * classes grow); a page handed to a class is cut into per_page slots from
  * its first byte, so every slot is 256 B-aligned.  Pages are handed out in
- * address order by bumping next_page; once none is left, a page of another
- * class whose slots are all free is handed over (page_reuse, below).
+ * address order by bumping next_page; once none is left, a page emptied by
+ * the caller's page mover ("Draining a page", below), or else a page of
+ * another class whose slots are all free, is handed over (page_reuse).
  *
  * Each class has P partitions.  A partition owns the pages it took; its
  * free list is a DRAM stack of slot references, and its "end" is the
@@ -83,7 +84,12 @@ enum nvm_status nvm_alloc_init(struct nvm_region *r)
     if (r->page_class == NULL || r->page_owner == NULL || r->reuse_count == NULL)
         return NVM_ERR_NOMEM;
     pthread_mutex_init(&r->reuse_lock, NULL);
-    r->dram_bytes = 6 * r->npages;
+    size_t words = (r->page_size / NVM_SLOT_ALIGN + 63) / 64;
+    r->drain_free = calloc(words, sizeof(*r->drain_free));
+    if (r->drain_free == NULL)
+        return NVM_ERR_NOMEM;
+    r->drain_page = r->ready_page = NVM_NO_PAGE;
+    r->dram_bytes = 6 * r->npages + words * sizeof(*r->drain_free);
     for (unsigned c = 1; c <= r->nclasses; c++) {
         struct nvm_part *parts = aligned_alloc(64, parts_bytes);
         if (parts == NULL)
@@ -117,6 +123,8 @@ void nvm_alloc_destroy(struct nvm_region *r)
         pthread_mutex_destroy(&r->reuse_lock);
     free(r->reuse_count);
     r->reuse_count = NULL;
+    free(r->drain_free);
+    r->drain_free = NULL;
 }
 
 /* ---- Partition internals: do_ = caller holds p->lock -------------------- */
@@ -154,14 +162,33 @@ static bool do_stack_reserve(struct nvm_region *r, struct nvm_part *p,
     return true;
 }
 
-/* Hands the next never-used page to (cls, part); false when none is left. */
+/* An emptied page (see "Draining a page"), taken at most once. */
+static bool ready_take(struct nvm_region *r, uint64_t *page)
+{
+    uint64_t pg = NVM_LOAD(&r->ready_page);
+    if (pg == NVM_NO_PAGE ||
+        !__atomic_compare_exchange_n(&r->ready_page, &pg, NVM_NO_PAGE, false,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return false;
+    *page = pg;
+    return true;
+}
+
+/* Hands the next never-used page, or else an emptied one, to (cls, part);
+ * false when there is none. */
 static bool page_take(struct nvm_region *r, unsigned cls, int part,
                       uint64_t *page)
 {
     uint64_t n = NVM_LOAD(&r->next_page);
     do {
-        if (n >= r->npages)
-            return false;
+        if (n >= r->npages) {
+            if (!ready_take(r, &n))
+                return false;
+            NVM_STORE(&r->page_owner[n], (uint8_t)part);
+            NVM_STORE(&r->page_class[n], (uint8_t)cls);
+            *page = n;
+            return true;
+        }
     } while (!__atomic_compare_exchange_n(&r->next_page, &n, n + 1, false,
                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     NVM_STORE(&r->page_owner[n], (uint8_t)part);
@@ -274,6 +301,235 @@ static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
     return do_part_pop(c, p);
 }
 
+/* ---- Draining a page ------------------------------------------------------
+ * page_reuse hands over only pages without a live slot.  With mixed sizes
+ * the small classes keep many pages partly used, so a class that needs a
+ * page may find none while NVM is far from full by bytes.  The server's
+ * page mover then empties one page.  nvm_drain_begin picks, among classes
+ * with more than one slot per page, the page with the fewest live bytes
+ * whose live slots fit in the other free slots of its class, and takes its
+ * free slots off its owner's stack, so that nothing is allocated there
+ * again.  The mover copies each live tuple into a slot from
+ * nvm_alloc_free_slot and frees the old one.  The free of the page's last
+ * live slot makes it the ready page, which page_take hands to the next
+ * class that needs a page.  One page drains at a time; its free slots are
+ * a bitmap (drain_free) under the owner partition's lock.  A drain that
+ * cannot finish is undone by nvm_drain_abort.
+ */
+
+static bool bit_get(const uint64_t *map, uint64_t i)
+{
+    return (map[i / 64] >> (i % 64)) & 1;
+}
+
+static void bit_set(uint64_t *map, uint64_t i)
+{
+    map[i / 64] |= 1ull << (i % 64);
+}
+
+/* Owner lock held: the page is empty; it is handed over as ready. */
+static void do_drain_done(struct nvm_region *r, struct nvm_class *c,
+                          uint64_t page)
+{
+    NVM_STORE(&r->page_class[page], 0);
+    NVM_SUB(&c->pages, 1);
+    NVM_STORE(&r->drain_page, NVM_NO_PAGE);
+    NVM_ADD(&r->pages_drained, 1);
+    NVM_STORE(&r->ready_page, page);
+}
+
+/* Owner lock held: ref, a slot of the draining page, was freed. */
+static void do_drain_freed(struct nvm_region *r, struct nvm_class *c,
+                           uint64_t page, uint64_t ref, bool *ok)
+{
+    uint64_t i = (ref - nvm_page_ref(r, page)) / c->slot_size;
+    assert(!bit_get(r->drain_free, i));     /* a double free */
+    *ok = !bit_get(r->drain_free, i) && r->drain_live > 0;
+    if (!*ok)
+        return;
+    bit_set(r->drain_free, i);
+    if (--r->drain_live == 0)
+        do_drain_done(r, c, page);
+}
+
+struct drain_pick {
+    unsigned cls;
+    uint64_t page;
+    uint64_t live_bytes;
+};
+
+/* Owner lock held for page pg of class k (with nfree free slots, of
+ * class_free in the class): a better pick than best? */
+static void consider(const struct nvm_class *c, unsigned k, uint64_t pg,
+                     uint64_t nfree, uint64_t class_free,
+                     struct drain_pick *best)
+{
+    uint64_t live = c->per_page - nfree;
+    if (nfree == 0 || class_free < nfree + live ||
+        live * c->slot_size >= best->live_bytes)
+        return;
+    best->cls = k;
+    best->page = pg;
+    best->live_bytes = live * c->slot_size;
+}
+
+/* q->lock and reuse_lock held: considers each page of class k owned by q
+ * that has a free slot (on q's stack, or uncarved at q's end). */
+static void do_pick_in(struct nvm_region *r, unsigned k, struct nvm_part *q,
+                       uint64_t class_free, struct drain_pick *best)
+{
+    const struct nvm_class *c = &r->classes[k];
+    uint64_t end_pg = q->end_free > 0 ? page_of(r, q->end_ref) : NVM_NO_PAGE;
+    for (uint64_t j = 0; j < q->nfree; j++)
+        r->reuse_count[page_of(r, q->stack[j])]++;
+    if (end_pg != NVM_NO_PAGE)
+        r->reuse_count[end_pg] += (uint32_t)q->end_free;
+    for (uint64_t j = 0; j <= q->nfree; j++) {
+        uint64_t pg = j < q->nfree ? page_of(r, q->stack[j]) : end_pg;
+        if (pg == NVM_NO_PAGE || r->reuse_count[pg] == 0)
+            continue;
+        consider(c, k, pg, r->reuse_count[pg], class_free, best);
+        r->reuse_count[pg] = 0;
+    }
+}
+
+/* Takes the free slots of page pg (class k) off its owner's stack and end
+ * and starts draining it.  False if it changed hands meanwhile. */
+static bool drain_start(struct nvm_region *r, unsigned k, uint64_t pg)
+{
+    struct nvm_class *c = &r->classes[k];
+    struct nvm_part *q = &c->parts[NVM_LOAD(&r->page_owner[pg])];
+    uint64_t base = nvm_page_ref(r, pg), nfree = 0, n = 0;
+
+    pthread_mutex_lock(&q->lock);
+    if (NVM_LOAD(&r->page_class[pg]) != k) {
+        pthread_mutex_unlock(&q->lock);
+        return false;
+    }
+    memset(r->drain_free, 0,
+           (r->page_size / NVM_SLOT_ALIGN + 63) / 64 * sizeof(*r->drain_free));
+    for (uint64_t j = 0; j < q->nfree; j++) {
+        uint64_t ref = q->stack[j];
+        if (page_of(r, ref) == pg) {
+            bit_set(r->drain_free, (ref - base) / c->slot_size);
+            nfree++;
+        } else {
+            q->stack[n++] = ref;
+        }
+    }
+    NVM_STORE(&q->nfree, n);
+    if (q->end_free > 0 && page_of(r, q->end_ref) == pg) {
+        uint64_t first = (q->end_ref - base) / c->slot_size;
+        for (uint64_t i = 0; i < q->end_free; i++)
+            bit_set(r->drain_free, first + i);
+        nfree += q->end_free;
+        NVM_STORE(&q->end_free, 0);
+    }
+    q->owned -= c->per_page;
+    r->drain_live = c->per_page - nfree;
+    NVM_STORE(&r->drain_page, pg);
+    if (r->drain_live == 0)
+        do_drain_done(r, c, pg);
+    pthread_mutex_unlock(&q->lock);
+    return true;
+}
+
+bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls)
+{
+    if (NVM_LOAD(&r->drain_page) != NVM_NO_PAGE)
+        return true;
+    if (NVM_LOAD(&r->ready_page) != NVM_NO_PAGE ||
+        pthread_mutex_trylock(&r->reuse_lock) != 0)
+        return false;
+    struct drain_pick best = { 0, NVM_NO_PAGE, UINT64_MAX };
+    for (unsigned k = 1; k <= r->nclasses; k++) {
+        struct nvm_class *c = &r->classes[k];
+        if (k == need_cls || c->per_page < 2 || NVM_LOAD(&c->pages) == 0)
+            continue;
+        uint64_t class_free = 0;
+        for (int i = 0; i < r->nparts; i++)
+            class_free += NVM_LOAD(&c->parts[i].nfree) +
+                          NVM_LOAD(&c->parts[i].end_free);
+        if (class_free == 0)
+            continue;
+        for (int i = 0; i < r->nparts; i++) {
+            struct nvm_part *q = &c->parts[i];
+            pthread_mutex_lock(&q->lock);
+            do_pick_in(r, k, q, class_free, &best);
+            pthread_mutex_unlock(&q->lock);
+        }
+    }
+    bool started = best.page != NVM_NO_PAGE && drain_start(r, best.cls, best.page);
+    pthread_mutex_unlock(&r->reuse_lock);
+    return started;
+}
+
+bool nvm_draining(const struct nvm_region *r)
+{
+    return NVM_LOAD(&r->drain_page) != NVM_NO_PAGE;
+}
+
+/* The draining page, its class and its owner partition (locked by the
+ * caller, then rechecked); false when no page is draining. */
+static bool drain_owner(struct nvm_region *r, uint64_t *pg,
+                        struct nvm_class **c, struct nvm_part **q)
+{
+    *pg = NVM_LOAD(&r->drain_page);
+    if (*pg == NVM_NO_PAGE)
+        return false;
+    unsigned k = NVM_LOAD(&r->page_class[*pg]);
+    if (k == 0)
+        return false;
+    *c = &r->classes[k];
+    *q = &(*c)->parts[NVM_LOAD(&r->page_owner[*pg])];
+    return true;
+}
+
+size_t nvm_drain_live(struct nvm_region *r, uint64_t *refs, size_t cap)
+{
+    uint64_t pg;
+    struct nvm_class *c;
+    struct nvm_part *q;
+    size_t n = 0;
+
+    if (!drain_owner(r, &pg, &c, &q))
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    if (NVM_LOAD(&r->drain_page) == pg) {
+        for (uint64_t i = 0; i < c->per_page && n < cap; i++)
+            if (!bit_get(r->drain_free, i))
+                refs[n++] = nvm_page_ref(r, pg) + i * c->slot_size;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}
+
+bool nvm_drain_abort(struct nvm_region *r)
+{
+    uint64_t pg;
+    struct nvm_class *c;
+    struct nvm_part *q;
+    bool ok = true;
+
+    if (!drain_owner(r, &pg, &c, &q))
+        return true;
+    pthread_mutex_lock(&q->lock);
+    if (NVM_LOAD(&r->drain_page) == pg) {
+        ok = do_stack_reserve(r, q, q->owned + c->per_page,
+                              r->npages * c->per_page);
+        if (ok) {
+            for (uint64_t i = 0; i < c->per_page; i++)
+                if (bit_get(r->drain_free, i))
+                    q->stack[q->nfree++] = nvm_page_ref(r, pg) + i * c->slot_size;
+            NVM_STORE(&q->nfree, q->nfree);
+            q->owned += c->per_page;
+            NVM_STORE(&r->drain_page, NVM_NO_PAGE);
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
 /* ---- Exported ----------------------------------------------------------- */
 
 static int part_index(const struct nvm_region *r, int partition)
@@ -299,7 +555,10 @@ static uint64_t steal(struct nvm_region *r, struct nvm_class *c, int part)
     return 0;
 }
 
-uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition)
+/* A slot of cls: from partition's free list or end, then (when grow) a new
+ * page for it, then from the other partitions. */
+static uint64_t alloc_in(struct nvm_region *r, unsigned cls, int partition,
+                         bool grow)
 {
     if (cls == 0 || cls > r->nclasses)
         return 0;
@@ -309,7 +568,7 @@ uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition)
 
     pthread_mutex_lock(&p->lock);
     uint64_t ref = do_part_pop(c, p);
-    if (ref == 0)
+    if (ref == 0 && grow)
         ref = do_part_grow(r, cls, part);
     pthread_mutex_unlock(&p->lock);
     if (ref == 0)
@@ -323,10 +582,23 @@ uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition)
     return ref;
 }
 
+uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition)
+{
+    return alloc_in(r, cls, partition, true);
+}
+
+uint64_t nvm_alloc_free_slot(struct nvm_region *r, unsigned cls, int partition)
+{
+    return alloc_in(r, cls, partition, false);
+}
+
 uint64_t nvm_alloc(struct nvm_region *r, size_t size, int partition)
 {
     return nvm_alloc_class(r, nvm_class_of_size(r, size), partition);
 }
+
+static void do_drain_freed(struct nvm_region *r, struct nvm_class *c,
+                           uint64_t page, uint64_t ref, bool *ok);
 
 void nvm_free(struct nvm_region *r, uint64_t ref)
 {
@@ -337,15 +609,20 @@ void nvm_free(struct nvm_region *r, uint64_t ref)
     if (cls == 0)
         return;
     struct nvm_class *c = &r->classes[cls];
-    uint64_t page = (ref - NVM_DATA_OFFSET) / r->page_size;
+    uint64_t page = page_of(r, ref);
     struct nvm_part *p = &c->parts[NVM_LOAD(&r->page_owner[page])];
+    bool ok;
 
     pthread_mutex_lock(&p->lock);
-    assert(p->nfree < p->cap);      /* more frees than slots: a double free */
-    bool ok = p->nfree < p->cap;
-    if (ok) {
-        p->stack[p->nfree] = ref;
-        NVM_STORE(&p->nfree, p->nfree + 1);
+    if (page == NVM_LOAD(&r->drain_page)) {
+        do_drain_freed(r, c, page, ref, &ok);
+    } else {
+        assert(p->nfree < p->cap);  /* more frees than slots: a double free */
+        ok = p->nfree < p->cap;
+        if (ok) {
+            p->stack[p->nfree] = ref;
+            NVM_STORE(&p->nfree, p->nfree + 1);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     if (ok) {
@@ -418,7 +695,8 @@ uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition)
 uint64_t nvm_free_pages(const struct nvm_region *r)
 {
     uint64_t used = NVM_LOAD(&r->next_page);
-    return used < r->npages ? r->npages - used : 0;
+    return (used < r->npages ? r->npages - used : 0) +
+           (NVM_LOAD(&r->ready_page) != NVM_NO_PAGE);
 }
 
 void nvm_class_info(const struct nvm_region *r, unsigned cls,

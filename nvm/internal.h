@@ -78,10 +78,22 @@ struct nvm_region {
     uint64_t reuse_after_ns;        /* atomic: no search before this */
     uint64_t pages_reused;          /* atomic */
 
+    /* The page being emptied (alloc.c, "Draining a page").  drain_page is
+     * written under its owner partition's lock, so a free of one of its
+     * slots (which takes that lock) sees it; the rest is guarded by the
+     * same lock. */
+    uint64_t drain_page;            /* atomic; NVM_NO_PAGE when none */
+    uint64_t drain_live;            /* its slots still allocated */
+    uint64_t *drain_free;           /* bitmap of its free slots */
+    uint64_t ready_page;            /* atomic: emptied, not yet taken */
+    uint64_t pages_drained;         /* atomic */
+
     /* Stats. */
     uint64_t bytes_used;    /* atomic */
     uint64_t dram_bytes;    /* atomic: metadata malloc'd (stacks reserved) */
 };
+
+#define NVM_NO_PAGE UINT64_MAX
 
 static inline uint64_t nvm_page_ref(const struct nvm_region *r, uint64_t page)
 {

@@ -97,10 +97,13 @@ void nvm_abandon(struct nvm_region *r);
  * Classes are numbered 1..nvm_nclasses(r).  Slot sizes start at 256 B,
  * each next class is max(prev + 256, prev * factor) rounded up to 256 B,
  * and the last class is slot_max rounded up to 256 B.  A class takes whole
- * pages; a page never changes class while the region is open.
+ * pages.  A page changes class only once it holds no allocated slot: a
+ * page of another class whose slots are all free, or one the caller's page
+ * mover emptied (nvm_drain_begin below).
  *
  * nvm_alloc looks in the partition's free list, then the uncarved rest of
- * its newest page, then takes a new page for that partition, and only then
+ * its newest page, then takes a new page for that partition (a never-used
+ * page, an emptied one, or a wholly free page of another class), and only then
  * steals one slot from partitions partition+1, partition+2, ... in turn.
  * partition is taken modulo the partition count.  Returns 0 when size is
  * too large or the class has no free slot anywhere: the caller then evicts.
@@ -109,10 +112,39 @@ void nvm_abandon(struct nvm_region *r);
 uint64_t nvm_alloc(struct nvm_region *r, size_t size, int partition);
 uint64_t nvm_alloc_class(struct nvm_region *r, unsigned cls, int partition);
 
+/* Like nvm_alloc_class, but never takes a page: only a slot that is free
+ * now, in any partition (the page mover's destination). */
+uint64_t nvm_alloc_free_slot(struct nvm_region *r, unsigned cls, int partition);
+
 /* Returns ref to the free list of the partition that owns its page.
  * Writes nothing to the mapping.  ref 0 is a no-op; ref must otherwise come
  * from nvm_alloc on r and not be freed twice. */
 void nvm_free(struct nvm_region *r, uint64_t ref);
+
+/* ---- Draining a page (the caller's page mover) --------------------------
+ * When a class needs a page and none is free while other classes hold many
+ * free slots, the caller can empty a page and so hand it over:
+ *   nvm_drain_begin   picks the page, of a class other than need_cls with
+ *                     more than one slot per page, with the fewest live
+ *                     bytes whose live slots fit in its class's other free
+ *                     slots.  No slot of it is allocated again.  True while
+ *                     a page is draining (this one or an earlier one);
+ *                     false when none is, or none qualifies.
+ *   nvm_drain_live    the page's slots still allocated (up to cap), for the
+ *                     caller to copy elsewhere (nvm_alloc_free_slot) and
+ *                     free.  Some may be slots being written or freed by
+ *                     others: the caller checks each one it moves.
+ *   nvm_draining      true until the last live slot is freed; the page is
+ *                     then handed to the next class that needs one
+ *                     (nvm_info.pages_drained counts them).
+ *   nvm_drain_abort   gives the page's free slots back to its class; false
+ *                     (and still draining) only when out of DRAM.
+ * One page drains at a time; begin, live and abort are for one thread.
+ */
+bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls);
+size_t nvm_drain_live(struct nvm_region *r, uint64_t *refs, size_t cap);
+bool nvm_draining(const struct nvm_region *r);
+bool nvm_drain_abort(struct nvm_region *r);
 
 /* Smallest class whose slot holds size bytes; 0 when size > slot_max. */
 unsigned nvm_class_of_size(const struct nvm_region *r, size_t size);
@@ -180,6 +212,7 @@ struct nvm_info {
     size_t data_offset;    /* offset of page 0 */
     uint64_t pages_total, pages_used;
     uint64_t pages_reused;  /* wholly free pages handed to another class */
+    uint64_t pages_drained; /* pages emptied by a page mover (nvm_drain_*) */
     uint64_t slots_used;
     uint64_t bytes_used;   /* sum of allocated slot sizes */
     size_t dram_bytes;     /* DRAM held by the allocator metadata (reserved) */
@@ -205,7 +238,7 @@ void nvm_class_info(const struct nvm_region *r, unsigned cls,
  * 0 for a bad cls; partition is taken modulo the partition count. */
 uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition);
 
-/* Pages not yet handed to any class. */
+/* Pages not yet handed to any class, or emptied and not yet taken. */
 uint64_t nvm_free_pages(const struct nvm_region *r);
 
 #endif

@@ -400,6 +400,7 @@ void nvm_get_info(const struct nvm_region *r, struct nvm_info *out)
     out->pages_used = r->npages - nvm_free_pages(r);
     out->bytes_used = NVM_LOAD(&r->bytes_used);
     out->pages_reused = NVM_LOAD(&r->pages_reused);
+    out->pages_drained = NVM_LOAD(&r->pages_drained);
     out->dram_bytes = NVM_LOAD(&r->dram_bytes);
     out->read_ns = r->read_ns;
     out->write_ns = r->write_ns;

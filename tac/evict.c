@@ -89,6 +89,8 @@ static int evict_nvm_round(struct evictor *e)
 static int evict_round(struct evictor *e)
 {
     int nvm_moved = evict_nvm_round(e);
+    if (e->id == 0)
+        nvm_moved += tac_nvm_mover_step();
     if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
         return nvm_moved;

@@ -55,7 +55,9 @@ struct tac_tuple_hdr;
     X(nvm_inserts)           \
     X(nvm_removals)          \
     X(nvm_admission_refused) \
-    X(evict_cold_to_ssd)
+    X(evict_cold_to_ssd)     \
+    X(nvm_tuples_moved)      \
+    X(nvm_drains_abandoned)
 
 struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -123,6 +125,21 @@ bool tac_nvm_read_value(const item *meta, char *dst);
  * slot), with its header in *hdr; NULL (counted) when it is damaged.  Item
  * lock held, meta pinned. */
 const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr);
+
+/* ---- The NVM page mover (mover.c) ---- */
+bool tac_nvm_mover_init(void);
+void tac_nvm_mover_free(void);
+/* Around every NVM insertion (slot allocation to tuple written): the
+ * mover reads no slot of a page it drains before such writers are done. */
+unsigned tac_nvm_write_begin(void);
+void tac_nvm_write_end(unsigned token);
+/* Class cls found no slot and no page (no SSD tier): asks the mover for a
+ * page; true when it is emptying one or may find one, so that the caller
+ * waits rather than drop a tuple. */
+bool tac_nvm_mover_want(unsigned cls);
+/* One round of the mover (evictor 0): the number of tuples moved, plus
+ * one when a page was emptied. */
+int tac_nvm_mover_step(void);
 
 /* ---- Fetchers (fetch.c): move hot and warm items up (TaC 4.2, 5.4) ---- */
 void tac_fetchers_start(void);

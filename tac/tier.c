@@ -15,8 +15,9 @@
  * bounds, key, lengths and revPtr against the meta tuple, checksum); a
  * damaged one is counted, answered as a miss and its item unlinked.  When
  * an NVM class is full, its coldest tuple moves to SSD; without an SSD
- * tier it is dropped (cache semantics), or with -M nothing is dropped and
- * the store fails.
+ * tier the page mover (mover.c) first tries to empty a page of another
+ * class for it, and failing that the tuple is dropped (cache semantics),
+ * or with -M nothing is dropped and the store fails.
  *
  * Threads: workers (materialize, stage), evictors (demote), any thread
  * (release).  Locks: callers hold the item lock of the key being moved;
@@ -102,6 +103,10 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
                 !dram_index_full())
                 break;
+        } else if (tac_nvm_mover_want(cls)) {
+            /* Other classes hold partly used pages: one is being emptied
+             * for this class (mover.c), and the caller tries again. */
+            break;
         }
         if (!settings.evict_to_free ||
             !items_lower_drop_tail(TIER_NVM, cls, partition))
@@ -205,17 +210,20 @@ static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
 item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
 {
     unsigned cls = 0;
+    unsigned epoch = tac_nvm_write_begin();     /* see mover.c */
     uint64_t ref = nvm_place(tac_tuple_size(it->nkey, it->nbytes), partition, &cls);
-    if (ref == 0)
-        return NULL;
-    item *meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition, reserved);
-    if (meta == NULL) {
-        TAC_INCR(meta_alloc_failures);
-        nvm_free(tac.nvm, ref);
-        return NULL;
+    item *meta = NULL;
+    if (ref != 0) {
+        meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition, reserved);
+        if (meta == NULL) {
+            TAC_INCR(meta_alloc_failures);
+            nvm_free(tac.nvm, ref);
+        } else {
+            nvm_put_tuple(ref, it, meta);
+            TAC_INCR(nvm_inserts);
+        }
     }
-    nvm_put_tuple(ref, it, meta);
-    TAC_INCR(nvm_inserts);
+    tac_nvm_write_end(epoch);
     return meta;
 }
 
@@ -430,14 +438,15 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
 /* A store found no tier with room.  A cache makes room by dropping its
  * coldest data, so room comes unless -M; with -M it comes while the SSD is
  * not full (evictors move NVM's tail there, defrag compacts), or without
- * an SSD while NVM has pages no class took yet. */
+ * an SSD while NVM has pages no class took yet or the page mover is
+ * emptying one. */
 static bool tier_room_later(void)
 {
     if (settings.evict_to_free)
         return true;
     if (tac.ssd != NULL)
         return !tac_ssd_full();
-    return tac.nvm != NULL && nvm_free_pages(tac.nvm) > 0;
+    return tac.nvm != NULL && (nvm_free_pages(tac.nvm) > 0 || nvm_draining(tac.nvm));
 }
 
 bool tac_anti2_to_nvm(void)
@@ -586,8 +595,9 @@ bool tac_init(void)
     if (settings.verbose)
         fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
                 info.is_pmem ? ", pmem" : "", info.capacity >> 20);
-    if (tac_ssd_open() && tac_plug_in())
+    if (tac_nvm_mover_init() && tac_ssd_open() && tac_plug_in())
         return true;
+    tac_nvm_mover_free();
     nvm_abandon(tac.nvm);           /* a failed start leaves no file */
     tac.nvm = NULL;
     return false;
@@ -642,6 +652,7 @@ void tac_close(void)
 {
     tac_ssd_close();
     if (tac.nvm != NULL) {
+        tac_nvm_mover_free();
         nvm_close(tac.nvm);
         tac.nvm = NULL;
     }
@@ -706,6 +717,7 @@ void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_items", "%llu", (unsigned long long)info.slots_used);
         stat_printf(s, "nvm_pages_used", "%llu", (unsigned long long)info.pages_used);
         stat_printf(s, "nvm_pages_reused", "%llu", (unsigned long long)info.pages_reused);
+        stat_printf(s, "nvm_pages_drained", "%llu", (unsigned long long)info.pages_drained);
         stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }

@@ -550,6 +550,46 @@ def test_nvm_full_with_M_refuses(server, nvm_file):
     print("stored %d keys, %d refused; stats tiers %r" % (len(order), len(refused), st))
 
 
+def test_nvm_page_mover_frees_a_page_for_large_values(server, nvm_file):
+    """NVM pages keep their slot class while they hold a live tuple.  Fill NVM with
+    4 KB values, delete 3 keys of every 4 (every page is left a quarter used, none is
+    wholly free), then store values of 300 KB, a class with no page of its own.  With
+    -M nothing may be dropped, so only the page mover (which moves a page's live
+    tuples into free slots of their class) can make room: every store succeeds,
+    nothing is lost, and every value reads back exactly."""
+    s = nvm_server(server, nvm_file, mem=8, nvm="32m", extra=["-M"])
+    c = s.connect()
+    small = []
+    i = 0
+    while True:
+        chunk = [b"usertable-user%016d-small" % j for j in range(i, i + 500)]
+        i += 500
+        stored, failures = load(c, [(k, make_value(k, 1, 4000)) for k in chunk], retries=0)
+        small += stored
+        st = c.stats(b"tiers")
+        if failures or tiers_int(st, "nvm_pages_used") >= tiers_int(st, "nvm_pages_total") or i > 40000:
+            break
+    assert tiers_int(st, "nvm_pages_used") == tiers_int(st, "nvm_pages_total"), st
+    kept = []
+    for n, k in enumerate(small):
+        if n % 4:
+            assert c.line(b"delete " + k + b"\r\n") == b"DELETED\r\n"
+        else:
+            kept.append(k)
+    big = [b"usertable-user%016d-large" % j for j in range(40)]  # 12 MB: more than DRAM holds
+    stored, failures = load(c, [(k, make_value(k, 1, 300 << 10)) for k in big], batch=10)
+    st = c.stats(b"tiers")
+    assert not failures, fmt_failures(failures, st)
+    assert tiers_int(st, "nvm_pages_drained") > 0 and tiers_int(st, "nvm_tuples_moved") > 0, st
+    assert tiers_int(st, "nvm_evictions") == 0 and int(c.stats()["evictions"]) == 0, st
+    got = read_all(c, kept)
+    assert sorted(got) == sorted(kept), "%d of %d kept keys missing" % (len(set(kept) - set(got)), len(kept))
+    assert all(v[1] == make_value(k, 1, 4000) for k, v in got.items())
+    for k in big:
+        assert multi_get(c, [k])[k][1] == make_value(k, 1, 300 << 10), k
+    print("%d small keys, %d kept; stats tiers %r" % (len(small), len(kept), st))
+
+
 # ---------------------------------------------------------------- 5, 6
 
 TIERS_KEYS = ["tiers", "dram_capacity", "dram_items", "get_hits_dram", "nvm_capacity", "nvm_bytes", "nvm_items",

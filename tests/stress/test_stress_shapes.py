@@ -21,7 +21,8 @@ Data set: the threads first store every key once (16 sets in flight per thread),
 then run updates and reads for STRESS_SECONDS (3 s; 20 s in long mode), then a
 sweep reads every key back.  With an SSD the data set is 1.4x DRAM+NVM (at most
 45% of the SSD), so it fills DRAM and NVM and spills into SSD; without an SSD it
-is 0.6x DRAM+NVM, so it fits.  Every key also holds a meta tuple in DRAM; the
+is 0.7x DRAM+NVM in slab footprints, so it fits (with mixed sizes, also when the
+number of ~500 KB values peaks 3 standard deviations above its mean).  Every key also holds a meta tuple in DRAM; the
 data set is capped so that meta tuples need at most half of DRAM.  For small
 values that cap binds first (DRAM runs out of room for meta tuples before NVM
 fills: with 1.1 KB values and DRAM:NVM 1:8 no data set can fill NVM), and the
@@ -175,7 +176,8 @@ SNAPSHOT_STATS = ["dram_bytes", "dram_items", "meta_tuples", "nvm_bytes", "nvm_i
                   "nvm_pages_total", "ssd_items", "ssd_live_bytes", "ssd_pages_free", "ssd_pages_total"]
 REPORT_STATS = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictions", "ssd_large_bufs",
                 "evictor_backlog", "store_waits_done", "store_wait_timeouts", "nvm_evictions", "ssd_items_dropped",
-                "ssd_full", "set_fallback_nvm", "set_fallback_ssd"]
+                "ssd_full", "set_fallback_nvm", "set_fallback_ssd", "nvm_pages_reused", "nvm_pages_drained",
+                "nvm_tuples_moved", "nvm_drains_abandoned"]
 
 
 def value_size(spec, rnd):
@@ -222,6 +224,14 @@ def plan(case, dram_mb):
         n_bytes = int(min(1.4 * (dram + nvm), 0.45 * ssd) * mb / (case.key_len + mean_value(case.value) + 64))
     else:
         n_bytes = int(0.7 * (dram + nvm) * mb / footprint(case.key_len, case.value))
+        if case.value == "mixed":
+            # Which keys hold a ~500 KB value (a whole 1 MB page each) changes with every
+            # write; their number wanders about its mean by sqrt(n p (1-p)).  Its peaks
+            # must fit too: 3 standard deviations within 80% of DRAM+NVM.
+            p = MIXED[-1][0]
+            while n_bytes > 0 and (n_bytes * footprint(case.key_len, "mixed")
+                                   + 3 * (n_bytes * p * (1 - p)) ** 0.5 * mb > 0.8 * (dram + nvm) * mb):
+                n_bytes -= max(1, n_bytes // 100)
     n_meta = int(0.5 * dram * mb / meta_estimate(case.key_len))
     n = min(n_bytes, n_meta)
     why = "bytes" if n_bytes <= n_meta else "meta tuples"
@@ -567,6 +577,8 @@ def test_shapes(server, tier_paths, case):
              dict(run.refusals) or "", STALL_LIMIT, len(stalls),
              " (longest %.2fs)" % stalls[0][1] if stalls else "", len(run.errors), len(run.lost_keys),
              len(run.bad_replies), {m.name: m.max_in_flight for m in muxes.values()}))
+    if case.value == "mixed":
+        print("values over 256 KB acknowledged last: %d of %d keys" % (sum(x > 256 << 10 for x in run.acked_len), n))
     if st:
         print("stats: %s; max evictor_backlog %d; items dram %s nvm %s ssd %s; nvm pages %s/%s (max %d); "
               "ssd pages free %s/%s (min %s)"

@@ -368,6 +368,98 @@ static void test_alloc_until_full(void)
     unlink(shm_path);
 }
 
+/* The page mover's side: with every page in one class, partly used, a
+ * page of another class comes only from draining one.  nvm_drain_begin
+ * picks the page with the fewest live slots, nvm_drain_live lists exactly
+ * them, none of its slots is handed out while it drains, and the free of
+ * its last live slot hands it to the class that needs a page.  An abort
+ * gives the free slots back. */
+static void test_drain_page(void)
+{
+    struct nvm_config c = base_cfg(shm_path, 4 * MB);
+    struct nvm_region *r = open_ok(&c);
+    struct nvm_info in;
+    nvm_get_info(r, &in);
+    unsigned cls = nvm_class_of_size(r, 5000), small = nvm_class_of_size(r, 100);
+    size_t sz = nvm_class_slot_size(r, cls);
+    uint64_t per_page = (256 * KB) / sz, total = in.pages_total * per_page;
+    uint64_t *refs = calloc(total, sizeof(*refs));
+    CHECK(refs != NULL);
+    for (uint64_t i = 0; i < total; i++) {
+        refs[i] = nvm_alloc(r, 5000, 0);
+        CHECK(refs[i] != 0);
+    }
+    CHECK(!nvm_drain_begin(r, small));      /* every slot is live */
+    /* The page of refs[0] keeps 3 live slots, every other page half. */
+    uint64_t page0 = (refs[0] - NVM_DATA_OFFSET) / (256 * KB), live0[3], n0 = 0;
+    for (uint64_t i = 0; i < total; i++) {
+        uint64_t pg = (refs[i] - NVM_DATA_OFFSET) / (256 * KB);
+        bool keep = pg == page0 ? n0 < 3 : i % 2 == 0;
+        if (keep && pg == page0)
+            live0[n0++] = refs[i];
+        if (!keep) {
+            nvm_free(r, refs[i]);
+            refs[i] = 0;
+        }
+    }
+    CHECK_UEQ(n0, 3);
+    usleep(2000);                           /* page_reuse's back-off */
+    CHECK_UEQ(nvm_alloc(r, 100, 0), 0);     /* no page is wholly free */
+    struct nvm_class_info ci;
+    nvm_class_info(r, cls, &ci);
+    uint64_t free_before = ci.slots_free;
+
+    CHECK(nvm_drain_begin(r, small));
+    CHECK(nvm_draining(r));
+    uint64_t live[64];
+    size_t n = nvm_drain_live(r, live, 64);
+    CHECK_UEQ(n, 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK_UEQ(live[i], live0[i]);
+    nvm_class_info(r, cls, &ci);
+    CHECK_UEQ(ci.slots_free, free_before - (per_page - 3));
+    /* Move them: destinations never lie in the draining page. */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t dst = nvm_alloc_free_slot(r, cls, 0);
+        CHECK(dst != 0);
+        CHECK((dst - NVM_DATA_OFFSET) / (256 * KB) != page0);
+        for (uint64_t j = 0; j < total; j++)
+            if (refs[j] == live[i])
+                refs[j] = dst;
+        nvm_free(r, live[i]);
+        CHECK(nvm_draining(r) == (i + 1 < n));
+    }
+    nvm_get_info(r, &in);
+    CHECK_UEQ(in.pages_drained, 1);
+    CHECK_UEQ(nvm_free_pages(r), 1);
+    uint64_t s = nvm_alloc(r, 100, 0);      /* the emptied page, now small's */
+    CHECK(s != 0);
+    CHECK_UEQ((s - NVM_DATA_OFFSET) / (256 * KB), page0);
+    CHECK_UEQ(nvm_class_of_ref(r, s), small);
+    CHECK_UEQ(nvm_free_pages(r), 0);
+
+    /* Abort: the next drain's free slots go back to their class. */
+    nvm_class_info(r, cls, &ci);
+    free_before = ci.slots_free;
+    CHECK(nvm_drain_begin(r, small));
+    nvm_class_info(r, cls, &ci);
+    CHECK(ci.slots_free < free_before);
+    CHECK(nvm_drain_abort(r));
+    CHECK(!nvm_draining(r));
+    nvm_class_info(r, cls, &ci);
+    CHECK_UEQ(ci.slots_free, free_before);
+    CHECK_UEQ(nvm_drain_live(r, live, 64), 0);
+
+    nvm_free(r, s);
+    for (uint64_t i = 0; i < total; i++)
+        nvm_free(r, refs[i]);
+    nvm_get_info(r, &in);
+    CHECK_UEQ(in.slots_used, 0);
+    free(refs);
+    nvm_close(r);
+    unlink(shm_path);
+}
+
 static void test_class_and_ref_checks(void)
 {
     struct nvm_config c = base_cfg(shm_path, 4 * MB);
@@ -855,6 +947,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_numa_backing);
     RUN_TEST(test_class_sizes);
     RUN_TEST(test_alloc_until_full);
+    RUN_TEST(test_drain_page);
     RUN_TEST(test_class_and_ref_checks);
     RUN_TEST(test_partition_stealing);
     RUN_TEST(test_write_read_roundtrip);

@@ -1,0 +1,208 @@
+/*
+ * tac/mover.c - the NVM page mover: empties an NVM page of one slot class
+ * so that another class can have it.
+ *
+ * Why.  NVM pages keep their slot class while they hold a live tuple
+ * (nvm/alloc.c).  With mixed value sizes every page may end up in some
+ * class, the small classes keeping theirs partly used, while a class that
+ * needs a page (a 500 KB value's) has none: NVM is far from full by bytes,
+ * yet that class could only push its own tuples down to SSD or, without an
+ * SSD, drop them.
+ *
+ * How.  nvm_place (tier.c) finds no slot and no page: without an SSD it
+ * calls tac_nvm_mover_want, which wakes evictor 0, and fails for now (a
+ * store parks and tries again, a demotion is retried by the next round)
+ * rather than drop a tuple.  Evictor 0 runs tac_nvm_mover_step each round:
+ * nvm_drain_begin picks the page of another class with the fewest live
+ * bytes that fit in the free slots of its class; each live tuple of it is
+ * copied, under its item lock, into a free slot of the same class and its
+ * meta tuple repointed; the last free hands the page over.  A drain that
+ * makes no progress for MOVER_STUCK_ROUNDS rounds is given up.  When no
+ * page qualifies, the mover idles MOVER_IDLE_MS and nvm_place falls back to
+ * dropping the class's coldest tuple (not with -M).
+ *
+ * Reading a slot before knowing its key.  A slot of the draining page may
+ * have been allocated just before the drain began, its tuple still being
+ * written under a lock the mover cannot know.  Every NVM insertion
+ * therefore registers in the current epoch (tac_nvm_write_begin/end); the
+ * drain flips the epoch and reads no slot until the writers of the older
+ * one are done.  Afterwards a slot's header and key change only when it is
+ * rewritten, and no slot of a draining page is handed out again; revPtr
+ * may change under the key's lock (meta_rehome), so it is not read before
+ * that lock is held.
+ *
+ * Threads: tac_nvm_mover_step on evictor 0 only; the rest from any thread.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memcached.h"
+#include "nvm/nvm.h"
+#include "tac/internal.h"
+#include "tac/tuple.h"
+
+#define MOVER_IDLE_MS 100
+#define MOVER_STUCK_ROUNDS 200
+
+static struct {
+    unsigned want;          /* atomic: a class that found no page; 0 = none */
+    uint64_t idle_until;    /* atomic: ns; no new drain before */
+    unsigned epoch;         /* atomic */
+    unsigned writers[2];    /* atomic: NVM insertions in flight per parity */
+    /* Evictor 0 only. */
+    unsigned old_epoch;     /* the parity to wait out */
+    bool settled;           /* its writers are done */
+    unsigned stuck;         /* rounds without a tuple moved */
+    uint64_t *refs;
+    size_t cap;
+} mv;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+unsigned tac_nvm_write_begin(void)
+{
+    for (;;) {
+        unsigned e = __atomic_load_n(&mv.epoch, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&mv.writers[e & 1], 1, __ATOMIC_SEQ_CST);
+        /* Unchanged: a drain that flips it later sees this writer. */
+        if (__atomic_load_n(&mv.epoch, __ATOMIC_SEQ_CST) == e)
+            return e & 1;
+        __atomic_sub_fetch(&mv.writers[e & 1], 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+void tac_nvm_write_end(unsigned token)
+{
+    __atomic_sub_fetch(&mv.writers[token], 1, __ATOMIC_RELEASE);
+}
+
+bool tac_nvm_mover_want(unsigned cls)
+{
+    if (tac.nvm == NULL || mv.refs == NULL)
+        return false;
+    if (!nvm_draining(tac.nvm) &&
+        now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
+        return false;
+    if (__atomic_load_n(&mv.want, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&mv.want, cls, __ATOMIC_RELAXED);
+        tac_evictors_wake(0);
+    }
+    return true;
+}
+
+/* Copies the live tuple at ref (of the draining page) into a free slot of
+ * its class and repoints its meta tuple.  1 if moved. */
+static int move_one(uint64_t ref)
+{
+    struct tac_tuple_hdr hdr;
+    char key[KEY_MAX_LENGTH];
+    size_t skip = sizeof(hdr.rev_ptr);
+
+    _Static_assert(offsetof(struct tac_tuple_hdr, rev_ptr) == 0,
+                   "revPtr leads the header");
+    memset(&hdr, 0, sizeof(hdr));
+    nvm_read(tac.nvm, ref, skip, (char *)&hdr + skip, sizeof(hdr) - skip);
+    if (!tac_tuple_sane(&hdr, nvm_slot_size(tac.nvm, ref)))
+        return 0;                   /* a freed slot: never a tuple */
+    nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
+    uint32_t hv = item_hash(key, hdr.nkey);
+    int moved = 0;
+    item_lock(hv);
+    item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
+    if (it != NULL && (it->it_flags & ITEM_META) && it->tier == TIER_NVM &&
+        item_meta_ref(it) == ref) {
+        uint64_t nref = nvm_alloc_free_slot(tac.nvm, nvm_class_of_ref(tac.nvm, ref),
+                                            it->partition);
+        if (nref != 0) {
+            size_t len = tac_tuple_size(it->nkey, it->nbytes);
+            nvm_charge_read(tac.nvm, ref, 0, len);
+            nvm_write(tac.nvm, nref, 0, nvm_ptr(tac.nvm, ref), len);
+            nvm_drain(tac.nvm);
+            item_set_meta_ref(it, nref);
+            nvm_free(tac.nvm, ref);
+            moved = 1;
+        }
+    }
+    if (it != NULL)
+        item_release(it);
+    item_unlock(hv);
+    return moved;
+}
+
+/* No drain for a while: none qualifies, or this one is stuck. */
+static void mover_idle(void)
+{
+    __atomic_store_n(&mv.idle_until, now_ns() + MOVER_IDLE_MS * 1000000ull,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+}
+
+int tac_nvm_mover_step(void)
+{
+    if (mv.refs == NULL)
+        return 0;
+    if (!nvm_draining(tac.nvm)) {
+        unsigned need = __atomic_load_n(&mv.want, __ATOMIC_RELAXED);
+        if (need == 0 || now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
+            return 0;
+        if (!nvm_drain_begin(tac.nvm, need)) {
+            /* An emptied page still waits for its taker, or none fits. */
+            if (nvm_free_pages(tac.nvm) == 0)
+                mover_idle();
+            else
+                __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+            return 0;
+        }
+        mv.old_epoch = __atomic_fetch_add(&mv.epoch, 1, __ATOMIC_SEQ_CST) & 1;
+        mv.settled = false;
+        mv.stuck = 0;
+    }
+    if (!mv.settled) {
+        if (__atomic_load_n(&mv.writers[mv.old_epoch], __ATOMIC_SEQ_CST) != 0)
+            return 0;
+        mv.settled = true;
+    }
+    size_t n = nvm_drain_live(tac.nvm, mv.refs, mv.cap);
+    int moved = 0;
+    for (size_t i = 0; i < n; i++)
+        moved += move_one(mv.refs[i]);
+    STATS_ADD(&tac.stats, nvm_tuples_moved, moved);
+    if (!nvm_draining(tac.nvm)) {
+        __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+        return moved + 1;
+    }
+    if (moved > 0) {
+        mv.stuck = 0;
+    } else if (++mv.stuck >= MOVER_STUCK_ROUNDS && nvm_drain_abort(tac.nvm)) {
+        TAC_INCR(nvm_drains_abandoned);
+        mover_idle();
+    }
+    return moved;
+}
+
+bool tac_nvm_mover_init(void)
+{
+    if (tac.nvm == NULL)
+        return true;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    mv.cap = info.page_size / NVM_SLOT_ALIGN;
+    mv.refs = calloc(mv.cap, sizeof(*mv.refs));
+    return mv.refs != NULL;
+}
+
+void tac_nvm_mover_free(void)
+{
+    free(mv.refs);
+    mv.refs = NULL;
+    mv.cap = 0;
+}
