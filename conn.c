@@ -111,7 +111,10 @@ static size_t conn_mem_holding(const conn *c)
 
 /* Marks the biggest holders for closing until the marked bytes cover the
  * excess over the bound, and wakes their workers.  Holds the registry lock
- * so that no marked connection is freed meanwhile. */
+ * so that no marked connection is freed meanwhile.  Bytes of stores parked
+ * for room do not count here: such a connection reads nothing more until
+ * its store is done (TCP pushes back), and closing it would turn a wait
+ * into a lost request. */
 static void conn_mem_over(uint64_t used)
 {
     uint64_t limit = settings.conn_mem_limit;
@@ -121,7 +124,7 @@ static void conn_mem_over(uint64_t used)
     for (int fd = 0; fd < conn_registry_size; fd++) {
         conn *v = conn_registry[fd];
         if (v && __atomic_load_n(&v->mem_close, __ATOMIC_RELAXED))
-            marked += __atomic_load_n(&v->mem_held, __ATOMIC_RELAXED);
+            marked += __atomic_load_n(&v->mem_closable, __ATOMIC_RELAXED);
     }
     while (used > limit + marked) {
         conn *victim = NULL;
@@ -130,7 +133,7 @@ static void conn_mem_over(uint64_t used)
             conn *v = conn_registry[fd];
             if (!v || __atomic_load_n(&v->mem_close, __ATOMIC_RELAXED))
                 continue;
-            size_t held = __atomic_load_n(&v->mem_held, __ATOMIC_RELAXED);
+            size_t held = __atomic_load_n(&v->mem_closable, __ATOMIC_RELAXED);
             if (held > most) {
                 most = held;
                 victim = v;
@@ -154,6 +157,8 @@ static void conn_mem_sync(conn *c)
 {
     size_t now = conn_mem_holding(c);
     size_t was = c->mem_held;
+    __atomic_store_n(&c->mem_closable, now > c->room_held ? now - c->room_held : 0,
+                     __ATOMIC_RELAXED);
     if (now == was)
         return;
     __atomic_store_n(&c->mem_held, now, __ATOMIC_RELAXED);

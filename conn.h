@@ -140,6 +140,9 @@ struct conn {
     /* connection memory (conn.c, "Connection memory") */
     size_t mem_held;        /* this conn's share of conn_mem_bytes; written
                                by its worker, read under the registry lock */
+    size_t mem_closable;    /* of it, what closing would win back: all but
+                               room_held (a parked store is never a reason
+                               to close); written and read like mem_held */
     bool mem_close;         /* set (atomic) by any thread under the
                                registry lock: close, it holds the most */
 
