@@ -6,7 +6,7 @@ Axes (DESIGN.md section 7, "back-pressure, never refusal"):
   value size   100 B, 1.1 KB, 16 KB, 500 KB (each +-10%), or mixed (per write:
                45% ~100 B, 35% ~1.1 KB, 15% ~16 KB, 5% ~500 KB)
   DRAM:NVM:SSD 1:2:16, 1:8:32, 1:0:16 (no NVM), 1:8:0 (no SSD); DRAM is -m
-               (STRESS_SHAPES_DRAM_MB: 12, 8 for a sanitizer build, 32 in long mode)
+               (STRESS_SHAPES_DRAM_MB: 12, 8 for a sanitizer build)
   updates      50% or 100% of the operations (the rest are reads), with bursts of
                16-128 pipelined updates from one thread
   busy         2 busy-loop processes at nice 0 share the cores with the server
@@ -18,7 +18,7 @@ sends whatever has queued (pipelining), one reader matches replies in FIFO order
 zipfian-ish (shapes_client.Skewed).
 
 Data set: the threads first store every key once (16 sets in flight per thread),
-then run updates and reads for STRESS_SECONDS (3 s; 20 s in long mode), then a
+then run updates and reads for STRESS_SECONDS (3 s; 8 s in long mode), then a
 sweep reads every key back.  With an SSD the data set is 1.4x DRAM+NVM (at most
 45% of the SSD), so it fills DRAM and NVM and spills into SSD; without an SSD it
 is 0.7x DRAM+NVM in slab footprints, so it fits (with mixed sizes, also when the
@@ -170,8 +170,8 @@ if os.environ.get("STRESS_SHAPES_CASES"):
     _want = os.environ["STRESS_SHAPES_CASES"].split(",")
     CASES = [c for c in CASES if any(w in case_id(c) for w in _want)]
 
-DRAM_MB = int(os.environ.get("STRESS_SHAPES_DRAM_MB") or (32 if MODE == "long" else 8 if SANITIZER else 12))
-SECONDS = float(os.environ.get("STRESS_SECONDS") or (20 if MODE == "long" else 3))
+DRAM_MB = int(os.environ.get("STRESS_SHAPES_DRAM_MB") or (8 if SANITIZER else 12))
+SECONDS = float(os.environ.get("STRESS_SECONDS") or (8 if MODE == "long" else 3))
 SNAPSHOT_STATS = ["dram_bytes", "dram_items", "meta_tuples", "nvm_bytes", "nvm_items", "nvm_pages_used",
                   "nvm_pages_total", "ssd_items", "ssd_live_bytes", "ssd_pages_free", "ssd_pages_total"]
 REPORT_STATS = ["store_no_memory", "nvm_alloc_failures", "meta_alloc_failures", "evictions", "ssd_large_bufs",
