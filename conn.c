@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -54,6 +53,7 @@
 #include "stats.h"
 #include "tac/tac.h"
 #include "thread.h"
+#include "util.h"
 
 #define RBUF_INITIAL (16 * 1024)
 #define RBUF_MAX CONN_RBUF_MAX
@@ -636,13 +636,6 @@ struct room_wait {
     struct nread_retry a;       /* the request; holds a reference to a.it */
 };
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void room_fill(conn *c, struct item *value, void *ctx)
 {
     struct room_wait *rw = ctx;
@@ -685,7 +678,7 @@ bool conn_wait_room(conn *c, enum store_result *res)
 {
     if (*res != STORE_NEED_ROOM)
         return false;
-    int64_t now = mono_us();
+    int64_t now = (int64_t)(util_now_ns() / 1000);
     int64_t start = c->room_wait_start != 0 ? c->room_wait_start : now;
     if (now - start >= (int64_t)settings.store_wait_ms * 1000 &&
         settings.store_wait_ms > 0) {

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -198,6 +199,13 @@ size_t util_tokenize(char *line, struct util_token *tokens, size_t max,
             *p++ = '\0';
     }
     return n;
+}
+
+uint64_t util_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t util_rand64(void)

@@ -69,6 +69,9 @@ char *util_i64toa(int64_t v, char *p);
  * Any thread, no locks. */
 uint64_t util_rand64(void);
 
+/* Nanoseconds on CLOCK_MONOTONIC: for intervals and deadlines. */
+uint64_t util_now_ns(void);
+
 /*
  * CRC32C (Castagnoli polynomial, reflected 0x82F63B78), the checksum of
  * iSCSI, ext4 and SSE4.2's crc32 instruction, which is used when the CPU has

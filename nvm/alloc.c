@@ -84,12 +84,12 @@ enum nvm_status nvm_alloc_init(struct nvm_region *r)
     if (r->page_class == NULL || r->page_owner == NULL || r->reuse_count == NULL)
         return NVM_ERR_NOMEM;
     pthread_mutex_init(&r->reuse_lock, NULL);
-    size_t words = (r->page_size / NVM_SLOT_ALIGN + 63) / 64;
-    r->drain_free = calloc(words, sizeof(*r->drain_free));
+    r->drain_words = (r->page_size / NVM_SLOT_ALIGN + 63) / 64;
+    r->drain_free = calloc(r->drain_words, sizeof(*r->drain_free));
     if (r->drain_free == NULL)
         return NVM_ERR_NOMEM;
     r->drain_page = r->ready_page = NVM_NO_PAGE;
-    r->dram_bytes = 6 * r->npages + words * sizeof(*r->drain_free);
+    r->dram_bytes = 6 * r->npages + r->drain_words * sizeof(*r->drain_free);
     for (unsigned c = 1; c <= r->nclasses; c++) {
         struct nvm_part *parts = aligned_alloc(64, parts_bytes);
         if (parts == NULL)
@@ -406,8 +406,7 @@ static bool drain_start(struct nvm_region *r, unsigned k, uint64_t pg)
         pthread_mutex_unlock(&q->lock);
         return false;
     }
-    memset(r->drain_free, 0,
-           (r->page_size / NVM_SLOT_ALIGN + 63) / 64 * sizeof(*r->drain_free));
+    memset(r->drain_free, 0, r->drain_words * sizeof(*r->drain_free));
     for (uint64_t j = 0; j < q->nfree; j++) {
         uint64_t ref = q->stack[j];
         if (page_of(r, ref) == pg) {

@@ -85,6 +85,7 @@ struct nvm_region {
     uint64_t drain_page;            /* atomic; NVM_NO_PAGE when none */
     uint64_t drain_live;            /* its slots still allocated */
     uint64_t *drain_free;           /* bitmap of its free slots */
+    size_t drain_words;             /* its length; set at open */
     uint64_t ready_page;            /* atomic: emptied, not yet taken */
     uint64_t pages_drained;         /* atomic */
 

@@ -38,12 +38,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "memcached.h"
 #include "nvm/nvm.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
+#include "util.h"
 
 #define MOVER_IDLE_MS 100
 #define MOVER_STUCK_ROUNDS 200
@@ -60,13 +60,6 @@ static struct {
     uint64_t *refs;
     size_t cap;
 } mv;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 unsigned tac_nvm_write_begin(void)
 {
@@ -90,7 +83,7 @@ bool tac_nvm_mover_want(unsigned cls)
     if (tac.nvm == NULL || mv.refs == NULL)
         return false;
     if (!nvm_draining(tac.nvm) &&
-        now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
+        util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
         return false;
     if (__atomic_load_n(&mv.want, __ATOMIC_RELAXED) == 0) {
         __atomic_store_n(&mv.want, cls, __ATOMIC_RELAXED);
@@ -141,7 +134,7 @@ static int move_one(uint64_t ref)
 /* No drain for a while: none qualifies, or this one is stuck. */
 static void mover_idle(void)
 {
-    __atomic_store_n(&mv.idle_until, now_ns() + MOVER_IDLE_MS * 1000000ull,
+    __atomic_store_n(&mv.idle_until, util_now_ns() + MOVER_IDLE_MS * 1000000ull,
                      __ATOMIC_RELAXED);
     __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
 }
@@ -152,7 +145,7 @@ int tac_nvm_mover_step(void)
         return 0;
     if (!nvm_draining(tac.nvm)) {
         unsigned need = __atomic_load_n(&mv.want, __ATOMIC_RELAXED);
-        if (need == 0 || now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
+        if (need == 0 || util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
             return 0;
         if (!nvm_drain_begin(tac.nvm, need)) {
             /* An emptied page still waits for its taker, or none fits. */

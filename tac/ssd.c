@@ -77,6 +77,7 @@
 #include "tac/internal.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
+#include "util.h"
 
 /* Re-reads that follow a tuple moved while it was being read. */
 #define READ_MAX_TRIES 4
@@ -1123,9 +1124,7 @@ static void defrag_sleep(int ms)
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(util_now_ns() / 1000000);
 }
 
 /* The defrag thread: retries failed writes with back-off, keeps them
