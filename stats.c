@@ -313,6 +313,8 @@ bool stats_run(const char *sub, struct stat_sink *sink)
         conn_stats(sink);
     else if (strcmp(sub, "tiers") == 0)
         stats_tiers(sink);
+    else if (strcmp(sub, "nvm") == 0)
+        tac_stats_nvm(sink);
     else if (strcmp(sub, "temperature") == 0)
         llru_stats_temperature(sink);
     else

@@ -59,6 +59,8 @@ bool tac_read_value(struct tac_reader *rd, struct item *meta, uint32_t hv,
 
 /* `stats tiers` lines of the lower tiers and the policy. */
 void tac_stats_tiers(struct stat_sink *sink);
+/* `stats nvm`: one group of lines per NVM slot class that holds a page. */
+void tac_stats_nvm(struct stat_sink *sink);
 /* Meta tuples in the index (items whose value is in a lower tier). */
 unsigned long long tac_meta_tuples(void);
 /* Lower-tier hits, for the DRAM/NVM split of get_hits. */

@@ -705,6 +705,34 @@ void tac_stats_reset(void)
     TAC_STATS_FIELDS(TAC_ZERO)
 }
 
+void tac_stats_nvm(struct stat_sink *s)
+{
+    if (tac.nvm == NULL)
+        return;
+    unsigned n = nvm_nclasses(tac.nvm), active = 0;
+    for (unsigned cls = 1; cls <= n; cls++) {
+        struct nvm_class_info ci;
+        nvm_class_info(tac.nvm, cls, &ci);
+        if (ci.pages == 0 && ci.alloc_fails == 0)
+            continue;
+        active++;
+        char name[48];
+#define NVM_CLASS_LINE(field, fmt, val) \
+        snprintf(name, sizeof(name), "%u:" field, cls); \
+        stat_printf(s, name, fmt, val);
+        NVM_CLASS_LINE("slot_size", "%zu", ci.slot_size)
+        NVM_CLASS_LINE("slots_per_page", "%u", ci.slots_per_page)
+        NVM_CLASS_LINE("pages", "%llu", (unsigned long long)ci.pages)
+        NVM_CLASS_LINE("slots_used", "%llu", (unsigned long long)ci.slots_used)
+        NVM_CLASS_LINE("slots_free", "%llu", (unsigned long long)ci.slots_free)
+        NVM_CLASS_LINE("steals", "%llu", (unsigned long long)ci.steals)
+        NVM_CLASS_LINE("alloc_fails", "%llu", (unsigned long long)ci.alloc_fails)
+#undef NVM_CLASS_LINE
+    }
+    stat_printf(s, "active_classes", "%u", active);
+    stat_printf(s, "free_pages", "%llu", (unsigned long long)nvm_free_pages(tac.nvm));
+}
+
 void tac_stats_tiers(struct stat_sink *s)
 {
     if (!tac_active())

@@ -617,6 +617,40 @@ def test_stats_tiers_and_settings(server, nvm_file):
     assert s2.connect().stats(b"settings")["dram_free_watermark_bytes"] == str(2 * MB)
 
 
+def test_stats_nvm_per_class(server, nvm_file):
+    """`stats nvm` has one group of lines per NVM slot class in use; its counts add up
+    to the totals of `stats tiers`, and a 300 KB value takes a class of its own."""
+    s = nvm_server(server, nvm_file, mem=8, nvm="64m")
+    c = s.connect()
+    items = [(b"usertable-user%016d-s" % j, 4000) for j in range(3000)]
+    items += [(b"usertable-user%016d-l" % j, 300 << 10) for j in range(30)]
+    stored, failures = load(c, [(k, make_value(k, 1, n)) for k, n in items], batch=50)
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    deadline = time.time() + 10
+    while True:  # the evictors settle: stats tiers and stats nvm are taken back to back
+        t = c.stats(b"tiers")
+        nv = c.stats(b"nvm")
+        if c.stats(b"tiers") == t or time.time() > deadline:
+            break
+    classes = sorted({int(k.split(":")[0]) for k in nv if ":" in k})
+    assert classes and int(nv["active_classes"]) == len(classes), nv
+    sizes = [int(nv["%d:slot_size" % k]) for k in classes]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), nv
+    for k in classes:
+        f = {n: int(nv["%d:%s" % (k, n)]) for n in
+             ("slot_size", "slots_per_page", "pages", "slots_used", "slots_free", "steals", "alloc_fails")}
+        assert f["slots_per_page"] >= 1 and f["slot_size"] * f["slots_per_page"] <= MB, (k, f)
+        assert f["slots_used"] + f["slots_free"] <= f["pages"] * f["slots_per_page"], (k, f)
+    used = sum(int(nv["%d:slots_used" % k]) for k in classes)
+    assert used == tiers_int(t, "nvm_items"), (nv, t)
+    assert sum(int(nv["%d:pages" % k]) for k in classes) + int(nv["free_pages"]) == tiers_int(t, "nvm_pages_total"), (nv, t)
+    large = [k for k in classes if int(nv["%d:slot_size" % k]) >= 300 << 10]
+    assert len(large) == 1 and int(nv["%d:slots_used" % large[0]]) > 0, nv
+    # without an NVM tier the group is empty
+    c2 = server(["-m", "8"]).connect()
+    assert c2.stats(b"nvm") == {}
+
+
 @pytest.mark.parametrize("spec,why", [
     ("/dev/shm/tac-test-nosize-%d", "no size"),
     ("/nonexistent-dir-tac/x-%d:16m", "missing directory"),
