@@ -115,8 +115,8 @@ bool tac_nvm_admit(void);
  * only: not sets, which free no DRAM, nor fetches). */
 item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
 /* Copies the value of NVM meta tuple `meta` into dst (meta->nbytes bytes)
- * and checks the tuple: header bounds, key, lengths and revPtr against
- * meta, checksum.  False, counted in nvm_read_errors and
+ * and checks the tuple: header bounds, key and lengths against meta,
+ * checksum.  False, counted in nvm_read_errors and
  * tuple_checksum_failures, when it is damaged: the caller must not use dst
  * and unlinks meta.  Item lock held, meta pinned. */
 bool tac_nvm_read_value(const item *meta, char *dst);

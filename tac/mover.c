@@ -26,10 +26,8 @@
  * written under a lock the mover cannot know.  Every NVM insertion
  * therefore registers in the current epoch (tac_nvm_write_begin/end); the
  * drain flips the epoch and reads no slot until the writers of the older
- * one are done.  Afterwards a slot's header and key change only when it is
- * rewritten, and no slot of a draining page is handed out again; revPtr
- * may change under the key's lock (meta_rehome), so it is not read before
- * that lock is held.
+ * one are done.  Afterwards a slot changes only when it is rewritten, and
+ * no slot of a draining page is handed out again.
  *
  * Threads: tac_nvm_mover_step on evictor 0 only; the rest from any thread.
  */
@@ -98,12 +96,7 @@ static int move_one(uint64_t ref)
 {
     struct tac_tuple_hdr hdr;
     char key[KEY_MAX_LENGTH];
-    size_t skip = sizeof(hdr.rev_ptr);
-
-    _Static_assert(offsetof(struct tac_tuple_hdr, rev_ptr) == 0,
-                   "revPtr leads the header");
-    memset(&hdr, 0, sizeof(hdr));
-    nvm_read(tac.nvm, ref, skip, (char *)&hdr + skip, sizeof(hdr) - skip);
+    nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
     if (!tac_tuple_sane(&hdr, nvm_slot_size(tac.nvm, ref)))
         return 0;                   /* a freed slot: never a tuple */
     nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);

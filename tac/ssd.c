@@ -37,9 +37,9 @@
  *
  * Validity.  A tuple in a page is live iff the key's meta tuple is an SSD
  * meta tuple whose reference is this tuple's.  Defrag checks that with a
- * hash lookup of the tuple's key rather than through revPtr, so a meta tuple
- * can move to another DRAM chunk (the slab page mover) without rewriting
- * the tuple on SSD.
+ * hash lookup of the tuple's key (a tuple holds no DRAM address), so a meta
+ * tuple can move to another DRAM chunk (the slab page mover) without
+ * rewriting the tuple on SSD.
  *
  * Space.  Each page counts its live bytes; a sealed page with none left is
  * reclaimed at once (ssd/).  When free pages fall below the watermark the
@@ -345,12 +345,11 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
     return ok;
 }
 
-/* Writes the tuple header `hdr` and its key and value (`body`, nkey +
- * nbytes bytes) for new meta tuple `meta`; sets meta's reference. */
+/* Writes the tuple header `hdr` and its key and value (nkey + nbytes
+ * bytes) for new meta tuple `meta`; sets meta's reference. */
 static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
                       const void *value, struct writer *w)
 {
-    hdr->rev_ptr = (uint64_t)(uintptr_t)meta;
     struct iovec iov[3] = {
         { hdr, sizeof(*hdr) },
         { (void *)key, hdr->nkey },
@@ -381,7 +380,7 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
     if (meta == NULL)
         return NULL;
     struct tac_tuple_hdr hdr;
-    tac_tuple_fill(&hdr, it, meta);
+    tac_tuple_fill(&hdr, it);
     if (!put_tuple(meta, &hdr, ITEM_key(it), ITEM_data(it), my_writer())) {
         item_release(meta);         /* reference 0: frees nothing on SSD */
         return NULL;
@@ -824,10 +823,8 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
     const char *key = data + sizeof(hdr);
-    /* Valid iff the key's meta tuple points at this tuple.  Found by a
-     * hash lookup, as defrag does, rather than through revPtr: a chunk
-     * reached through a stale revPtr may be changing under another key's
-     * lock, a data race even if the key check then fails. */
+    /* Valid iff the key's meta tuple, found by a hash lookup as defrag
+     * does, points at this tuple. */
     item *meta = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (meta == NULL)
         return;
@@ -942,7 +939,6 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
             do_item_evict(it, hv);
             TAC_INCR(ssd_items_dropped);
         } else {
-            hdr.rev_ptr = (uint64_t)(uintptr_t)it;
             struct iovec iov[2] = {
                 { &hdr, sizeof(hdr) },
                 { (void *)key, len - sizeof(hdr) },

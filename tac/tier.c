@@ -12,7 +12,7 @@
  * out (tier_materialize) while a reference pins the meta tuple: the slot is
  * freed only when the meta tuple's last reference goes (tier_release), so a
  * copy never races a free.  Every read of a tuple checks it first (header
- * bounds, key, lengths and revPtr against the meta tuple, checksum); a
+ * bounds, key and lengths against the meta tuple, checksum); a
  * damaged one is counted, answered as a miss and its item unlinked.  When
  * an NVM class is full, its coldest tuple moves to SSD; without an SSD
  * tier the page mover (mover.c) first tries to empty a page of another
@@ -195,10 +195,10 @@ static bool parse_admission(const char *s, int *pct)
 }
 
 /* Writes the value of `it` as a tuple at ref, owned by `meta`. */
-static void nvm_put_tuple(uint64_t ref, const item *it, const item *meta)
+static void nvm_put_tuple(uint64_t ref, const item *it)
 {
     struct tac_tuple_hdr hdr;
-    tac_tuple_fill(&hdr, it, meta);
+    tac_tuple_fill(&hdr, it);
     nvm_write(tac.nvm, ref, 0, &hdr, sizeof(hdr));
     nvm_write(tac.nvm, ref, sizeof(hdr), ITEM_key(it), it->nkey);
     nvm_write(tac.nvm, ref, sizeof(hdr) + it->nkey, ITEM_data(it), it->nbytes);
@@ -219,7 +219,7 @@ item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
             TAC_INCR(meta_alloc_failures);
             nvm_free(tac.nvm, ref);
         } else {
-            nvm_put_tuple(ref, it, meta);
+            nvm_put_tuple(ref, it);
             TAC_INCR(nvm_inserts);
         }
     }
@@ -228,9 +228,8 @@ item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
 }
 
 /* Moves a meta tuple to another DRAM chunk (the slab page mover is
- * emptying its page): the tuple's revPtr is rewritten to the new meta
- * tuple, and the old one forgets its reference so that freeing it does not
- * free the tuple. */
+ * emptying its page).  The tuple stays as it is; the old meta tuple forgets
+ * its reference so that freeing it does not free the tuple. */
 static bool meta_rehome(item *meta, uint32_t hv)
 {
     if (meta->tier != TIER_NVM)
@@ -241,10 +240,6 @@ static bool meta_rehome(item *meta, uint32_t hv)
         TAC_INCR(meta_alloc_failures);
         return false;
     }
-    uint64_t rev = (uint64_t)(uintptr_t)n;
-    nvm_write(tac.nvm, ref, offsetof(struct tac_tuple_hdr, rev_ptr), &rev,
-              sizeof(rev));
-    nvm_drain(tac.nvm);
     do_item_move(meta, n, hv);
     item_set_meta_ref(meta, 0);
     item_release(n);
@@ -314,15 +309,15 @@ item *tac_transient_new(const item *meta)
 }
 
 /* Reads the header of NVM meta tuple meta's tuple (at ref) into hdr and
- * checks it: in bounds, and meta's own (key and value lengths, revPtr).
- * The meta tuple alone owns the slot, so anything else is damage. */
+ * checks it: in bounds, and meta's own key and value lengths (the caller
+ * compares the key).  The meta tuple alone owns the slot, so anything else
+ * is damage. */
 static bool nvm_hdr_read(const item *meta, uint64_t ref, struct tac_tuple_hdr *hdr)
 {
     nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
     /* The meta tuple's lengths bound every copy that follows. */
     return tac_tuple_sane(hdr, tac_tuple_size(meta->nkey, meta->nbytes)) &&
-           hdr->nkey == meta->nkey && hdr->nbytes == meta->nbytes &&
-           hdr->rev_ptr == (uint64_t)(uintptr_t)meta;
+           hdr->nkey == meta->nkey && hdr->nbytes == meta->nbytes;
 }
 
 static void nvm_damaged(void)

@@ -1,6 +1,6 @@
 /*
- * tac/tuple.c - lower-tier tuple header, checksum and validity check.
- * See tuple.h for the format.  Pure functions; any thread.
+ * tac/tuple.c - lower-tier tuple header and checksum.  See tuple.h for the
+ * format.  Any thread.
  */
 #include "config.h"
 
@@ -13,10 +13,8 @@
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value)
 {
-    /* revPtr is left out: moving a meta tuple rewrites just that field. */
     struct tac_tuple_hdr h = *hdr;
     h.checksum = 0;
-    h.rev_ptr = 0;
     uint32_t crc = util_crc32c(0, &h, sizeof(h));
     crc = util_crc32c(crc, key, h.nkey);
     return util_crc32c(crc, value, h.nbytes);
@@ -36,10 +34,17 @@ bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
     return size <= (size_t)settings.item_size_max && size <= room;
 }
 
-void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta)
+static uint64_t tuple_seq;
+
+uint64_t tac_tuple_last_seq(void)
+{
+    return __atomic_load_n(&tuple_seq, __ATOMIC_RELAXED);
+}
+
+void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
 {
     memset(hdr, 0, sizeof(*hdr));
-    hdr->rev_ptr = (uint64_t)(uintptr_t)meta;
+    hdr->seq = __atomic_add_fetch(&tuple_seq, 1, __ATOMIC_RELAXED);
     hdr->cas = it->cas;
     hdr->nbytes = it->nbytes;
     hdr->flags = it->flags;
@@ -48,17 +53,4 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta)
     hdr->nkey = it->nkey;
     hdr->version = TAC_TUPLE_VERSION;
     hdr->checksum = tac_tuple_checksum(hdr, ITEM_key(it), ITEM_data(it));
-}
-
-bool tac_tuple_valid(const struct tac_tuple_hdr *hdr, const char *key,
-                     enum item_tier tier, uint64_t ref)
-{
-    if (hdr->rev_ptr == 0 || hdr->version != TAC_TUPLE_VERSION)
-        return false;
-    const item *meta = (const item *)(uintptr_t)hdr->rev_ptr;
-    return (meta->it_flags & (ITEM_LINKED | ITEM_META)) ==
-               (ITEM_LINKED | ITEM_META) &&
-           meta->tier == tier && meta->nkey == hdr->nkey &&
-           memcmp(ITEM_key(meta), key, hdr->nkey) == 0 &&
-           item_meta_ref(meta) == ref;
 }

@@ -1,19 +1,28 @@
 /*
  * tac/tuple.h - the lower-tier tuple format, shared by NVM and SSD (so a
- * move from NVM to SSD is a plain copy), and the validity check that fetch
- * and defrag use instead of a hash lookup (TaC 5.4).
+ * move from NVM to SSD is a plain copy).
  *
  * Layout, in the tier's slot:
  *   struct tac_tuple_hdr | key (nkey bytes) | value (nbytes, ends "\r\n")
  *
+ * A tuple holds no DRAM address: once written it never changes, whatever
+ * happens to its meta tuple, and it means the same after a restart.  Who
+ * owns a slot is known only from DRAM: the meta tuple found by a hash
+ * lookup of the key holds the slot's reference (item_meta_ref), and a
+ * reader compares the tuple's key and lengths with that meta tuple's.
+ *
+ * seq is the write sequence: each tuple written from a DRAM item takes the
+ * next value of one 64-bit counter (tac_tuple_fill), whatever -C says; a
+ * copy (NVM to SSD, the NVM page mover, SSD defrag) keeps it.  Copies of
+ * one key written under its item lock are therefore ordered by seq.
+ *
  * The header's flags, exptime, CAS and time are a snapshot taken when the
  * tuple was written; the DRAM meta tuple is authoritative for all of them
  * (touch and gat change only the meta tuple).  The checksum is a CRC32C
- * (util_crc32c) of the header (with checksum and revPtr as 0), the key and
- * the value, so a meta tuple can move to another DRAM chunk by rewriting
- * revPtr alone; it catches every change of up to 32 consecutive bits, so
- * every changed byte.  Every reader checks tac_tuple_sane() before it uses
- * a header's lengths, and the checksum before it uses the key or value.
+ * (util_crc32c) of the header (with checksum as 0), the key and the value;
+ * it catches every change of up to 32 consecutive bits, so every changed
+ * byte.  Every reader checks tac_tuple_sane() before it uses a header's
+ * lengths, and the checksum before it uses the key or value.
  */
 #ifndef TAC_TUPLE_H
 #define TAC_TUPLE_H
@@ -25,7 +34,7 @@
 #include "items.h"
 
 struct tac_tuple_hdr {
-    uint64_t rev_ptr;       /* the meta tuple (a DRAM address) */
+    uint64_t seq;           /* write sequence (see above) */
     uint64_t cas;
     uint32_t nbytes;        /* value length, "\r\n" included */
     uint32_t flags;
@@ -40,17 +49,20 @@ struct tac_tuple_hdr {
 _Static_assert(sizeof(struct tac_tuple_hdr) == 40,
                "the tuple header is an on-media format: no implicit padding");
 
-#define TAC_TUPLE_VERSION 2         /* 2: CRC32C */
+#define TAC_TUPLE_VERSION 3         /* 2: CRC32C; 3: seq, no DRAM address */
 
 static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 {
     return sizeof(struct tac_tuple_hdr) + nkey + nbytes;
 }
 
-/* Fills hdr from the item whose value is stored (it) and its meta tuple. */
-void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it, const item *meta);
+/* Fills hdr from the item whose value is stored (it), with the next seq. */
+void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
 
-/* CRC32C of header (checksum and revPtr as 0), key and value. */
+/* The last seq handed out (0: none yet). */
+uint64_t tac_tuple_last_seq(void);
+
+/* CRC32C of header (checksum as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value);
 
@@ -61,16 +73,5 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
  * than `room`, the bytes the slot, buf image or read holds from the header
  * on.  Only then may tac_tuple_size() of its lengths be trusted. */
 bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room);
-
-/*
- * The validity check (DESIGN.md 3): the tuple at `ref` in `tier`, whose
- * header and key are given, is live iff its revPtr is set, the meta tuple
- * it points to is linked, of that tier, has the same key, and points back
- * at `ref`.  The caller holds item_lock(item_hash(key)).  Reading the meta
- * tuple through revPtr is safe because DRAM slab chunks are never unmapped;
- * a chunk reused for another item fails the key or reference check.
- */
-bool tac_tuple_valid(const struct tac_tuple_hdr *hdr, const char *key,
-                     enum item_tier tier, uint64_t ref);
 
 #endif

@@ -8,7 +8,7 @@ server reads next; the SSD file is read with O_DIRECT, so a pwrite + fsync
 after the buf reached the disk is.
 
 A tuple is found by its key: the key is unique, and the tuple header
-(tac/tuple.h, 40 bytes: revPtr, cas, nbytes, flags, exptime, time,
+(tac/tuple.h, 40 bytes: seq, cas, nbytes, flags, exptime, time,
 checksum, nkey, version, pad) lies just before it and must describe it.
 
 Changed bytes include the first bytes of the last partial 8-byte word of the
