@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "assoc.h"
+#include "bg.h"
 #include "lazy_lru.h"
 #include "stats.h"
 #include "util.h"
@@ -325,13 +326,8 @@ static struct ring_set *sets[MAX_RING_SETS];   /* published by nsets */
 static unsigned int nsets;                      /* atomic */
 static __thread struct ring_set *my_set;
 
-static struct lru_thread {
-    pthread_t tid;
-    bool running;
-    enum llru_lane lane;
-} lru_threads[LLRU_LANES];
+static struct bg lru_threads[LLRU_LANES];
 static llru_apply_fn apply_fn;
-static int lru_stop;                            /* atomic */
 static bool lane_on[LLRU_LANES];                /* atomic: its thread runs */
 
 void llru_rings_attach(void)
@@ -403,54 +399,48 @@ static unsigned int drain_lane(enum llru_lane lane)
     return done;
 }
 
-static void *lru_thread_main(void *arg)
+static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
 {
-    struct lru_thread *t = arg;
+    (void)idx;
+    enum llru_lane lane = (enum llru_lane)(uintptr_t)arg;
     unsigned int idle_us = LRU_IDLE_MIN_US;
-    while (!__atomic_load_n(&lru_stop, __ATOMIC_ACQUIRE)) {
-        if (drain_lane(t->lane) > 0) {
+    while (bg_running(g)) {
+        if (drain_lane(lane) > 0) {
             idle_us = LRU_IDLE_MIN_US;
             continue;
         }
         /* Nothing queued: back off up to 10 ms, so an idle server costs
          * ~100 wakeups a second per lane. */
-        struct timespec ts = { 0, (long)idle_us * 1000L };
-        nanosleep(&ts, NULL);
+        bg_wait(g, (uint64_t)idle_us * 1000u);
         if (idle_us < LRU_IDLE_MAX_US)
             idle_us *= 2;
     }
-    while (drain_lane(t->lane) > 0)
+    while (drain_lane(lane) > 0)
         ;
-    return NULL;
 }
 
 void llru_threads_start(llru_apply_fn apply, bool nvm)
 {
     apply_fn = apply;
-    __atomic_store_n(&lru_stop, 0, __ATOMIC_RELEASE);
     for (int lane = 0; lane < LLRU_LANES; lane++) {
-        struct lru_thread *t = &lru_threads[lane];
+        struct bg *t = &lru_threads[lane];
         if (lane == LLRU_LANE_NVM && !nvm)
             continue;
-        t->lane = (enum llru_lane)lane;
-        if (pthread_create(&t->tid, NULL, lru_thread_main, t) != 0) {
+        bg_init(t, lane == LLRU_LANE_NVM ? "tac-lru-nvm" : "tac-lru-dram", NULL);
+        if (!bg_start(t, 1, lru_thread_main, (void *)(uintptr_t)lane)) {
             fprintf(stderr, "cannot start the LRU thread\n");
             exit(EXIT_FAILURE);
         }
-        t->running = true;
         __atomic_store_n(&lane_on[lane], true, __ATOMIC_RELEASE);
     }
 }
 
 void llru_threads_stop(void)
 {
-    __atomic_store_n(&lru_stop, 1, __ATOMIC_RELEASE);
     for (int lane = 0; lane < LLRU_LANES; lane++) {
-        struct lru_thread *t = &lru_threads[lane];
-        if (!t->running)
+        if (!__atomic_load_n(&lane_on[lane], __ATOMIC_ACQUIRE))
             continue;
         __atomic_store_n(&lane_on[lane], false, __ATOMIC_RELEASE);
-        pthread_join(t->tid, NULL);
-        t->running = false;
+        bg_stop(&lru_threads[lane]);
     }
 }

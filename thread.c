@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "assoc.h"
+#include "bg.h"
 #include "conn.h"
 #include "items.h"
 #include "lazy_lru.h"
@@ -56,8 +57,7 @@ static struct worker *workers;
 static int nworkers;
 static int next_worker;              /* listener thread only */
 static uint64_t conns_queued;        /* atomic: handed off, not yet conns */
-static pthread_t maint_tid;
-static int maint_stop;               /* atomic */
+static struct bg maint;
 static int init_count;               /* protected by init_lock */
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t init_cond = PTHREAD_COND_INITIALIZER;
@@ -191,15 +191,15 @@ static void worker_setup(struct worker *w, int id)
     }
 }
 
-static void *maintainer_main(void *arg)
+static void maintainer_main(struct bg *g, unsigned idx, void *arg)
 {
+    (void)idx;
     (void)arg;
-    struct timespec tick = { 0, MAINT_TICK_MS * 1000000L };
     int crawl_every = settings.crawler_interval * 1000 / MAINT_TICK_MS;
     int sample_every = settings.temp_sample_interval * 1000 / MAINT_TICK_MS;
     int ticks = 0;
 
-    while (!__atomic_load_n(&maint_stop, __ATOMIC_RELAXED)) {
+    while (bg_tick(g, MAINT_TICK_MS * 1000000ull)) {
         assoc_expand_step(MAINT_EXPAND_BUDGET);
         if (crawl_every <= 1 || ticks % crawl_every == 0)
             items_crawl_step(MAINT_CRAWL_BUDGET);
@@ -213,9 +213,7 @@ static void *maintainer_main(void *arg)
             ticks > 0)
             llru_sample((unsigned int)settings.temp_sample_size, mc_now());
         ticks++;
-        nanosleep(&tick, NULL);
     }
-    return NULL;
 }
 
 void workers_start(int nthreads, struct event_base *main_base)
@@ -241,7 +239,8 @@ void workers_start(int nthreads, struct event_base *main_base)
         pthread_cond_wait(&init_cond, &init_lock);
     pthread_mutex_unlock(&init_lock);
 
-    if (pthread_create(&maint_tid, NULL, maintainer_main, NULL) != 0) {
+    bg_init(&maint, "tac-maint", NULL);
+    if (!bg_start(&maint, 1, maintainer_main, NULL)) {
         fprintf(stderr, "cannot create maintainer thread\n");
         exit(EXIT_FAILURE);
     }
@@ -295,8 +294,7 @@ void workers_add_udp(int sfd)
 
 void workers_stop(void)
 {
-    __atomic_store_n(&maint_stop, 1, __ATOMIC_RELAXED);
-    pthread_join(maint_tid, NULL);
+    bg_stop(&maint);
     for (int i = 0; i < nworkers; i++)
         event_base_loopbreak(workers[i].base);
     for (int i = 0; i < nworkers; i++)

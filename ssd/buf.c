@@ -182,7 +182,7 @@ enum ssd_status ssd_buf_submit(struct ssd_buf *b, ssd_write_cb cb, void *arg)
     int rc = s->engine == SSD_IO_URING ? ssd_wuring_submit(s, b)
                                        : ssd_pool_push(s, NULL, b);
     if (rc != 0) {
-        ST_SUB(s, inflight, 1);
+        ssd_inflight_done(s);
         pthread_mutex_lock(&s->lock);
         b->state = BUF_FILLING;
         pthread_mutex_unlock(&s->lock);
@@ -213,7 +213,7 @@ void ssd_buf_write_done(struct ssd_buf *b, int err)
         pthread_mutex_unlock(&s->lock);
         ssd_buf_unref(b);
     }
-    ST_SUB(s, inflight, 1);           /* last: ssd_close waits for this */
+    ssd_inflight_done(s);             /* last: ssd_close waits for this */
 }
 
 void ssd_buf_release(struct ssd_buf *b)

@@ -1,9 +1,10 @@
 /*
  * internal.h - private structures of the SSD library (the ssd .c files only).
  *
- * Lock order: store->lock -> (nothing).  store->wlock (write SQ) and
- * store->pool_lock (job queue) and ring->done_lock are leaves: no other
- * lock is taken while holding one, and no callback runs under any lock.
+ * Lock order: store->lock -> (nothing).  store->wlock (write SQ), the
+ * pool's bg lock (job queue), store->idle_lock and ring->done_lock are
+ * leaves: no other lock is taken while holding one, and no callback runs
+ * under any lock.
  */
 #ifndef SSD_INTERNAL_H
 #define SSD_INTERNAL_H
@@ -12,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "bg.h"
 #include "ssd/ssd.h"
 
 #define SSD_MAGIC "TACSSD\x00\x01"
@@ -62,7 +64,7 @@ struct ssd_buf {
     atomic_uint refs;              /* 1 while registered + pins */
     ssd_write_cb cb;
     void *arg;
-    struct ssd_buf *job_next;      /* pool queue link */
+    struct ssd_buf *wpend_next;    /* store->wpend list: wlock */
 };
 
 /* One read request.  Owned by its ring from ssd_read to the callback. */
@@ -119,16 +121,20 @@ struct ssd_store {
     /* uring write path */
     bool wuring;
     struct io_uring wur;
-    pthread_mutex_t wlock;        /* SQ of wur */
-    pthread_t wthread;
+    pthread_mutex_t wlock;        /* SQ of wur, and: */
+    struct ssd_buf *wpend, *wpend_tail;   /* bufs the full SQ could not take */
+    struct bg wreaper;            /* the completion thread */
 
     /* thread pool */
-    bool pool_started;
-    pthread_mutex_t pool_lock;
-    pthread_cond_t pool_cond;
+    pthread_mutex_t pool_start_lock;
+    bool pool_started;            /* pool_start_lock */
+    struct bg pool;               /* its lock guards the job queue: */
     struct pool_job *jobs, *jobs_tail;
-    bool pool_stop;
-    pthread_t *pool;
+
+    /* ssd_close waits on idle_cond for st_inflight to reach 0; the
+     * request that takes it to 0 does so under idle_lock and signals. */
+    pthread_mutex_t idle_lock;
+    pthread_cond_t idle_cond;
 
     _Atomic int write_errno;      /* errno of the last failed buf write */
 
@@ -168,6 +174,10 @@ bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
  * offset `off` of page, and the bytes that buf holds now. */
 size_t do_buf_extent(struct ssd_store *s, unsigned page, size_t off,
                      size_t *used);
+
+/* A device read or buf write is over: st_inflight - 1.  The last touch of
+ * s by the finishing request (ssd_close may free s right after). */
+void ssd_inflight_done(struct ssd_store *s);
 
 /* io.c */
 int ssd_wuring_start(struct ssd_store *s);

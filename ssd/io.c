@@ -15,10 +15,12 @@
  * each reap flushes.  A short read is resubmitted for the rest; -EAGAIN and
  * -EINTR are resubmitted; EOF and other errors complete with SSD_ERR_IO.
  * Buf writes with io_uring go through one store-wide ring; submitters
- * serialize on wlock and one reaper thread waits for completions, resubmits
- * short or -EAGAIN writes, and runs the write callbacks.
- * Pool: nthreads threads take jobs from one FIFO (pool_lock/pool_cond);
- * each job is one pread or pwrite loop.
+ * serialize on wlock and one reaper thread (a bg.h group) waits for
+ * completions, resubmits short or -EAGAIN writes, and runs the write
+ * callbacks.  A submitter never waits for room in the SQ: a buf that finds
+ * it full joins a pending list that the reaper drains as completions come.
+ * Pool: nthreads threads (a bg.h group) take jobs from one FIFO under the
+ * group's lock; each job is one pread or pwrite loop.
  *
  * Threads: see ssd.h.  Ring functions on the owning thread only.
  */
@@ -66,35 +68,74 @@ static int do_wuring_queue(struct ssd_store *s, struct ssd_buf *b)
     return rc < 0 && rc != -EAGAIN && rc != -EBUSY ? rc : 0;
 }
 
+/* wlock held.  Appends b to the bufs waiting for room in the SQ. */
+static void wpend_push(struct ssd_store *s, struct ssd_buf *b)
+{
+    b->wpend_next = NULL;
+    if (s->wpend_tail != NULL)
+        s->wpend_tail->wpend_next = b;
+    else
+        s->wpend = b;
+    s->wpend_tail = b;
+}
+
 int ssd_wuring_submit(struct ssd_store *s, struct ssd_buf *b)
 {
-    int rc;
+    /* A full SQ never makes the caller wait: the buf joins the pending
+     * list, which the reaper moves into the SQ as completions free it
+     * (in order: a buf never overtakes one that waits). */
     pthread_mutex_lock(&s->wlock);
-    for (int tries = 0; (rc = do_wuring_queue(s, b)) == -EBUSY && tries < 1000;
-         tries++) {
-        pthread_mutex_unlock(&s->wlock);
-        usleep(100);                       /* SQ full of writes: let it drain */
-        pthread_mutex_lock(&s->wlock);
+    int rc = 0;
+    if (s->wpend != NULL || (rc = do_wuring_queue(s, b)) == -EBUSY) {
+        wpend_push(s, b);
+        rc = 0;
     }
     pthread_mutex_unlock(&s->wlock);
     return rc;
 }
 
-static void *wuring_reaper(void *arg)
+/* Reaper: moves pending bufs into the SQ while it has room.  A buf whose
+ * queueing fails for good is completed with the error, off the lock. */
+static void wpend_flush(struct ssd_store *s)
 {
-    struct ssd_store *s = arg;
     for (;;) {
+        pthread_mutex_lock(&s->wlock);
+        struct ssd_buf *b = s->wpend;
+        int rc = b != NULL ? do_wuring_queue(s, b) : -EBUSY;
+        if (rc != -EBUSY) {
+            s->wpend = b->wpend_next;
+            if (s->wpend == NULL)
+                s->wpend_tail = NULL;
+        }
+        pthread_mutex_unlock(&s->wlock);
+        if (rc == -EBUSY)
+            return;
+        if (rc < 0)
+            ssd_buf_write_done(b, -rc);
+    }
+}
+
+#define REAPER_POLL_NS 100000000ll  /* a stop or a stuck pending list */
+
+static void wuring_reaper(struct bg *g, unsigned idx, void *arg)
+{
+    (void)idx;
+    struct ssd_store *s = arg;
+    while (bg_running(g)) {
         struct io_uring_cqe *cqe;
-        int rc = io_uring_wait_cqe(&s->wur, &cqe);
-        if (rc == -EINTR || rc == -EAGAIN)
+        struct __kernel_timespec ts = { 0, REAPER_POLL_NS };
+        int rc = io_uring_wait_cqe_timeout(&s->wur, &cqe, &ts);
+        if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN) {
+            wpend_flush(s);
             continue;
+        }
         if (rc < 0)
             break;                         /* ring unusable: nothing to do */
         void *data = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
         io_uring_cqe_seen(&s->wur, cqe);
         if ((uintptr_t)data == WRITE_STOP_TAG)
-            break;
+            continue;                      /* bg_running() says stop */
         struct ssd_buf *b = data;
         /* The buf's write fields were set before its SQE was queued under
          * wlock; taking wlock here makes that ordering visible to thread
@@ -106,13 +147,30 @@ static void *wuring_reaper(void *arg)
         pthread_mutex_unlock(&s->wlock);
         int err = res < 0 ? -res : EIO;    /* EIO: a write of 0 bytes */
         if (again) {
-            if (ssd_wuring_submit(s, b) == 0)
+            if (ssd_wuring_submit(s, b) == 0) {
+                wpend_flush(s);
                 continue;                  /* rest of the write resubmitted */
+            }
             ok = false;
         }
         ssd_buf_write_done(b, ok ? 0 : err);
+        wpend_flush(s);
     }
-    return NULL;
+}
+
+/* bg_stop's unblock hook: a NOP completion wakes the reaper at once (if
+ * the SQ has no room, its poll timeout does). */
+static void wuring_unblock(void *arg)
+{
+    struct ssd_store *s = arg;
+    pthread_mutex_lock(&s->wlock);
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->wur);
+    if (sqe != NULL) {
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data(sqe, (void *)(uintptr_t)WRITE_STOP_TAG);
+        io_uring_submit(&s->wur);
+    }
+    pthread_mutex_unlock(&s->wlock);
 }
 
 int ssd_wuring_start(struct ssd_store *s)
@@ -120,7 +178,8 @@ int ssd_wuring_start(struct ssd_store *s)
     unsigned qd = s->queue_depth;
     if (io_uring_queue_init(qd, &s->wur, 0) < 0)
         return -1;
-    if (pthread_create(&s->wthread, NULL, wuring_reaper, s) != 0) {
+    bg_init(&s->wreaper, "tac-ssd-reap", wuring_unblock);
+    if (!bg_start(&s->wreaper, 1, wuring_reaper, s)) {
         io_uring_queue_exit(&s->wur);
         return -1;
     }
@@ -130,16 +189,7 @@ int ssd_wuring_start(struct ssd_store *s)
 
 void ssd_wuring_stop(struct ssd_store *s)
 {
-    pthread_mutex_lock(&s->wlock);
-    struct io_uring_sqe *sqe;
-    while ((sqe = io_uring_get_sqe(&s->wur)) == NULL)
-        io_uring_submit(&s->wur);
-    io_uring_prep_nop(sqe);
-    io_uring_sqe_set_data(sqe, (void *)(uintptr_t)WRITE_STOP_TAG);
-    while (io_uring_submit(&s->wur) < 0)
-        usleep(100);
-    pthread_mutex_unlock(&s->wlock);
-    pthread_join(s->wthread, NULL);
+    bg_stop(&s->wreaper);
     io_uring_queue_exit(&s->wur);
     s->wuring = false;
 }
@@ -180,22 +230,23 @@ static int rw_full(int fd, char *mem, size_t len, uint64_t pos, bool wr,
     return 0;
 }
 
-static void *pool_main(void *arg)
+static void pool_main(struct bg *g, unsigned idx, void *arg)
 {
+    (void)idx;
     struct ssd_store *s = arg;
     for (;;) {
-        pthread_mutex_lock(&s->pool_lock);
-        while (s->jobs == NULL && !s->pool_stop)
-            pthread_cond_wait(&s->pool_cond, &s->pool_lock);
+        bg_lock(g);
+        while (s->jobs == NULL && bg_running(g))
+            bg_wait_locked(g, BG_FOREVER);
         struct pool_job *j = s->jobs;
         if (j == NULL) {                   /* stopping and drained */
-            pthread_mutex_unlock(&s->pool_lock);
-            return NULL;
+            bg_unlock(g);
+            return;
         }
         s->jobs = j->next;
         if (s->jobs == NULL)
             s->jobs_tail = NULL;
-        pthread_mutex_unlock(&s->pool_lock);
+        bg_unlock(g);
 
         if (j->buf != NULL) {
             struct ssd_buf *b = j->buf;
@@ -220,56 +271,38 @@ int ssd_pool_push(struct ssd_store *s, struct ssd_req *req, struct ssd_buf *b)
         return -ENOMEM;
     j->req = req;
     j->buf = b;
-    pthread_mutex_lock(&s->pool_lock);
+    bg_lock(&s->pool);
     if (s->jobs_tail != NULL)
         s->jobs_tail->next = j;
     else
         s->jobs = j;
     s->jobs_tail = j;
-    pthread_cond_signal(&s->pool_cond);
-    pthread_mutex_unlock(&s->pool_lock);
+    bg_wake_locked(&s->pool);
+    bg_unlock(&s->pool);
     return 0;
 }
 
 int ssd_pool_start(struct ssd_store *s)
 {
-    pthread_mutex_lock(&s->pool_lock);
-    if (s->pool_started) {
-        pthread_mutex_unlock(&s->pool_lock);
-        return 0;
+    pthread_mutex_lock(&s->pool_start_lock);
+    int rc = 0;
+    if (!s->pool_started) {
+        if (bg_start(&s->pool, s->nthreads, pool_main, s))
+            s->pool_started = true;
+        else
+            rc = -1;
     }
-    s->pool = calloc(s->nthreads, sizeof *s->pool);
-    unsigned n = 0;
-    if (s->pool != NULL)
-        for (; n < s->nthreads; n++)
-            if (pthread_create(&s->pool[n], NULL, pool_main, s) != 0)
-                break;
-    if (n == 0) {
-        free(s->pool);
-        s->pool = NULL;
-        pthread_mutex_unlock(&s->pool_lock);
-        return -1;
-    }
-    s->nthreads = n;
-    s->pool_started = true;
-    pthread_mutex_unlock(&s->pool_lock);
-    return 0;
+    pthread_mutex_unlock(&s->pool_start_lock);
+    return rc;
 }
 
 void ssd_pool_stop(struct ssd_store *s)
 {
-    pthread_mutex_lock(&s->pool_lock);
-    bool started = s->pool_started;
-    s->pool_stop = true;
-    pthread_cond_broadcast(&s->pool_cond);
-    pthread_mutex_unlock(&s->pool_lock);
-    if (!started)
-        return;
-    for (unsigned i = 0; i < s->nthreads; i++)
-        pthread_join(s->pool[i], NULL);
-    free(s->pool);
-    s->pool = NULL;
+    pthread_mutex_lock(&s->pool_start_lock);
+    if (s->pool_started)
+        bg_stop(&s->pool);             /* the members drain the queue first */
     s->pool_started = false;
+    pthread_mutex_unlock(&s->pool_start_lock);
 }
 
 /* ---- rings --------------------------------------------------------------- */
@@ -428,8 +461,8 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
                         ST_ADD(s, io_errors, 1);
                     else
                         ST_ADD(s, bytes_read, q->xlen);
-                    ST_SUB(s, inflight, 1);
                     ST_SUB(s, reads_inflight, 1);
+                    ssd_inflight_done(s);
                     fin[nfin++] = q;
                 }
             }
@@ -446,8 +479,8 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
     while (q != NULL) {
         struct ssd_req *next = q->next;
         if (q->xlen != 0) {             /* device read (pool) */
-            ST_SUB(s, inflight, 1);
             ST_SUB(s, reads_inflight, 1);
+            ssd_inflight_done(s);
             if (q->status != SSD_OK)
                 ST_ADD(s, io_errors, 1);
             else
@@ -537,8 +570,8 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
         if (io_uring_submit(&r->ur) < 0)
             efd_signal(r->efd);         /* the next reap retries */
     } else if (ssd_pool_push(s, q, NULL) != 0) {
-        ST_SUB(s, inflight, 1);
         ST_SUB(s, reads_inflight, 1);
+        ssd_inflight_done(s);
         r->pending--;
         free(q->mem);
         free(q);

@@ -204,8 +204,9 @@ static void free_store(struct ssd_store *s)
         close(s->fd);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->wlock);
-    pthread_mutex_destroy(&s->pool_lock);
-    pthread_cond_destroy(&s->pool_cond);
+    pthread_mutex_destroy(&s->pool_start_lock);
+    pthread_mutex_destroy(&s->idle_lock);
+    pthread_cond_destroy(&s->idle_cond);
     free(s->pages);
     free(s->buf_used);
     free(s->buf_first);
@@ -235,8 +236,10 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     s->fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->wlock, NULL);
-    pthread_mutex_init(&s->pool_lock, NULL);
-    pthread_cond_init(&s->pool_cond, NULL);
+    pthread_mutex_init(&s->pool_start_lock, NULL);
+    pthread_mutex_init(&s->idle_lock, NULL);
+    pthread_cond_init(&s->idle_cond, NULL);
+    bg_init(&s->pool, "tac-ssd-io", NULL);
     s->page_size = page_size;
     s->buf_size = buf_size;
     s->bufs_per_page = (unsigned)(page_size / buf_size);
@@ -281,13 +284,31 @@ fail: {
     }
 }
 
+void ssd_inflight_done(struct ssd_store *s)
+{
+    uint64_t v = atomic_load_explicit(&s->st_inflight, memory_order_relaxed);
+    while (v > 1)
+        if (atomic_compare_exchange_weak_explicit(&s->st_inflight, &v, v - 1,
+                                                  memory_order_release,
+                                                  memory_order_relaxed))
+            return;
+    /* The last one: under the lock, so that ssd_close cannot see 0 and
+     * free s before the signal is out. */
+    pthread_mutex_lock(&s->idle_lock);
+    ST_SUB(s, inflight, 1);
+    pthread_cond_broadcast(&s->idle_cond);
+    pthread_mutex_unlock(&s->idle_lock);
+}
+
 void ssd_close(struct ssd_store *s)
 {
     if (s == NULL)
         return;
     /* Buf writes in flight finish first; their callbacks may still run. */
+    pthread_mutex_lock(&s->idle_lock);
     while (atomic_load(&s->st_inflight) != 0)
-        usleep(1000);
+        pthread_cond_wait(&s->idle_cond, &s->idle_lock);
+    pthread_mutex_unlock(&s->idle_lock);
     if (s->wuring)
         ssd_wuring_stop(s);
     ssd_pool_stop(s);

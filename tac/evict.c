@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bg.h"
 #include "memcached.h"
 #include "slabs.h"
 #include "tac/internal.h"
@@ -40,16 +41,12 @@
 #define EVICT_IDLE_MS 10
 
 struct evictor {
-    pthread_t tid;
+    struct bg bg;
     int id;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool wake;                  /* lock */
 };
 
 static struct evictor *evictors;
 static int nevictors;
-static int stopping;            /* atomic */
 static int backlog;             /* atomic: classes short of free chunks */
 
 /* True while the unassigned page budget is below the watermark. */
@@ -123,34 +120,16 @@ static int evict_round(struct evictor *e)
     return moved + nvm_moved;
 }
 
-static void evictor_sleep(struct evictor *e)
+static void evictor_main(struct bg *g, unsigned idx, void *arg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += EVICT_IDLE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&e->lock);
-    while (!e->wake && !__atomic_load_n(&stopping, __ATOMIC_RELAXED)) {
-        if (pthread_cond_timedwait(&e->cond, &e->lock, &ts) == ETIMEDOUT)
-            break;
-    }
-    e->wake = false;
-    pthread_mutex_unlock(&e->lock);
-}
-
-static void *evictor_main(void *arg)
-{
+    (void)idx;
     struct evictor *e = arg;
     tac_ssd_set_writer(e->id);
-    while (!__atomic_load_n(&stopping, __ATOMIC_RELAXED)) {
+    while (bg_running(g)) {
         TAC_INCR(evictor_runs);
         if (evict_round(e) == 0)
-            evictor_sleep(e);
+            bg_wait(g, EVICT_IDLE_MS * 1000000ull);
     }
-    return NULL;
 }
 
 void tac_evictors_wake(int partition)
@@ -158,13 +137,8 @@ void tac_evictors_wake(int partition)
     if (nevictors == 0)
         return;
     struct evictor *e = &evictors[(partition < 0 ? 0 : partition) % nevictors];
-    pthread_mutex_lock(&e->lock);
-    if (!e->wake) {
-        e->wake = true;
+    if (bg_wake(&e->bg))
         TAC_INCR(evictor_wakeups);
-        pthread_cond_signal(&e->cond);
-    }
-    pthread_mutex_unlock(&e->lock);
 }
 
 int tac_evict_backlog(void)
@@ -189,9 +163,8 @@ void tac_evictors_start(void)
     for (int i = 0; i < n; i++) {
         struct evictor *e = &evictors[i];
         e->id = i;
-        pthread_mutex_init(&e->lock, NULL);
-        pthread_cond_init(&e->cond, NULL);
-        if (pthread_create(&e->tid, NULL, evictor_main, e) != 0) {
+        bg_init(&e->bg, "tac-evict", NULL);
+        if (!bg_start(&e->bg, 1, evictor_main, e)) {
             fprintf(stderr, "cannot start evictor thread %d\n", i);
             exit(EXIT_FAILURE);
         }
@@ -200,13 +173,7 @@ void tac_evictors_start(void)
 
 void tac_evictors_stop(void)
 {
-    __atomic_store_n(&stopping, 1, __ATOMIC_RELAXED);
-    for (int i = 0; i < nevictors; i++) {
-        pthread_mutex_lock(&evictors[i].lock);
-        pthread_cond_signal(&evictors[i].cond);
-        pthread_mutex_unlock(&evictors[i].lock);
-    }
     for (int i = 0; i < nevictors; i++)
-        pthread_join(evictors[i].tid, NULL);
+        bg_stop(&evictors[i].bg);
     nevictors = 0;
 }

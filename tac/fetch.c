@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bg.h"
 #include "memcached.h"
 #include "ssd/ssd.h"
 #include "tac/internal.h"
@@ -68,19 +69,15 @@ struct fetch_ring {
 };
 
 static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
+    struct bg bg;                        /* the fetchers; its lock guards: */
     struct fetch_req cheap_req[FETCH_QUEUE];
     struct fetch_req buf_req[BUF_QUEUE];
     struct fetch_ring cheap, bufs;       /* lock */
-    bool stop;                           /* lock */
     /* lock: warm reads seen per buf; a buf fetched whole is forgotten
      * (buf 0) so it is not fetched again at once. */
     struct { uint64_t buf; rel_time_t when; } recent[RECENT_BUFS];
-    pthread_t *tids;
-    int n;
-} fq = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-         .cheap = { fq.cheap_req, FETCH_QUEUE, 0, 0 },
+    int n;                               /* atomic: 0 = no pushes */
+} fq = { .cheap = { fq.cheap_req, FETCH_QUEUE, 0, 0 },
          .bufs = { fq.buf_req, BUF_QUEUE, 0, 0 } };
 
 static bool ring_put(struct fetch_ring *q, const struct fetch_req *r)
@@ -100,7 +97,7 @@ static void ring_take(struct fetch_ring *q, struct fetch_req *out)
 }
 
 /* True if this warm read makes the buf of r->ref warm: another warm read
- * of the buf came within BUF_WARM_SECS.  fq.lock held. */
+ * of the buf came within BUF_WARM_SECS.  the fetchers' lock (fq.bg) held. */
 static bool buf_turns_warm(const struct fetch_req *r)
 {
     size_t bs = tac_ssd_buf_size();
@@ -120,19 +117,19 @@ static bool buf_turns_warm(const struct fetch_req *r)
 static bool fetch_push(struct fetch_req *r)
 {
     if (__atomic_load_n(&fq.n, __ATOMIC_ACQUIRE) == 0 ||
-        pthread_mutex_trylock(&fq.lock) != 0) {
+        !bg_trylock(&fq.bg)) {
         TAC_INCR(fetch_dropped);
         return false;
     }
     bool ok = false;
-    if (!fq.stop) {
+    if (bg_running(&fq.bg)) {
         if (r->kind == FETCH_SSD_BUF && !buf_turns_warm(r))
             r->kind = FETCH_SSD_TUPLE;
         ok = ring_put(r->kind == FETCH_SSD_BUF ? &fq.bufs : &fq.cheap, r);
         if (ok)
-            pthread_cond_signal(&fq.cond);
+            bg_wake_locked(&fq.bg);
     }
-    pthread_mutex_unlock(&fq.lock);
+    bg_unlock(&fq.bg);
     if (ok)
         TAC_INCR(fetch_queued);
     else
@@ -205,26 +202,27 @@ static void fetch_nvm(const struct fetch_req *r)
     item_unlock(r->hv);
 }
 
-static void *fetcher_main(void *arg)
+static void fetcher_main(struct bg *g, unsigned idx, void *arg)
 {
+    (void)idx;
     (void)arg;
     struct tac_iobuf io = { NULL, tac_ssd_buf_size() > 0 ? tac_ssd_buf_size() : 1 };
     io.mem = malloc(io.cap);
     if (io.mem == NULL) {
         fprintf(stderr, "out of memory starting a fetcher\n");
-        return NULL;
+        return;
     }
     for (;;) {
-        pthread_mutex_lock(&fq.lock);
-        while (fq.cheap.count == 0 && fq.bufs.count == 0 && !fq.stop)
-            pthread_cond_wait(&fq.cond, &fq.lock);
-        if (fq.stop) {
-            pthread_mutex_unlock(&fq.lock);
+        bg_lock(g);
+        while (fq.cheap.count == 0 && fq.bufs.count == 0 && bg_running(g))
+            bg_wait_locked(g, BG_FOREVER);
+        if (!bg_running(g)) {
+            bg_unlock(g);
             break;
         }
         struct fetch_req r;
         ring_take(fq.cheap.count > 0 ? &fq.cheap : &fq.bufs, &r);
-        pthread_mutex_unlock(&fq.lock);
+        bg_unlock(g);
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
         } else if (r.kind == FETCH_SSD_TUPLE) {
@@ -235,7 +233,6 @@ static void *fetcher_main(void *arg)
         }
     }
     free(io.mem);
-    return NULL;
 }
 
 void tac_fetchers_start(void)
@@ -243,17 +240,10 @@ void tac_fetchers_start(void)
     int n = settings.fetch_threads;
     if (n <= 0)
         return;
-    fq.tids = calloc((size_t)n, sizeof(*fq.tids));
-    if (fq.tids == NULL) {
-        fprintf(stderr, "out of memory starting fetchers\n");
+    bg_init(&fq.bg, "tac-fetch", NULL);
+    if (!bg_start(&fq.bg, (unsigned)n, fetcher_main, NULL)) {
+        fprintf(stderr, "cannot start %d fetch threads\n", n);
         exit(EXIT_FAILURE);
-    }
-    fq.stop = false;
-    for (int i = 0; i < n; i++) {
-        if (pthread_create(&fq.tids[i], NULL, fetcher_main, NULL) != 0) {
-            fprintf(stderr, "cannot start fetch thread %d\n", i);
-            exit(EXIT_FAILURE);
-        }
     }
     __atomic_store_n(&fq.n, n, __ATOMIC_RELEASE);
 }
@@ -264,13 +254,6 @@ void tac_fetchers_stop(void)
     if (n == 0)
         return;
     __atomic_store_n(&fq.n, 0, __ATOMIC_RELEASE);   /* no more pushes */
-    pthread_mutex_lock(&fq.lock);
-    fq.stop = true;
-    pthread_cond_broadcast(&fq.cond);
-    pthread_mutex_unlock(&fq.lock);
-    for (int i = 0; i < n; i++)
-        pthread_join(fq.tids[i], NULL);
-    free(fq.tids);
-    fq.tids = NULL;
+    bg_stop(&fq.bg);
     fq.cheap.count = fq.bufs.count = 0;
 }

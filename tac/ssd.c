@@ -70,6 +70,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 
+#include "bg.h"
 #include "lazy_lru.h"
 #include "memcached.h"
 #include "nvm/nvm.h"
@@ -109,11 +110,9 @@ static struct {
     unsigned free_wm;           /* free pages defrag keeps */
     struct writer *writers;     /* evictors, then shared, then defrag */
     int nwriters;
-    pthread_t defrag_tid;
+    struct bg defrag;           /* the defrag thread */
     bool defrag_running;
     pthread_mutex_t lock;       /* the fields below */
-    pthread_cond_t cond;
-    bool wake, stop;
     struct ssd_buf **failed;    /* bufs whose write failed, oldest first */
     size_t nfailed, failed_cap;
     size_t failed_max;          /* the bound on nfailed (set at open) */
@@ -143,10 +142,7 @@ static bool page_nearly_full(const struct ssd_page_info *pi)
 
 static void defrag_wake(void)
 {
-    pthread_mutex_lock(&sd.lock);
-    sd.wake = true;
-    pthread_cond_signal(&sd.cond);
-    pthread_mutex_unlock(&sd.lock);
+    bg_wake(&sd.defrag);
 }
 
 /* ---- Writing ------------------------------------------------------------ */
@@ -194,10 +190,8 @@ static void failed_push(struct ssd_buf *b)
     }
     sd.failed[sd.nfailed++] = b;
     /* Retries wait for their back-off; only the bound needs defrag now. */
-    if (sd.nfailed > sd.failed_max && settings.evict_to_free) {
-        sd.wake = true;
-        pthread_cond_signal(&sd.cond);
-    }
+    if (sd.nfailed > sd.failed_max && settings.evict_to_free)
+        defrag_wake();
     pthread_mutex_unlock(&sd.lock);
 }
 
@@ -1101,23 +1095,6 @@ static unsigned free_pages_now(void)
     return (unsigned)st.pages_free;
 }
 
-static void defrag_sleep(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += ms * 1000000L;
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&sd.lock);
-    while (!sd.wake && !sd.stop)
-        if (pthread_cond_timedwait(&sd.cond, &sd.lock, &ts) == ETIMEDOUT)
-            break;
-    sd.wake = false;
-    pthread_mutex_unlock(&sd.lock);
-}
-
 static int64_t now_ms(void)
 {
     return (int64_t)(util_now_ns() / 1000000);
@@ -1126,19 +1103,20 @@ static int64_t now_ms(void)
 /* The defrag thread: retries failed writes with back-off, keeps them
  * within their bound, and re-packs the emptiest page while free pages are
  * short.  One page, or one retry round, per pass. */
-static void *defrag_main(void *arg)
+static void defrag_main(struct bg *g, unsigned idx, void *arg)
 {
+    (void)idx;
     (void)arg;
     struct tac_iobuf io = { malloc(sd.info.buf_size), sd.info.buf_size };
     if (io.mem == NULL) {
         fprintf(stderr, "SSD tier: no memory for the defrag thread\n");
-        return NULL;
+        return;
     }
     int64_t next_retry = 0;
     sd.retry_ms = WRITE_RETRY_MIN_MS;
     for (;;) {
         pthread_mutex_lock(&sd.lock);
-        bool stop = sd.stop;
+        bool stop = !bg_running(g);
         bool have_failed = sd.nfailed > 0;
         bool failing = sd.failing;
         if (sd.write_ok || !failing)
@@ -1163,10 +1141,9 @@ static void *defrag_main(void *arg)
             int64_t left = next_retry - now_ms();
             wait = left < 1 ? 1 : (int)left;
         }
-        defrag_sleep(wait);
+        bg_wait(g, (uint64_t)wait * 1000000u);
     }
     free(io.mem);
-    return NULL;
 }
 
 /* ---- Set-up ------------------------------------------------------------- */
@@ -1285,11 +1262,7 @@ bool tac_ssd_open(void)
     }
     defrag_writer()->own_pages = true;
     pthread_mutex_init(&sd.lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sd.cond, &ca);
-    pthread_condattr_destroy(&ca);
+    bg_init(&sd.defrag, "tac-ssd-defrag", NULL);
     sd.failed_max = settings.maxbytes / 16 / sd.info.buf_size;
     if (sd.failed_max < FAILED_BUFS_MIN)
         sd.failed_max = FAILED_BUFS_MIN;
@@ -1306,7 +1279,7 @@ void tac_ssd_start(void)
 {
     if (tac.ssd == NULL)
         return;
-    if (pthread_create(&sd.defrag_tid, NULL, defrag_main, NULL) != 0) {
+    if (!bg_start(&sd.defrag, 1, defrag_main, NULL)) {
         fprintf(stderr, "cannot start the SSD defrag thread\n");
         exit(EXIT_FAILURE);
     }
@@ -1317,11 +1290,7 @@ void tac_ssd_stop(void)
 {
     if (!sd.defrag_running)
         return;
-    pthread_mutex_lock(&sd.lock);
-    sd.stop = true;
-    pthread_cond_signal(&sd.cond);
-    pthread_mutex_unlock(&sd.lock);
-    pthread_join(sd.defrag_tid, NULL);
+    bg_stop(&sd.defrag);
     sd.defrag_running = false;
 }
 
