@@ -481,7 +481,7 @@ static bool park_value(conn *c, struct item *meta, uint32_t hv,
                        conn_fill_fn fill, void (*cleanup)(void *),
                        const void *ctx, size_t ctxlen)
 {
-    if (c->thread->reader == NULL || c->transport == TRANSPORT_UDP)
+    if (c->thread->reader == NULL)
         return false;
     struct parked *p = park_new(c, fill, cleanup, ctx, ctxlen);
     if (p == NULL)
@@ -500,9 +500,6 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
     return park_value(c, meta, hv, fill, NULL, ctx, ctxlen);
 }
 
-/* Retries past this many read the old value synchronously. */
-#define RETRY_SYNC_AFTER 4
-
 struct retry_ctx {
     conn_retry_fn fn;
     void (*cleanup)(void *args);
@@ -518,9 +515,9 @@ static void retry_fill(conn *c, struct item *value, void *ctx)
         c->barriers--;
     int tries = c->redo_tries;
     c->redo_tries = r->tries;
-    item_set_value_hint(value, r->tries > RETRY_SYNC_AFTER);
+    item_set_value_hint(value);
     r->fn(c, r->args);
-    item_set_value_hint(NULL, false);
+    item_set_value_hint(NULL);
     c->redo_tries = tries;
     if (value != NULL)
         item_release(value);
@@ -558,14 +555,24 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
     bool parked = it != NULL && item_value_async(it) &&
                   park_value(c, it, hv, retry_fill, retry_cleanup, r, len);
     item *value = NULL;
+    bool async = it != NULL && item_value_async(it);
     if (parked) {
         /* A write: the requests after it must see its result. */
         c->barriers++;
         item_release(it);
     } else {
-        value = item_value_take(it);    /* no read needed, or cannot park */
+        /* No read needed, or none could be parked (no memory): then only
+         * a value still in memory will do. */
+        value = item_value_take(it);
     }
     item_unlock(hv);
+    if (!parked && async && value == NULL) {
+        if (cleanup != NULL)
+            cleanup(r->args);
+        free(r);
+        out_errstring(c, "SERVER_ERROR out of memory");
+        return;
+    }
     if (!parked) {
         r->parked = false;
         retry_fill(c, value, r);
@@ -1191,41 +1198,81 @@ static bool conn_read_udp(conn *c)
     return true;
 }
 
-/* Runs every request of one datagram, then answers it. */
+/* Runs the requests of the current datagram until none is left or a
+ * write waits for a value being read (a barrier: what follows must see
+ * its result). */
+static void udp_parse(conn *c)
+{
+    while ((c->rbytes > 0 || c->state == conn_nread) && c->barriers == 0) {
+        if (c->state == conn_nread) {
+            conn_read_value(c, false);
+            if (c->state == conn_nread && c->rlbytes == 0)
+                proto_text_complete_nread(c);
+            continue;
+        }
+        if (c->state == conn_swallow) {
+            c->rbytes = 0;
+            break;
+        }
+        c->noreply = false;
+        conn_set_state(c, conn_parse_cmd);
+        if (proto_text_try_command(c) == PROTO_NEED_MORE) {
+            c->rbytes = 0;              /* a request must fit its datagram */
+            break;
+        }
+        if (c->state == conn_closing)
+            break;
+    }
+}
+
+/* Answers the current datagram once nothing of it waits: false while a
+ * response is parked (an SSD read) or a barrier holds requests back.  The
+ * socket is not read meanwhile (the next datagram's peer and request id
+ * would overwrite this one's); park_done brings the conn back through
+ * conn_run_ready. */
+static bool udp_finish(conn *c)
+{
+    if (c->npending > 0 || c->barriers > 0) {
+        conn_set_state(c, conn_parked);
+        if (c->ev_flags != 0) {
+            event_del(c->ev);
+            c->ev_flags = 0;
+        }
+        return false;
+    }
+    if (c->item) {
+        item_release(c->item);
+        c->item = NULL;
+    }
+    if (c->resp_head)
+        conn_transmit_udp(c);
+    c->rbytes = 0;
+    c->rcurr = c->rbuf;
+    c->sbytes = 0;
+    c->rlbytes = 0;
+    c->udp_busy = false;
+    conn_set_state(c, conn_read);
+    if (c->ev_flags == 0 && !conn_update_event(c, EV_READ | EV_PERSIST))
+        fprintf(stderr, "UDP: cannot watch the socket again\n");
+    return true;
+}
+
+/* Runs every request of one datagram, then answers it; reads from an SSD
+ * park as on TCP, and the next datagram waits for them. */
 static void conn_drive_udp(conn *c)
 {
+    if (c->udp_busy) {
+        udp_parse(c);                   /* what a barrier held back */
+        if (!udp_finish(c))
+            return;
+    }
     for (int budget = 0; budget < 64 && conn_read_udp(c); budget++) {
         c->protocol = PROTO_TEXT;
+        c->udp_busy = true;
         conn_set_state(c, conn_parse_cmd);
-        while (c->rbytes > 0 || c->state == conn_nread) {
-            if (c->state == conn_nread) {
-                conn_read_value(c, false);
-                if (c->state == conn_nread && c->rlbytes == 0)
-                    proto_text_complete_nread(c);
-                continue;
-            }
-            if (c->state == conn_swallow) {
-                c->rbytes = 0;
-                break;
-            }
-            c->noreply = false;
-            conn_set_state(c, conn_parse_cmd);
-            if (proto_text_try_command(c) == PROTO_NEED_MORE)
-                break;
-            if (c->state == conn_closing)
-                break;
-        }
-        if (c->item) {
-            item_release(c->item);
-            c->item = NULL;
-        }
-        if (c->resp_head)
-            conn_transmit_udp(c);
-        c->rbytes = 0;
-        c->rcurr = c->rbuf;
-        c->sbytes = 0;
-        c->rlbytes = 0;
-        conn_set_state(c, conn_read);
+        udp_parse(c);
+        if (!udp_finish(c))
+            return;
     }
 }
 

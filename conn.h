@@ -159,6 +159,7 @@ struct conn {
 
     /* UDP */
     uint16_t udp_request_id;
+    bool udp_busy;              /* a datagram's requests are not all answered */
     struct sockaddr_storage udp_peer;
     socklen_t udp_peer_len;
 
@@ -222,8 +223,9 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
  * value, parking a placeholder as above, then runs fn(c, args) with that
  * value as the item value hint (item_set_value_hint), in request order;
  * fn answers the request, or calls conn_retry() again if the version
- * changed meanwhile (c->redo_tries counts; past a few tries the old value
- * is read synchronously).  args (argslen bytes) are copied; cleanup, if
+ * changed meanwhile (c->redo_tries counts).  No thread ever waits for the
+ * read: when no read can be parked (no memory) and the value is not in
+ * memory either, the answer is SERVER_ERROR out of memory.  args (argslen bytes) are copied; cleanup, if
  * any, releases what they hold when the request is dropped unanswered (the
  * connection closed).  When no read is needed any more or the connection
  * cannot park, fn runs at once.

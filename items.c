@@ -981,12 +981,10 @@ static item *store_ready(item *it, int partition)
 }
 
 static __thread item *value_hint;    /* item_set_value_hint() */
-static __thread bool value_sync_ok;
 
-void item_set_value_hint(item *value, bool sync_ok)
+void item_set_value_hint(item *value)
 {
     value_hint = value;
-    value_sync_ok = sync_ok;
 }
 
 void item_ref(item *it)
@@ -1013,10 +1011,10 @@ static item *value_peek(item *it, bool *need)
             refcount_incr(h);
             return h;
         }
-        if (!value_sync_ok) {
-            *need = true;
-            return NULL;
-        }
+        /* A worker never reads the SSD itself: the caller parks a read
+         * and retries with its result as the hint. */
+        *need = true;
+        return NULL;
     }
     return tier_ops != NULL ? tier_ops->materialize(it) : NULL;
 }

@@ -263,9 +263,7 @@ enum delta_result {
  * CAS); otherwise an SSD-resident old value makes them answer *_NEED_VALUE.
  * Set it around one retried operation, then clear it (NULL).
  */
-void item_set_value_hint(item *value, bool sync_ok);
-/* With sync_ok the old value is read from SSD synchronously instead (a
- * retry that keeps missing its version). */
+void item_set_value_hint(item *value);
 
 /* Takes one more reference to an item the caller already references. */
 void item_ref(item *it);

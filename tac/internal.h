@@ -38,7 +38,7 @@ struct tac_tuple_hdr;
     X(ssd_large_bufs)        \
     X(ssd_read_retries)      \
     X(ssd_read_misses)       \
-    X(ssd_sync_reads)        \
+    X(ssd_reads_unparked)    \
     X(ssd_write_retries)     \
     X(ssd_write_errors)      \
     X(ssd_failed_bufs_dropped) \

@@ -674,7 +674,7 @@ bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
     return true;
 }
 
-/* ---- Synchronous reads (background threads, rare worker paths) ---------- */
+/* ---- Synchronous reads (fetchers and defrag; never a worker) ----------- */
 
 struct sync_req {
     bool done;
@@ -759,20 +759,24 @@ item *tac_ssd_materialize(item *meta)
         return NULL;
     size_t len = tuple_len(meta);
     uint64_t ref = item_meta_ref(meta);
+    /* A worker never waits for the device: only a tuple whose buf is still
+     * in memory is served here; every other read parks (tac_read_value). */
+    struct ssd_buf *pin = NULL;
+    const char *data = ssd_buf_lookup(tac.ssd, ref, len, &pin);
+    if (data == NULL) {
+        TAC_INCR(ssd_reads_unparked);
+        return NULL;
+    }
     item *t = tac_transient_new(meta);
-    struct tac_iobuf io = { malloc(len), len };
-    size_t got = 0;
-    bool ok = t != NULL && io.mem != NULL &&
-              read_sync(ref, len, false, &io, &got) == SSD_OK;
-    if (ok && transient_fill(t, io.mem, got) != FILL_OK) {
+    bool ok = t != NULL;
+    if (ok && transient_fill(t, data, len) != FILL_OK) {
         /* The caller holds the item lock (tier_ops.materialize), so meta
          * still points at what was read: it is damaged. */
         do_tuple_damaged(ITEM_key(meta), meta->nkey,
                          item_hash(ITEM_key(meta), meta->nkey), ref);
         ok = false;
     }
-    free(io.mem);
-    TAC_INCR(ssd_sync_reads);
+    ssd_buf_unpin(pin);
     if (!ok) {
         if (t != NULL)
             item_release(t);

@@ -1015,3 +1015,48 @@ def test_ssd_full_with_M_refuses(server, ssd_dir):
     assert nbytes > 32 * MB, "only %d MB stored before SERVER_ERROR; stats tiers %r" % (nbytes >> 20, st)
     assert stat_int(st, "ssd_items") > 0, st
     check_space_stats(st)
+
+
+# ---------------------------------------------------------------- UDP
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_udp_reads_of_ssd_items_park(server, ssd_dir, engine):
+    """UDP gets of items whose value is on SSD are answered from a parked read, as on
+    TCP: the worker never waits for the SSD (ssd_reads_unparked stays 0).  Single-key and
+    multi-key datagrams mix DRAM and SSD items, values span several datagrams, and an
+    append over UDP to an SSD item (a write that needs the old value) is stored."""
+    from test_options import udp_request
+    from test_nvm import make_value as mkval, tier_of
+    path = os.path.join(ssd_dir, "ssd")
+    s = server(["-m", "8", "-t", "1", "-o", "ssd_path=%s:256m,ssd_io_engine=%s" % (path, engine)], udp=True)
+    c = s.connect()
+    keys = [b"usertable-user%016d" % j for j in range(5000)]  # 5000 x 4 KB: most go to SSD
+    for b0 in range(0, len(keys), 250):
+        chunk = keys[b0:b0 + 250]
+        c.send(b"".join(b"set %s 0 0 4000\r\n%s\r\n" % (k, mkval(k, 1, 4000)) for k in chunk))
+        replies = recv_exact(c.sock, len(chunk) * len(b"STORED\r\n"), timeout=30)
+        assert replies == b"STORED\r\n" * len(chunk), replies[:200]
+    on_ssd = [k for k in keys[:1500] if tier_of(c, k) == "ssd"][:60]
+    in_dram = [k for k in keys[-300:] if tier_of(c, k) == "dram"][:20]
+    assert len(on_ssd) >= 40 and len(in_dram) >= 5, (len(on_ssd), len(in_dram), c.stats(b"tiers"))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    addr = (s.host, s.udp_port)
+    try:
+        for n, k in enumerate(on_ssd[:30]):
+            r, frames = udp_request(u, addr, n + 1, b"get %s\r\n" % k, timeout=10)
+            assert frames >= 3 and parse_get(r) == {k: (0, mkval(k, 1, 4000), None)}, (k, r[:100])
+        mixed = [on_ssd[30], in_dram[0], on_ssd[31], on_ssd[32], in_dram[1]]
+        r, _ = udp_request(u, addr, 100, b"get " + b" ".join(mixed) + b"\r\n", timeout=10)
+        got = parse_get(r)
+        assert list(got) == mixed, list(got)                    # in request order
+        assert all(got[k][1] == mkval(k, 1, 4000) for k in mixed)
+        k = on_ssd[40]
+        r, _ = udp_request(u, addr, 200, b"append %s 0 0 3\r\nabc\r\n" % k, timeout=10)
+        assert r == b"STORED\r\n", r
+        r, _ = udp_request(u, addr, 201, b"get %s\r\n" % k, timeout=10)
+        assert parse_get(r)[k][1] == mkval(k, 1, 4000) + b"abc"
+    finally:
+        u.close()
+    st = c.stats(b"tiers")
+    assert int(st["ssd_reads_unparked"]) == 0, st
+    assert int(c.stats()["get_hits_ssd"]) >= 30
