@@ -79,6 +79,7 @@ struct ssd_req {
     ssd_read_cb cb;
     void *arg;
     enum ssd_status status;
+    uint64_t due_ns;         /* debug hook: when a delayed completion is due */
 };
 
 struct ssd_ring {
@@ -136,6 +137,12 @@ struct ssd_store {
     pthread_mutex_t idle_lock;
     pthread_cond_t idle_cond;
 
+    /* Debug builds: TAC_DEBUG_SSD_DELAY_MS holds every device read's
+     * completion back this long (io.c), to test that no worker waits. */
+    uint64_t debug_delay_ns;
+    struct bg delay;              /* its lock guards: */
+    struct ssd_req *delayed, *delayed_tail;
+
     _Atomic int write_errno;      /* errno of the last failed buf write */
 
 #define SSD_STATS_ATOMIC(name, help) _Atomic uint64_t st_##name;
@@ -186,5 +193,9 @@ int ssd_wuring_submit(struct ssd_store *s, struct ssd_buf *b);
 int ssd_pool_start(struct ssd_store *s);
 void ssd_pool_stop(struct ssd_store *s);
 int ssd_pool_push(struct ssd_store *s, struct ssd_req *req, struct ssd_buf *b);
+/* Debug hook: starts the delay thread if TAC_DEBUG_SSD_DELAY_MS asks for
+ * one (debug builds only); stops it. */
+void ssd_delay_start(struct ssd_store *s);
+void ssd_delay_stop(struct ssd_store *s);
 
 #endif

@@ -27,18 +27,23 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "config.h"             /* TAC_DEBUG_HOOKS */
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "ssd/internal.h"
+#include "util.h"
 
 #define REAP_BATCH 32u
 #define WRITE_STOP_TAG 1u        /* user_data of the reaper's stop NOP */
+
+static void read_finished(struct ssd_store *s, struct ssd_req *q);
 
 static void efd_signal(int efd)
 {
@@ -259,7 +264,7 @@ static void pool_main(struct bg *g, unsigned idx, void *arg)
             free(j);
             if (rw_full(s->fd, q->mem, q->xlen, q->fpos, false, &q->done) != 0)
                 q->status = SSD_ERR_IO;
-            ring_done_push(q->ring, q);
+            read_finished(s, q);
         }
     }
 }
@@ -303,6 +308,83 @@ void ssd_pool_stop(struct ssd_store *s)
         bg_stop(&s->pool);             /* the members drain the queue first */
     s->pool_started = false;
     pthread_mutex_unlock(&s->pool_start_lock);
+}
+
+/* ---- debug hook: delayed completions ------------------------------------ */
+
+/* A device read is done; debug builds may hold it back (ssd_delay_start)
+ * before it reaches its ring's done list. */
+static void read_finished(struct ssd_store *s, struct ssd_req *q)
+{
+    if (s->debug_delay_ns == 0) {
+        ring_done_push(q->ring, q);
+        return;
+    }
+    q->due_ns = util_now_ns() + s->debug_delay_ns;
+    q->next = NULL;
+    bg_lock(&s->delay);
+    if (s->delayed_tail != NULL)
+        s->delayed_tail->next = q;
+    else
+        s->delayed = q;
+    s->delayed_tail = q;
+    bg_wake_locked(&s->delay);
+    bg_unlock(&s->delay);
+}
+
+#ifdef TAC_DEBUG_HOOKS
+/* Hands each delayed read on when it is due (all share one delay, so the
+ * FIFO is in due order); on stop, hands the rest on at once. */
+static void delay_main(struct bg *g, unsigned idx, void *arg)
+{
+    (void)idx;
+    struct ssd_store *s = arg;
+    bg_lock(g);
+    for (;;) {
+        struct ssd_req *q = s->delayed;
+        if (q == NULL) {
+            if (!bg_running(g))
+                break;
+            bg_wait_locked(g, BG_FOREVER);
+            continue;
+        }
+        uint64_t now = util_now_ns();
+        if (q->due_ns > now && bg_running(g)) {
+            bg_wait_locked(g, q->due_ns - now);
+            continue;
+        }
+        s->delayed = q->next;
+        if (s->delayed == NULL)
+            s->delayed_tail = NULL;
+        bg_unlock(g);
+        ring_done_push(q->ring, q);
+        bg_lock(g);
+    }
+    bg_unlock(g);
+}
+#endif
+
+void ssd_delay_start(struct ssd_store *s)
+{
+#ifdef TAC_DEBUG_HOOKS
+    const char *v = getenv("TAC_DEBUG_SSD_DELAY_MS");
+    long ms = v != NULL ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0)
+        return;
+    bg_init(&s->delay, "tac-ssd-delay", NULL);
+    if (!bg_start(&s->delay, 1, delay_main, s))
+        return;
+    s->debug_delay_ns = (uint64_t)ms * 1000000u;
+    fprintf(stderr, "debug hook: every SSD read completion is held back %ld ms\n", ms);
+#else
+    (void)s;
+#endif
+}
+
+void ssd_delay_stop(struct ssd_store *s)
+{
+    if (s->debug_delay_ns != 0)
+        bg_stop(&s->delay);
 }
 
 /* ---- rings --------------------------------------------------------------- */
@@ -456,15 +538,19 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
             for (unsigned i = 0; i < n; i++) {
                 struct ssd_req *q = io_uring_cqe_get_data(cqes[i]);
                 int res = cqes[i]->res;
-                if (ring_handle_cqe(r, q, res)) {
-                    if (q->status != SSD_OK)
-                        ST_ADD(s, io_errors, 1);
-                    else
-                        ST_ADD(s, bytes_read, q->xlen);
-                    ST_SUB(s, reads_inflight, 1);
-                    ssd_inflight_done(s);
-                    fin[nfin++] = q;
+                if (!ring_handle_cqe(r, q, res))
+                    continue;                   /* resubmitted */
+                if (s->debug_delay_ns != 0) {
+                    read_finished(s, q);        /* counted from the done list */
+                    continue;
                 }
+                if (q->status != SSD_OK)
+                    ST_ADD(s, io_errors, 1);
+                else
+                    ST_ADD(s, bytes_read, q->xlen);
+                ST_SUB(s, reads_inflight, 1);
+                ssd_inflight_done(s);
+                fin[nfin++] = q;
             }
             io_uring_cq_advance(&r->ur, n);
             for (unsigned i = 0; i < nfin; i++, ran++)

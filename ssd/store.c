@@ -272,6 +272,7 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
         st = SSD_ERR_NOMEM;
         goto fail;
     }
+    ssd_delay_start(s);
     *out = s;
     return SSD_OK;
 fail: {
@@ -309,6 +310,7 @@ void ssd_close(struct ssd_store *s)
     while (atomic_load(&s->st_inflight) != 0)
         pthread_cond_wait(&s->idle_cond, &s->idle_lock);
     pthread_mutex_unlock(&s->idle_lock);
+    ssd_delay_stop(s);
     if (s->wuring)
         ssd_wuring_stop(s);
     ssd_pool_stop(s);

@@ -1060,3 +1060,64 @@ def test_udp_reads_of_ssd_items_park(server, ssd_dir, engine):
     st = c.stats(b"tiers")
     assert int(st["ssd_reads_unparked"]) == 0, st
     assert int(c.stats()["get_hits_ssd"]) >= 30
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_workers_never_wait_for_the_ssd(server, ssd_dir, engine, monkeypatch):
+    """With every SSD read completion held back 2 s (TAC_DEBUG_SSD_DELAY_MS, a hook of
+    debug and sanitizer builds), one worker (-t 1) has reads pending for a multi-get
+    over TCP, a UDP get and an append that needs its old value, all of SSD items.
+    Meanwhile gets of DRAM items on that same worker are each answered within 50 ms;
+    the pending requests are answered after the delay, with the right values."""
+    from test_options import udp_request
+    from test_nvm import make_value as mkval, tier_of
+    monkeypatch.setenv("TAC_DEBUG_SSD_DELAY_MS", "2000")
+    path = os.path.join(ssd_dir, "ssd")
+    s = server(["-m", "8", "-t", "1", "-o", "ssd_path=%s:256m,ssd_io_engine=%s" % (path, engine)], udp=True)
+    if "debug hook" not in s.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    c = s.connect()
+    keys = [b"usertable-user%016d" % j for j in range(5000)]
+    for b0 in range(0, len(keys), 250):
+        chunk = keys[b0:b0 + 250]
+        c.send(b"".join(b"set %s 0 0 4000\r\n%s\r\n" % (k, mkval(k, 1, 4000)) for k in chunk))
+        assert recv_exact(c.sock, len(chunk) * 8, timeout=30) == b"STORED\r\n" * len(chunk)
+    on_ssd = [k for k in keys[:1500] if tier_of(c, k) == "ssd"][:30]
+    in_dram = [k for k in keys[-300:] if tier_of(c, k) == "dram"][:10]
+    assert len(on_ssd) >= 25 and len(in_dram) >= 5, (len(on_ssd), len(in_dram))
+    slow_get, slow_append = s.connect(timeout=30), s.connect(timeout=30)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    t0 = time.monotonic()
+    slow_get.send(b"get " + b" ".join(on_ssd[:20]) + b"\r\n")
+    slow_append.send(b"append %s 0 0 3\r\nxyz\r\n" % on_ssd[20])
+    u.sendto(struct.pack("!HHHH", 9, 0, 1, 0) + b"get %s\r\n" % on_ssd[21], (s.host, s.udp_port))
+    time.sleep(0.2)                                     # the reads are in flight now
+    lat = []
+    for i in range(40):
+        k = in_dram[i % len(in_dram)]
+        t = time.monotonic()
+        r = c.get(b"get %s\r\n" % k, timeout=10)
+        lat.append(time.monotonic() - t)
+        assert parse_get(r)[k][1] == mkval(k, 1, 4000)
+    dram_done = time.monotonic() - t0
+    assert dram_done < 1.5, "the DRAM gets took %.2fs: they waited for the SSD" % dram_done
+    assert max(lat) < 0.050, "slowest DRAM get %.1f ms (median %.1f ms)" % (max(lat) * 1e3, sorted(lat)[20] * 1e3)
+    r = recv_until(slow_get.sock, b"END\r\n", timeout=30)
+    waited = time.monotonic() - t0
+    got = parse_get(r)
+    assert list(got) == on_ssd[:20] and all(got[k][1] == mkval(k, 1, 4000) for k in got)
+    assert waited >= 1.5, "the SSD reads came back after %.2fs: the delay hook did not hold them" % waited
+    assert recv_until(slow_append.sock, b"\r\n", timeout=30) == b"STORED\r\n"
+    u.settimeout(30)
+    d, _ = u.recvfrom(65536)
+    frames = {struct.unpack("!HHHH", d[:8])[1]: d[8:]}
+    total = struct.unpack("!HHHH", d[:8])[2]
+    while len(frames) < total:
+        d, _ = u.recvfrom(65536)
+        frames[struct.unpack("!HHHH", d[:8])[1]] = d[8:]
+    u.close()
+    r = b"".join(frames[i] for i in range(total))
+    assert parse_get(r) == {on_ssd[21]: (0, mkval(on_ssd[21], 1, 4000), None)}
+    assert parse_get(c.get(b"get %s\r\n" % on_ssd[20], timeout=30))[on_ssd[20]][1] == mkval(on_ssd[20], 1, 4000) + b"xyz"
+    print("DRAM gets while SSD reads pending: median %.2f ms, max %.2f ms; SSD multi-get after %.2fs"
+          % (sorted(lat)[20] * 1e3, max(lat) * 1e3, waited))
