@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Full test run: set-up + build, `make check` (unit tests + integration suite
 # against ./tac-memcached), then an ASan+UBSan build in build-asan/ and the
-# integration suite again against it, less the tests marked slow, and a short
-# run of each libFuzzer harness (tests/fuzz). Ends with
+# integration suite again against it, less the tests marked slow, a
+# ThreadSanitizer build in build-tsan/ running the three-tier stress test, and
+# a short run of each libFuzzer harness (tests/fuzz). Ends with
 # "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,34 +60,38 @@ fi
 mkdir -p "$RESULTS/unit"
 cp tests/unit/*.trs "$RESULTS/unit/" 2>/dev/null || true
 
-echo "== ASan+UBSan build in build-asan/"
+# Builds ./tac-memcached with a sanitizer in $1/src (configure flag $2).
 # configure refuses an out-of-tree build of an already configured source dir,
-# so build-asan/src is a mirror of the sources (mtimes kept: rebuilds are incremental).
-asan_ok=1
-mkdir -p build-asan/src
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git ls-files -z --cached --others --exclude-standard \
-        | rsync -a --from0 --files-from=- ./ build-asan/src/ || asan_ok=0
-else
-    rsync -a --exclude=/build-asan/ --exclude=/build/ --exclude=/.venv/ --exclude='*.o' --exclude='*.a' \
-        --exclude=.deps/ --exclude=/config.status --exclude=/config.h --exclude=/Makefile \
-        --exclude=/tac-memcached ./ build-asan/src/ || asan_ok=0
-fi
-if [ $asan_ok = 1 ]; then
+# so $1/src is a mirror of the sources (mtimes kept: rebuilds are incremental).
+sanitizer_build() {
+    local dir=$1 flag=$2
+    mkdir -p "$dir/src"
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -z --cached --others --exclude-standard \
+            | rsync -a --from0 --files-from=- ./ "$dir/src/" || return 1
+    else
+        rsync -a --exclude=/build-asan/ --exclude=/build-tsan/ --exclude=/build/ --exclude=/.venv/ \
+            --exclude='*.o' --exclude='*.a' --exclude=.deps/ --exclude=/config.status --exclude=/config.h \
+            --exclude=/Makefile --exclude=/tac-memcached ./ "$dir/src/" || return 1
+    fi
     (
         set -e
-        cd build-asan/src
+        cd "$dir/src"
         if [ ! -x configure ] || [ configure.ac -nt configure ] || [ Makefile.am -nt configure ]; then
             autoreconf -fi
         fi
         if [ ! -f Makefile ] || [ configure -nt config.status ]; then
-            ./configure --enable-sanitizers
+            ./configure "$flag"
         fi
         make -j2 tac-memcached
-    ) || asan_ok=0
-fi
+    ) || return 1
+    ln -sf src/tac-memcached "$dir/tac-memcached"
+}
+
+echo "== ASan+UBSan build in build-asan/"
+asan_ok=1
+sanitizer_build build-asan --enable-sanitizers || asan_ok=0
 if [ $asan_ok = 1 ]; then
-    ln -sf src/tac-memcached build-asan/tac-memcached
     echo "== integration suite against build-asan/tac-memcached"
     if ! TAC_SERVER="$REPO/build-asan/tac-memcached" TAC_START_TIMEOUT=30 TAC_SKIP_SLOW=1 \
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
@@ -96,6 +101,20 @@ if [ $asan_ok = 1 ]; then
     fi
 else
     failed_steps+=("asan-build")
+fi
+
+echo "== ThreadSanitizer build in build-tsan/: the verified three-tier stress test, 1 minute"
+# DRAM -> NVM -> SSD with get/gets/set/delete/touch/gat/incr/decr/append from 12
+# threads (tests/stress/test_stress_ssd.py); a data race or a lock-order
+# inversion that ThreadSanitizer reports on the server's stderr fails it.
+if sanitizer_build build-tsan --enable-tsan; then
+    if ! TAC_SERVER="$REPO/build-tsan/tac-memcached" TAC_START_TIMEOUT=30 TAC_SKIP_SLOW=1 STRESS_SECONDS=45 \
+         TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
+         TAC_JUNIT_DIR="$RESULTS" TAC_JUNIT_NAME=tsan tests/run-integration.sh -k "test_stress_ssd and uring"; then
+        failed_steps+=("tsan-stress")
+    fi
+else
+    failed_steps+=("tsan-build")
 fi
 
 echo "== libFuzzer harnesses (clang, ASan+UBSan): text, meta, binary"
