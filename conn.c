@@ -500,6 +500,54 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
     return park_value(c, meta, hv, fill, NULL, ctx, ctxlen);
 }
 
+/* A parked response being set up for item_read (its item_waiter). */
+struct park_req {
+    conn *c;
+    conn_fill_fn fill;
+    void (*cleanup)(void *);
+    const void *ctx;
+    size_t ctxlen;
+    struct parked *p;
+};
+
+static void *park_prepare(void *arg)
+{
+    struct park_req *pr = arg;
+    pr->p = park_new(pr->c, pr->fill, pr->cleanup, pr->ctx, pr->ctxlen);
+    return pr->p;
+}
+
+static void park_cancel(void *arg)
+{
+    park_drop(arg);
+}
+
+/* item_read() with a parked response for a value that must come from SSD:
+ * on ITEM_PENDING the placeholder is queued and fill runs later. */
+static enum item_answer read_parked(conn *c, struct item_read *rq,
+                                    conn_fill_fn fill, void (*cleanup)(void *),
+                                    const void *ctx, size_t ctxlen, item **out,
+                                    enum item_miss *why, unsigned int *clsid)
+{
+    struct park_req pr = { c, fill, cleanup, ctx, ctxlen, NULL };
+    struct item_waiter w = { c->thread->reader, park_prepare, park_cancel,
+                             park_done, &pr };
+    rq->wait = c->thread->reader != NULL ? &w : NULL;
+    enum item_answer a = item_read(rq, out, why, clsid);
+    rq->wait = NULL;
+    if (a == ITEM_PENDING)
+        park_link(c, pr.p);
+    return a;
+}
+
+enum item_answer conn_read_item(conn *c, struct item_read *rq,
+                                conn_fill_fn fill, const void *ctx,
+                                size_t ctxlen, item **out,
+                                enum item_miss *why, unsigned int *clsid)
+{
+    return read_parked(c, rq, fill, NULL, ctx, ctxlen, out, why, clsid);
+}
+
 struct retry_ctx {
     conn_retry_fn fn;
     void (*cleanup)(void *args);
@@ -549,33 +597,25 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
     r->parked = true;
     memcpy(r->args, args, argslen);
 
-    uint32_t hv = item_hash(key, nkey);
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, NULL, false);
-    bool parked = it != NULL && item_value_async(it) &&
-                  park_value(c, it, hv, retry_fill, retry_cleanup, r, len);
+    struct item_read rq = { .key = key, .nkey = nkey, .value = true };
     item *value = NULL;
-    bool async = it != NULL && item_value_async(it);
-    if (parked) {
-        /* A write: the requests after it must see its result. */
-        c->barriers++;
-        item_release(it);
-    } else {
-        /* No read needed, or none could be parked (no memory): then only
-         * a value still in memory will do. */
-        value = item_value_take(it);
-    }
-    item_unlock(hv);
-    if (!parked && async && value == NULL) {
+    enum item_miss why;
+    unsigned int clsid;
+    switch (read_parked(c, &rq, retry_fill, retry_cleanup, r, len, &value,
+                        &why, &clsid)) {
+    case ITEM_PENDING:
+        c->barriers++;          /* a write: what follows must see its result */
+        break;
+    case ITEM_NOMEM:
         if (cleanup != NULL)
             cleanup(r->args);
-        free(r);
         out_errstring(c, "SERVER_ERROR out of memory");
-        return;
-    }
-    if (!parked) {
+        break;
+    case ITEM_HIT:
+    case ITEM_MISS:
         r->parked = false;
         retry_fill(c, value, r);
+        break;
     }
     free(r);
 }

@@ -209,12 +209,20 @@ void out_errstring(conn *c, const char *str);
  * placeholder wait for it; past CONN_PARK_MAX placeholders the connection
  * stops reading requests.
  *
- * Call with item_lock(hv) held on meta (item_value_async(meta)).  False
- * when the read cannot be parked (UDP, no reader, out of memory): the
- * caller then reads the value synchronously with item_value_take().
+ * conn_read_item() is item_read() (items.h) with such a placeholder: on
+ * ITEM_PENDING it is queued and fill runs when the value is back; every
+ * other answer is the caller's to send now.
+ *
+ * conn_park_value() parks a read of meta, found by the caller under
+ * item_lock(hv) (item_value_async(meta)); false when it cannot be parked
+ * (out of memory).  Only the meta protocol still calls it.
  */
 #define CONN_PARK_MAX 64
 typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
+enum item_answer conn_read_item(conn *c, struct item_read *rq,
+                                conn_fill_fn fill, const void *ctx,
+                                size_t ctxlen, struct item **out,
+                                enum item_miss *why, unsigned int *clsid);
 bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
                      conn_fill_fn fill, const void *ctx, size_t ctxlen);
 /*
@@ -224,11 +232,11 @@ bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
  * value as the item value hint (item_set_value_hint), in request order;
  * fn answers the request, or calls conn_retry() again if the version
  * changed meanwhile (c->redo_tries counts).  No thread ever waits for the
- * read: when no read can be parked (no memory) and the value is not in
- * memory either, the answer is SERVER_ERROR out of memory.  args (argslen bytes) are copied; cleanup, if
- * any, releases what they hold when the request is dropped unanswered (the
- * connection closed).  When no read is needed any more or the connection
- * cannot park, fn runs at once.
+ * read: when none can be parked (no memory) and the value is not in memory
+ * either, the answer is SERVER_ERROR out of memory.  args (argslen bytes)
+ * are copied; cleanup, if any, releases what they hold when the request is
+ * dropped unanswered (the connection closed).  When no read is needed, fn
+ * runs at once.
  *
  * conn_retry_nread() does this for the storage command whose value was
  * just read (c->item, c->nr, c->bin): the protocol's complete_nread hook

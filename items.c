@@ -940,6 +940,56 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
     return it;
 }
 
+/* The value of `it` (whose reference this takes over) into *out: HIT, or
+ * MISS when the copy found the tuple damaged (it is unlinked then), or
+ * NOMEM.  Item lock held. */
+static enum item_answer value_of(item *it, item **out)
+{
+    refcount_incr(it);
+    *out = item_value_take(it);
+    bool gone = !(it->it_flags & ITEM_LINKED);
+    item_release(it);
+    return *out != NULL ? ITEM_HIT : gone ? ITEM_MISS : ITEM_NOMEM;
+}
+
+enum item_answer item_read(const struct item_read *rq, item **out,
+                           enum item_miss *why, unsigned int *clsid)
+{
+    uint32_t hv = item_hash(rq->key, rq->nkey);
+    enum item_answer a = ITEM_HIT;
+    *out = NULL;
+    item_lock(hv);
+    item *it = do_item_get(rq->key, rq->nkey, hv, why, rq->bump);
+    *clsid = it != NULL ? it->slabs_clsid : 0;
+    if (it == NULL) {
+        a = ITEM_MISS;
+    } else {
+        if (rq->touch)
+            it->exptime = rq->exptime;
+        if (!rq->value) {
+            *out = it;
+        } else if (item_value_async(it) && rq->wait != NULL &&
+                   tier_ops != NULL && tier_ops->read_async != NULL) {
+            const struct item_waiter *w = rq->wait;
+            void *arg = w->prepare(w->ctx);
+            if (arg != NULL && tier_ops->read_async(w->reader, it, hv,
+                                                    w->done, arg)) {
+                a = ITEM_PENDING;
+                item_release(it);
+            } else {
+                if (arg != NULL)
+                    w->cancel(arg);
+                /* A value still in memory can be served all the same. */
+                a = value_of(it, out);
+            }
+        } else {
+            a = value_of(it, out);
+        }
+    }
+    item_unlock(hv);
+    return a;
+}
+
 item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
                          enum item_miss *why)
 {
@@ -1248,12 +1298,15 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
     return res;
 }
 
-enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas)
+enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
+                               unsigned int *clsid)
 {
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
+    if (clsid != NULL)
+        *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {
         res = DELETE_NOT_FOUND;
     } else {

@@ -213,6 +213,45 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
 /* True if the key is stored (and alive); reads no value. */
 bool item_exists(const char *key, size_t nkey);
 
+/*
+ * Reads: one call for get, gets, gat, gats, touch and a write's old value.
+ * The protocols take no item lock; items.c answers
+ *   ITEM_HIT      *out holds a value-bearing item the caller releases (when
+ *                 rq->value is false, the index's item itself, maybe a
+ *                 meta tuple: read only its metadata);
+ *   ITEM_MISS     *why says why;
+ *   ITEM_PENDING  the value is in a lower tier that takes I/O (SSD): its
+ *                 read has started, and wait->done(arg, value) runs later
+ *                 on this thread with the value (NULL: gone meanwhile, or
+ *                 damaged), arg being what wait->prepare returned;
+ *   ITEM_NOMEM    no memory for a copy, or no waiter could be prepared and
+ *                 the value is not in memory.
+ * *clsid is the slab class of the item found (per-class stats), 0 on a
+ * miss.  A touch sets the new exptime before anything is read.
+ */
+enum item_answer { ITEM_HIT = 1, ITEM_MISS, ITEM_PENDING, ITEM_NOMEM };
+
+struct item_waiter {
+    void *reader;                       /* this thread's SSD reader */
+    void *(*prepare)(void *ctx);        /* a context for done; NULL: no memory */
+    void (*cancel)(void *arg);          /* the read did not start after all */
+    void (*done)(void *arg, item *value);
+    void *ctx;
+};
+
+struct item_read {
+    const char *key;
+    size_t nkey;
+    bool bump;                  /* an access: LRU, fetched flags */
+    bool touch;                 /* set exptime (gat, touch) */
+    rel_time_t exptime;
+    bool value;                 /* false: metadata only (touch) */
+    const struct item_waiter *wait;     /* NULL: never ITEM_PENDING */
+};
+
+enum item_answer item_read(const struct item_read *rq, item **out,
+                           enum item_miss *why, unsigned int *clsid);
+
 enum store_op {
     STORE_SET = 1, STORE_ADD, STORE_REPLACE, STORE_APPEND, STORE_PREPEND,
     STORE_CAS
@@ -280,8 +319,10 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
 
 enum delete_result { DELETE_OK = 1, DELETE_NOT_FOUND, DELETE_EXISTS };
 
-/* Deletes a key; a non-zero req_cas must match. */
-enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas);
+/* Deletes a key; a non-zero req_cas must match.  *clsid (may be NULL)
+ * gets the slab class of the item found, 0 if none. */
+enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
+                               unsigned int *clsid);
 
 /*
  * flush_all: every item last updated at or before `when` (server clock)
@@ -356,6 +397,12 @@ struct item_tier_ops {
      * lower tier right away (tier_policy=anti2 places items without
      * regard to the tier).  Any thread. */
     bool (*skip_dram)(void);
+    /* Starts an asynchronous read of a meta tuple's value with `reader`
+     * (item_waiter.reader); done(arg, value) runs later on the reader's
+     * thread.  False when it cannot start.  Item lock held, meta
+     * referenced.  Optional: without it every value is materialized. */
+    bool (*read_async)(void *reader, item *meta, uint32_t hv,
+                       void (*done)(void *arg, item *value), void *arg);
     /* Optional: a staging item found no room; true when a lower tier will
      * make some without a client's help (evictors demote, defrag
      * compacts, or a cache drops its coldest), false when every tier is

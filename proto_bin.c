@@ -211,28 +211,17 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
     bool with_value = op != OP_TOUCH;
     struct thread_stats *ts = &c->thread->stats;
     enum item_miss why = MISS_NONE;
-    bool parked = false;
     unsigned int clsid = 0;
+    item *it = NULL;
 
-    uint32_t hv = item_hash(key, nkey);
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, true);
-    if (it != NULL) {
-        clsid = it->slabs_clsid;
-        if (touch)
-            it->exptime = realtime((int64_t)rd32(ext));
-        if (with_value && item_value_async(it)) {
-            struct bin_get_ctx g = { .bin = c->bin, .with_key = with_key,
-                                     .nkey = nkey };
-            memcpy(g.key, key, nkey);
-            parked = conn_park_value(c, it, hv, bin_get_fill, &g, sizeof(g));
-        }
-        if (parked)
-            item_release(it);
-        else if (with_value)
-            it = item_value_take(it);
-    }
-    item_unlock(hv);
+    struct item_read rq = { .key = key, .nkey = nkey, .bump = true,
+                            .touch = touch, .value = with_value };
+    if (touch)
+        rq.exptime = realtime((int64_t)rd32(ext));
+    struct bin_get_ctx g = { .bin = c->bin, .with_key = with_key, .nkey = nkey };
+    memcpy(g.key, key, nkey);
+    bool parked = conn_read_item(c, &rq, bin_get_fill, &g, sizeof(g), &it,
+                                 &why, &clsid) == ITEM_PENDING;
     if (touch)
         STATS_INCR(ts, touch_cmds);
     else
@@ -299,7 +288,7 @@ static void bin_update(conn *c, const char *key, uint16_t nkey,
         }
         /* A failed set must not leave the old value readable. */
         if (bin_store_op(c->bin.opcode) == STORE_SET)
-            item_delete(key, nkey, 0);
+            item_delete(key, nkey, 0, NULL);
         return;
     }
     c->item = it;
@@ -366,7 +355,7 @@ void proto_bin_complete_nread(conn *c)
 
 static void bin_delete(conn *c, const char *key, uint16_t nkey)
 {
-    switch (item_delete(key, nkey, c->bin.cas)) {
+    switch (item_delete(key, nkey, c->bin.cas, NULL)) {
     case DELETE_OK:
         /* The class is gone with the item; count against class 0. */
         SLAB_STATS_INCR(&c->thread->stats, 0, delete_hits);

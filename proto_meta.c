@@ -634,7 +634,7 @@ static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
                          : "SERVER_ERROR object too large for cache",
                   nbytes);
         /* Avoid stale data persisting because the new value failed. */
-        item_delete(key, nkey, 0);
+        item_delete(key, nkey, 0, NULL);
         return;
     }
     c->item = it;
@@ -721,7 +721,7 @@ void proto_meta_complete_set(conn *c)
         if (ret == STORE_NO_MEMORY)
             STATS_INCR(ts, store_no_memory);
         if (op == STORE_SET)
-            item_delete(ITEM_key(it), it->nkey, 0);
+            item_delete(ITEM_key(it), it->nkey, 0, NULL);
         out_errstring(c, "SERVER_ERROR out of memory storing object");
         return;
     }

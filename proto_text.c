@@ -171,25 +171,13 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
                        struct resp **cur)
 {
     enum item_miss why = MISS_NONE;
-    uint32_t hv = item_hash(key, nkey);
-    bool parked = false;
     unsigned int clsid = 0;
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, true);
-    if (it != NULL) {
-        clsid = it->slabs_clsid;
-        if (touch)
-            it->exptime = exptime;
-        if (item_value_async(it)) {
-            struct pt_get_ctx g = { .return_cas = return_cas };
-            parked = conn_park_value(c, it, hv, pt_get_fill, &g, sizeof(g));
-        }
-        if (parked)
-            item_release(it);
-        else
-            it = item_value_take(it);
-    }
-    item_unlock(hv);
+    item *it = NULL;
+    struct item_read rq = { .key = key, .nkey = nkey, .bump = true,
+                            .touch = touch, .exptime = exptime, .value = true };
+    struct pt_get_ctx g = { .return_cas = return_cas };
+    bool parked = conn_read_item(c, &rq, pt_get_fill, &g, sizeof(g), &it,
+                                 &why, &clsid) == ITEM_PENDING;
     pt_count_miss_reason(c, why);
     if (it == NULL && !parked) {
         if (touch) {
@@ -289,7 +277,7 @@ static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
         conn_set_state(c, conn_swallow);
         /* A failed set must not leave the old value readable. */
         if (op == STORE_SET)
-            item_delete(tok[1].value, tok[1].length, 0);
+            item_delete(tok[1].value, tok[1].length, 0, NULL);
         return;
     }
     c->item = it;
@@ -361,7 +349,7 @@ static void pt_complete_classic(conn *c, item *it)
             if (ret == STORE_NO_MEMORY)
                 STATS_INCR(ts, store_no_memory);
             if (op == STORE_SET)
-                item_delete(ITEM_key(it), it->nkey, 0);
+                item_delete(ITEM_key(it), it->nkey, 0, NULL);
             out_string(c, "SERVER_ERROR out of memory storing object");
             break;
         }
@@ -488,19 +476,13 @@ static void pt_process_delete(conn *c, struct util_token *tok, size_t ntok)
         out_string(c, "CLIENT_ERROR bad command line format");
         return;
     }
-    enum item_miss why;
-    uint32_t hv = item_hash(key, nkey);
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it != NULL) {
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, delete_hits);
-        do_item_unlink(it, hv);
-        item_release(it);
-    } else {
+    unsigned int clsid;
+    bool found = item_delete(key, nkey, 0, &clsid) == DELETE_OK;
+    if (found)
+        SLAB_STATS_INCR(PT_STATS(c), clsid, delete_hits);
+    else
         STATS_INCR(PT_STATS(c), delete_misses);
-    }
-    item_unlock(hv);
-    out_string(c, it != NULL ? "DELETED" : "NOT_FOUND");
+    out_string(c, found ? "DELETED" : "NOT_FOUND");
 }
 
 static void pt_process_touch(conn *c, struct util_token *tok, size_t ntok)

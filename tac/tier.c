@@ -451,8 +451,15 @@ bool tac_anti2_to_nvm(void)
     return (double)(util_rand64() >> 11) * 0x1.0p-53 < tac.anti2_nvm_share;
 }
 
+static bool tier_read_async(void *reader, item *meta, uint32_t hv,
+                            void (*done)(void *arg, item *value), void *arg)
+{
+    return tac_read_value(reader, meta, hv, done, arg);
+}
+
 static const struct item_tier_ops tier_ops = {
     .materialize = tier_materialize,
+    .read_async = tier_read_async,
     .stage = tier_stage,
     .release = tier_release,
     .dram_pressure = tier_dram_pressure,

@@ -111,7 +111,7 @@ static void test_link_unlink_refcount(void)
     CHECK(g->it_flags & ITEM_FETCHED);
     CHECK_UEQ(g->flags, 5);
     /* Deleted while held: still readable, memory kept until release. */
-    CHECK_EQ(item_delete("k", 1, 0), DELETE_OK);
+    CHECK_EQ(item_delete("k", 1, 0, NULL), DELETE_OK);
     CHECK(!exists("k"));
     CHECK_EQ(g->refcount, 1);
     CHECK_MEM_EQ(ITEM_data(g), "abc\r\n", 5);
@@ -120,7 +120,7 @@ static void test_link_unlink_refcount(void)
     CHECK_UEQ(gstats.bytes, 0);
     item_release(g);
     CHECK_UEQ(used_chunks(cls), 0);
-    CHECK_EQ(item_delete("k", 1, 0), DELETE_NOT_FOUND);
+    CHECK_EQ(item_delete("k", 1, 0, NULL), DELETE_NOT_FOUND);
 
     /* Replacing frees the old version once unreferenced. */
     CHECK_EQ(store("r", "1", STORE_SET), STORE_STORED);
@@ -257,9 +257,9 @@ static void test_cas(void)
     CHECK_EQ(store_full("k", "3", STORE_SET, c2, 0, &c3), STORE_STORED);
     CHECK_EQ(store_full("nope", "3", STORE_SET, 5, 0, NULL), STORE_NOT_FOUND);
     /* Delete with CAS. */
-    CHECK_EQ(item_delete("k", 1, c2), DELETE_EXISTS);
+    CHECK_EQ(item_delete("k", 1, c2, NULL), DELETE_EXISTS);
     CHECK(exists("k"));
-    CHECK_EQ(item_delete("k", 1, c3), DELETE_OK);
+    CHECK_EQ(item_delete("k", 1, c3, NULL), DELETE_OK);
     CHECK(!exists("k"));
     CHECK(item_next_cas() > c3);
 }
@@ -498,7 +498,7 @@ static void test_crawler(void)
         if (++steps == 5) {
             for (int i = 1; i < 300; i += 30) {
                 snprintf(key, sizeof(key), "c%d", i);
-                CHECK_EQ(item_delete(key, strlen(key), 0), DELETE_OK);
+                CHECK_EQ(item_delete(key, strlen(key), 0, NULL), DELETE_OK);
             }
         }
     }
@@ -830,7 +830,7 @@ static void *mt_worker(void *p)
             break;
         case 2:
             mt_key(key, a->id, k);
-            item_delete(key, strlen(key), 0);
+            item_delete(key, strlen(key), 0, NULL);
             a->last[k] = 0;
             break;
         case 3:

@@ -454,7 +454,7 @@ static void *mt_worker(void *p)
             if (get_check(key, 0, 0) < 0)
                 __atomic_fetch_add(&mt_wrong, 1, __ATOMIC_RELAXED);
         } else {
-            item_delete(key, strlen(key), 0);
+            item_delete(key, strlen(key), 0, NULL);
         }
         __atomic_fetch_add(&mt_ops, 1, __ATOMIC_RELAXED);
     }
