@@ -51,7 +51,6 @@
 #include "conn.h"
 #include "items.h"
 #include "stats.h"
-#include "tac/tac.h"
 #include "thread.h"
 #include "util.h"
 
@@ -486,7 +485,7 @@ static bool park_value(conn *c, struct item *meta, uint32_t hv,
     struct parked *p = park_new(c, fill, cleanup, ctx, ctxlen);
     if (p == NULL)
         return false;
-    if (!tac_read_value(c->thread->reader, meta, hv, park_done, p)) {
+    if (!item_value_read_locked(c->thread->reader, meta, hv, park_done, p)) {
         park_drop(p);
         return false;
     }

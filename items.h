@@ -252,6 +252,13 @@ struct item_read {
 enum item_answer item_read(const struct item_read *rq, item **out,
                            enum item_miss *why, unsigned int *clsid);
 
+/* Starts the read of meta's value found under item_lock(hv) (held), as
+ * ITEM_PENDING would; false when it cannot start.  Only for conn_park_value,
+ * which the meta protocol calls with the lock held until its commands
+ * move onto item_read. */
+bool item_value_read_locked(void *reader, item *meta, uint32_t hv,
+                        void (*done)(void *arg, item *value), void *arg);
+
 enum store_op {
     STORE_SET = 1, STORE_ADD, STORE_REPLACE, STORE_APPEND, STORE_PREPEND,
     STORE_CAS
