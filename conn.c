@@ -547,6 +547,11 @@ enum item_answer conn_read_item(conn *c, struct item_read *rq,
     return read_parked(c, rq, fill, NULL, ctx, ctxlen, out, why, clsid);
 }
 
+void *conn_read_item_ctx(conn *c)
+{
+    return c->parked != NULL ? c->parked->ctx : NULL;
+}
+
 struct retry_ctx {
     conn_retry_fn fn;
     void (*cleanup)(void *args);

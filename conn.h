@@ -223,6 +223,9 @@ enum item_answer conn_read_item(conn *c, struct item_read *rq,
                                 conn_fill_fn fill, const void *ctx,
                                 size_t ctxlen, struct item **out,
                                 enum item_miss *why, unsigned int *clsid);
+/* After ITEM_PENDING: the placeholder's own copy of ctx, which the caller
+ * may still complete (fill runs later, on this thread). */
+void *conn_read_item_ctx(conn *c);
 bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
                      conn_fill_fn fill, const void *ctx, size_t ctxlen);
 /*

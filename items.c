@@ -960,6 +960,79 @@ static enum item_answer value_of(item *it, item **out)
     return *out != NULL ? ITEM_HIT : gone ? ITEM_MISS : ITEM_NOMEM;
 }
 
+/* mg N on a miss: creates an empty item; called and returns locked.  An
+ * item is never allocated under an item lock: unlock, allocate, relock and
+ * look again (another client may have created it meanwhile). */
+static item *mg_vivify(const struct item_read *rq, uint32_t hv, bool *created)
+{
+    enum item_miss why;
+    item_unlock(hv);
+    item *nit = item_alloc(rq->key, rq->nkey, 0, 0, 2, rq->mg->partition);
+    item_lock(hv);
+    if (nit == NULL)
+        return NULL;
+    memcpy(ITEM_data(nit), "\r\n", 2);
+    item *it = do_item_get(rq->key, rq->nkey, hv, &why, false);
+    if (it != NULL) {
+        item_release(nit);
+        return it;
+    }
+    /* Stored rather than linked: with DRAM full, nit is a staging item
+     * that the store puts into a lower tier. */
+    enum store_result res = do_item_store(nit, STORE_ADD, 0, NULL, hv,
+                                          rq->mg->partition);
+    item_release(nit);
+    if (res != STORE_STORED)
+        return NULL;
+    it = do_item_get(rq->key, rq->nkey, hv, &why, false);
+    *created = it != NULL;
+    return it;
+}
+
+/* Runs a meta get's flags on `it` in request order (item lock held). */
+static void mg_apply(struct item_mg *mg, item *it)
+{
+    rel_time_t now = mc_now();
+    bool won = false;
+    for (unsigned int i = 0; i < mg->nops; i++) {
+        int64_t v = 0;
+        switch (mg->op[i]) {
+        case MG_TOUCH:
+            mg->ttl_set = true;
+            it->exptime = mg->touch_exptime;
+            break;
+        case MG_VIVIFY:
+            if (mg->created) {
+                it->exptime = mg->vivify_exptime;
+                won = true;
+            }
+            break;
+        case MG_RECACHE:
+            if (!(it->it_flags & ITEM_TOKEN_SENT) && !mg->created &&
+                it->exptime != 0 && it->exptime < mg->recache_time)
+                won = true;
+            break;
+        case MG_SIZE: v = it->nbytes - 2; break;
+        case MG_TTL:
+            v = it->exptime == 0 ? -1 : (int64_t)(uint32_t)(it->exptime - now);
+            break;
+        case MG_CAS: v = (int64_t)it->cas; break;
+        case MG_FLAGS: v = it->flags; break;
+        case MG_LAST_ACCESS: v = (uint32_t)(now - item_time(it)); break;
+        case MG_FETCHED: v = (it->it_flags & ITEM_FETCHED) ? 1 : 0; break;
+        }
+        mg->val[i] = v;
+    }
+    mg->nbytes = it->nbytes;
+    mg->token_sent = (it->it_flags & ITEM_TOKEN_SENT) != 0;
+    mg->stale = (it->it_flags & ITEM_STALE) != 0;
+    if (mg->stale && !mg->token_sent)
+        won = true;
+    if (won)
+        it->it_flags |= ITEM_TOKEN_SENT;
+    mg->won = won;
+}
+
 enum item_answer item_read(const struct item_read *rq, item **out,
                            enum item_miss *why, unsigned int *clsid)
 {
@@ -967,13 +1040,22 @@ enum item_answer item_read(const struct item_read *rq, item **out,
     enum item_answer a = ITEM_HIT;
     *out = NULL;
     item_lock(hv);
-    item *it = do_item_get(rq->key, rq->nkey, hv, why, rq->bump);
+    /* A meta get bumps last, so that its l and h flags see the item as it
+     * was before this request. */
+    item *it = do_item_get(rq->key, rq->nkey, hv, why, rq->bump && rq->mg == NULL);
+    if (it == NULL && rq->mg != NULL && rq->mg->vivify)
+        it = mg_vivify(rq, hv, &rq->mg->created);
     *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {
         a = ITEM_MISS;
     } else {
         if (rq->touch)
             it->exptime = rq->exptime;
+        if (rq->mg != NULL) {
+            mg_apply(rq->mg, it);
+            if (rq->bump)
+                do_item_touch_access(it);
+        }
         if (!rq->value) {
             *out = it;
         } else if (item_value_async(it) && rq->wait != NULL &&

@@ -239,6 +239,36 @@ struct item_waiter {
     void *ctx;
 };
 
+/*
+ * The meta get's item side (mg): its flags that read or change the item,
+ * in request order, run under the item lock; the protocol formats the
+ * answers.  ttl is -1 for "never"; fetched and last access are as they were
+ * before this request (its bump comes last).
+ */
+enum item_mg_op {
+    MG_TOUCH = 1,       /* T: exptime = touch_exptime */
+    MG_VIVIFY,          /* N: a created item gets vivify_exptime, and wins */
+    MG_RECACHE,         /* R: win if the TTL left is below recache_time */
+    MG_SIZE, MG_TTL, MG_CAS, MG_FLAGS, MG_LAST_ACCESS, MG_FETCHED,
+};
+#define ITEM_MG_OPS 24
+
+struct item_mg {
+    /* in */
+    unsigned int nops;
+    uint8_t op[ITEM_MG_OPS];
+    rel_time_t touch_exptime, vivify_exptime, recache_time;
+    bool vivify;                /* N: create an empty item on a miss */
+    int partition;              /* where a vivified item is allocated */
+    /* out, on a hit */
+    int64_t val[ITEM_MG_OPS];   /* answers of the reading ops */
+    uint32_t nbytes;            /* value length, "\r\n" included */
+    bool created, ttl_set;
+    bool token_sent;            /* Z: a win token was out before */
+    bool stale;                 /* X */
+    bool won;                   /* W: this request won the token */
+};
+
 struct item_read {
     const char *key;
     size_t nkey;
@@ -247,6 +277,7 @@ struct item_read {
     rel_time_t exptime;
     bool value;                 /* false: metadata only (touch) */
     const struct item_waiter *wait;     /* NULL: never ITEM_PENDING */
+    struct item_mg *mg;         /* a meta get's flags, or NULL */
 };
 
 enum item_answer item_read(const struct item_read *rq, item **out,

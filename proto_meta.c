@@ -305,71 +305,63 @@ static void meta_send(conn *c, struct meta_line *m, item *value_it,
 
 /* ---- mg --------------------------------------------------------------- */
 
-/* mg N on a miss: creates an empty item; called and returns locked.
- * *created tells whether this call linked it. */
-static item *meta_vivify(conn *c, const char *key, size_t nkey, uint32_t hv,
-                         bool *created)
+/* The item side of an mg: its flags that read or change the item, in
+ * request order (items.c runs them under the item lock). */
+static void mg_ops(struct item_mg *mg, struct util_token *tok, size_t ntok,
+                   const struct meta_flags *of)
 {
-    enum item_miss why;
-    item_unlock(hv);
-    item *nit = item_alloc(key, nkey, 0, 0, 2, c->thread->partition);
-    item_lock(hv);
-    if (nit == NULL)
-        return NULL;
-    memcpy(ITEM_data(nit), "\r\n", 2);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it != NULL) {           /* another client created it meanwhile */
-        item_release(nit);
-        return it;
+    for (size_t i = 2; i < ntok && mg->nops < ITEM_MG_OPS; i++) {
+        uint8_t op;
+        switch (tok[i].value[0]) {
+        case 'T': op = MG_TOUCH; break;
+        case 'N': op = MG_VIVIFY; break;
+        case 'R': op = MG_RECACHE; break;
+        case 's': op = MG_SIZE; break;
+        case 't': op = MG_TTL; break;
+        case 'c': op = MG_CAS; break;
+        case 'f': op = MG_FLAGS; break;
+        case 'l': op = MG_LAST_ACCESS; break;
+        case 'h': op = MG_FETCHED; break;
+        default: continue;
+        }
+        mg->op[mg->nops++] = op;
     }
-    /* Stored rather than linked: with DRAM full, nit is a staging item
-     * that the store puts into a lower tier. */
-    enum store_result res = do_item_store(nit, STORE_ADD, 0, NULL, hv,
-                                          c->thread->partition);
-    item_release(nit);
-    if (res != STORE_STORED)
-        return NULL;
-    it = do_item_get(key, nkey, hv, &why, false);
-    *created = it != NULL;
-    return it;
+    mg->touch_exptime = of->exptime;
+    mg->vivify_exptime = of->autoviv_exptime;
+    mg->recache_time = of->recache_time;
+    mg->vivify = of->vivify;
 }
 
-/* Hit: builds the flags of an mg reply; returns whether a token was won. */
-static bool mg_hit_flags(struct meta_line *m, struct util_token *tok,
-                         size_t ntok, const struct meta_flags *of, item *it,
-                         bool created, bool *ttl_set)
+/* Hit: the flags of an mg reply, from what items.c answered. */
+static void mg_hit_flags(struct meta_line *m, struct util_token *tok,
+                         size_t ntok, const struct meta_flags *of,
+                         const struct item_mg *mg, const char *key,
+                         size_t nkey)
 {
-    bool won = false;
+    unsigned int j = 0;
     for (size_t i = 2; i < ntok; i++) {
-        switch (tok[i].value[0]) {
-        case 'T':
-            *ttl_set = true;
-            it->exptime = of->exptime;
+        char f = tok[i].value[0];
+        switch (f) {
+        case 'T': case 'N': case 'R':
+            j++;
             break;
-        case 'N':
-            if (created) {
-                it->exptime = of->autoviv_exptime;
-                won = true;
+        case 's': case 'c': case 'f': case 'l': case 'h':
+            ml_flag_u64(m, f, (uint64_t)mg->val[j++]);
+            break;
+        case 't':
+            ml_flag(m, 't');
+            if (mg->val[j] < 0) {
+                memcpy(m->p, "-1", 2);
+                m->p += 2;
+            } else {
+                m->p = util_u64toa((uint64_t)mg->val[j], m->p);
             }
-            break;
-        case 'R':
-            if (!(it->it_flags & ITEM_TOKEN_SENT) && !created &&
-                it->exptime != 0 && it->exptime < of->recache_time)
-                won = true;
-            break;
-        case 's': ml_flag_u64(m, 's', it->nbytes - 2); break;
-        case 't': ml_ttl(m, it); break;
-        case 'c': ml_flag_u64(m, 'c', it->cas); break;
-        case 'f': ml_flag_u64(m, 'f', it->flags); break;
-        case 'l': ml_flag_u64(m, 'l', (uint32_t)(mc_now() - item_time(it))); break;
-        case 'h':
-            ml_flag_u64(m, 'h', (it->it_flags & ITEM_FETCHED) ? 1 : 0);
+            j++;
             break;
         case 'O': ml_token(m, &tok[i]); break;
-        case 'k': ml_key(m, ITEM_key(it), it->nkey, of->key_binary); break;
+        case 'k': ml_key(m, key, nkey, of->key_binary); break;
         }
     }
-    return won;
 }
 
 /* The EN line of an mg miss. */
@@ -439,83 +431,65 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     size_t nkey = tok[1].length;
 
     enum item_miss why = MISS_NONE;
-    uint32_t hv = item_hash(key, nkey);
-    bool created = false;
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it == NULL && of.vivify) {
-        it = meta_vivify(c, key, nkey, hv, &created);
-    }
+    unsigned int clsid = 0;
+    item *it = NULL;
+    struct item_mg mg = { .partition = c->thread->partition };
+    mg_ops(&mg, tok, ntok, &of);
+    struct item_read rq = { .key = key, .nkey = nkey, .bump = !of.no_update,
+                            .value = of.value, .mg = &mg };
+    struct mg_park g;
+    g.hit_len = g.miss_len = 0;
+    g.quiet = false;
+    enum item_answer a = conn_read_item(c, &rq, mg_fill, &g, sizeof(g), &it,
+                                        &why, &clsid);
     if (why == MISS_EXPIRED)
         STATS_INCR(PT_STATS(c), get_expired);
     else if (why == MISS_FLUSHED)
         STATS_INCR(PT_STATS(c), get_flushed);
 
     struct meta_line m;
-    if (it == NULL) {
-        item_unlock(hv);
+    if (a == ITEM_MISS && clsid == 0) {
         STATS_INCR(PT_STATS(c), get_cmds);
         STATS_INCR(PT_STATS(c), get_misses);
         mg_miss_line(&m, tok, ntok, key, nkey, &of);
         pt_out_buf(c, m.buf, ml_len(&m), c->noreply);
         return;
     }
-
     if (of.value) {
         ml_init(&m, "VA ");
-        m.p = util_u64toa(it->nbytes - 2, m.p);
+        m.p = util_u64toa(mg.nbytes - 2, m.p);
     } else {
         ml_init(&m, "HD");
     }
-    bool ttl_set = false;
-    bool won = mg_hit_flags(&m, tok, ntok, &of, it, created, &ttl_set);
-    if (it->it_flags & ITEM_TOKEN_SENT)
+    mg_hit_flags(&m, tok, ntok, &of, &mg, key, nkey);
+    if (mg.token_sent)
         ml_flag(&m, 'Z');
-    if (it->it_flags & ITEM_STALE) {
+    if (mg.stale)
         ml_flag(&m, 'X');
-        if (!(it->it_flags & ITEM_TOKEN_SENT))
-            won = true;
-    }
-    if (won) {
+    if (mg.won)
         ml_flag(&m, 'W');
-        it->it_flags |= ITEM_TOKEN_SENT;
-    }
     ml_end(&m);
-    if (!of.no_update)
-        do_item_touch_access(it);
-    unsigned int clsid = it->slabs_clsid;
-    bool parked = false;
-    if (of.value && item_value_async(it)) {
-        struct mg_park *g = malloc(sizeof(*g));
-        if (g != NULL) {
-            struct meta_line miss;
-            mg_miss_line(&miss, tok, ntok, key, nkey, &of);
-            g->hit_len = ml_len(&m);
-            memcpy(g->hit, m.buf, g->hit_len);
-            g->miss_len = ml_len(&miss);
-            memcpy(g->miss, miss.buf, g->miss_len);
-            g->quiet = c->noreply;
-            parked = conn_park_value(c, it, hv, mg_fill, g, sizeof(*g));
-            free(g);
-        }
-    }
-    /* A lower-tier value is copied out while the key is still locked. */
-    if (parked)
-        item_release(it);
-    else if (of.value)
-        it = item_value_take(it);
-    item_unlock(hv);
 
-    if (ttl_set) {
+    if (mg.ttl_set) {
         STATS_INCR(PT_STATS(c), touch_cmds);
         SLAB_STATS_INCR(PT_STATS(c), clsid, touch_hits);
     } else {
         STATS_INCR(PT_STATS(c), get_cmds);
         SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
     }
-    if (parked)
+    if (a == ITEM_PENDING) {
+        /* Both possible answers go with the placeholder. */
+        struct mg_park *p = conn_read_item_ctx(c);
+        struct meta_line miss;
+        mg_miss_line(&miss, tok, ntok, key, nkey, &of);
+        p->hit_len = ml_len(&m);
+        memcpy(p->hit, m.buf, p->hit_len);
+        p->miss_len = ml_len(&miss);
+        memcpy(p->miss, miss.buf, p->miss_len);
+        p->quiet = c->noreply;
         return;
-    if (of.value && it == NULL) {
+    }
+    if (a != ITEM_HIT) {        /* no memory, or the copy found it damaged */
         out_errstring(c, "SERVER_ERROR out of memory writing get response");
         return;
     }
