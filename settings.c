@@ -7,7 +7,6 @@
  */
 #include "config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 
 #include "memcached.h"
 #include "stats.h"
+#include "util.h"
 
 struct settings settings;
 rel_time_t current_time;
@@ -303,26 +303,6 @@ static void die(const char *fmt, const char *a, const char *b)
     exit(EX_USAGE);
 }
 
-/* Parses "123", "64k", "1m", "2g" into bytes. */
-static bool parse_size(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return false;
-    switch (tolower((unsigned char)*end)) {
-    case 'k': v *= 1024; end++; break;
-    case 'm': v *= 1024 * 1024; end++; break;
-    case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (tolower((unsigned char)*end) == 'b')
-        end++;
-    *out = v;
-    return *end == '\0';
-}
-
 static void opt_apply(const struct option_def *o, const char *arg)
 {
     char *end;
@@ -350,16 +330,18 @@ static void opt_apply(const struct option_def *o, const char *arg)
             *(double *)opt_field(o) = v;
         break;
     case OPT_SIZE:
-    case OPT_BYTES:
-        if (!arg || !parse_size(arg, &v))
+    case OPT_BYTES: {
+        uint64_t bytes;
+        if (!arg || !util_parse_size(arg, &bytes))
             die("option '%s': '%s' is not a size (e.g. 512k, 1m)", name, arg ? arg : "");
-        if (v < o->min || v > o->max)
+        if ((double)bytes < o->min || (double)bytes > o->max)
             die("option '%s': %s is out of range", name, arg);
         if (o->kind == OPT_SIZE)
-            *(int *)opt_field(o) = (int)v;
+            *(int *)opt_field(o) = (int)bytes;
         else
-            *(size_t *)opt_field(o) = (size_t)v;
+            *(size_t *)opt_field(o) = (size_t)bytes;
         break;
+    }
     case OPT_OCTAL:
         if (!arg)
             die("option '%s' needs a value%s", name, "");

@@ -469,19 +469,8 @@ bool tac_parse_path_size(const char *spec, char **path, size_t *size)
     const char *colon = strrchr(spec, ':');
     if (colon == NULL || colon == spec)
         return false;
-    char *end;
-    errno = 0;
-    double v = strtod(colon + 1, &end);
-    if (errno || end == colon + 1 || v < 0)
-        return false;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end != '\0')
+    uint64_t v;
+    if (!util_parse_size(colon + 1, &v))
         return false;
     *path = strndup(spec, (size_t)(colon - spec));
     *size = (size_t)v;
