@@ -1,7 +1,7 @@
 /*
  * memcached.h - process-wide settings, the server clock and shared constants.
  *
- * Owns: `settings` (written once by option parsing in memcached.c before any
+ * Owns: `settings` (written once by option parsing in settings.c before any
  * thread starts, read-only afterwards except the few fields marked "atomic"),
  * and the process clock `current_time` (seconds since start, advanced by the
  * listener thread's clock event, read by every thread with mc_now()).
@@ -39,6 +39,20 @@ typedef uint32_t rel_time_t;
 /* A single request line may grow a connection's read buffer up to this. */
 #define CONN_RBUF_MAX (16 * 1024 * 1024)
 
+/* -o tier_policy */
+enum settings_tier_policy {
+    TIER_POLICY_TAC,
+    TIER_POLICY_ANTI2,
+    TIER_POLICY_ANTITUPLE,
+    TIER_POLICY_TWOTIER,
+};
+
+/* -o ssd_io_engine */
+enum settings_ssd_engine {
+    SSD_ENGINE_URING,
+    SSD_ENGINE_THREADS,
+};
+
 struct settings {
     size_t maxbytes;        /* -m: DRAM for items and meta tuples */
     int maxconns;           /* -c */
@@ -66,24 +80,32 @@ struct settings {
     bool daemonize;         /* -d */
     char *pid_file;         /* -P */
     char *username;         /* -u */
-    int maxconns_fast;      /* -o maxconns_fast: reject immediately past -c */
+    int maxconns_fast;      /* -o maxconns_fast: accepted, no effect */
     int hashpower_init;     /* -o hashpower */
     int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
-    char prefix_delimiter;  /* -D */
+    char prefix_delimiter;  /* -D: accepted, no effect */
     bool slab_reassign;     /* -o slab_reassign / no_slab_reassign */
-    int slab_automove;      /* -o slab_automove=0|1 */
+    int slab_automove;      /* -o slab_automove=0|1 (atomic: `slabs automove`
+                               writes it) */
     char *nvm_path;         /* -o nvm_path=PATH:SIZE (NULL = no NVM tier) */
-    char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS */
+    char *nvm_file;         /*   its PATH */
+    size_t nvm_size;        /*   its SIZE in bytes (0 = a whole device) */
+    char *nvm_latency;      /* -o nvm_latency=READ_NS:WRITE_NS (NULL = 0:0) */
+    unsigned nvm_read_ns;   /*   READ_NS */
+    unsigned nvm_write_ns;  /*   WRITE_NS */
     int evict_threads;      /* -o evict_threads (0 = half the cores) */
-    int fetch_threads;      /* -o fetch_threads (0 = none, -1 = -t) */
-    char *tier_policy;      /* -o tier_policy (NULL = tac) */
-    char *nvm_admission;    /* -o nvm_admission=always|obp:PCT (NULL = default) */
+    int fetch_threads;      /* -o fetch_threads (default -t; 0 = none) */
+    int tier_policy;        /* -o tier_policy: enum settings_tier_policy */
+    char *nvm_admission;    /* -o nvm_admission=always|obp:PCT */
+    int nvm_obp_pct;        /*   PCT, or -1 for always */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
     int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
     char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier) */
+    char *ssd_file;         /*   its PATH */
+    size_t ssd_size;        /*   its SIZE in bytes */
     int ssd_page_size;      /* -o ssd_page_size, bytes (0 = default) */
-    int ssd_buf_size;       /* -o ssd_buf_size, bytes (0 = default) */
-    char *ssd_io_engine;    /* -o ssd_io_engine=uring|threads (NULL = uring) */
+    int ssd_buf_size;       /* -o ssd_buf_size, bytes */
+    int ssd_io_engine;      /* -o ssd_io_engine: enum settings_ssd_engine */
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
     int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
@@ -114,8 +136,11 @@ void settings_init(void);
  */
 void settings_parse_args(int argc, char **argv);
 /* Fills derived defaults (partitions, page size) and checks limits.
- * Returns false after printing why the combination is invalid. */
+ * Returns false after printing why the combination is invalid.  After it
+ * `settings` is read-only but for verbose and slab_automove. */
 bool settings_finalize(void);
+/* The name of a choice option's value: "tac" for "tier_policy". */
+const char *settings_choice(const char *name);
 /* Prints the -h text. */
 void settings_usage(void);
 

@@ -1,13 +1,16 @@
 /*
- * settings.c - default settings and the server clock.
+ * settings.c - the option table, `settings` and the server clock.
  *
- * `settings` is filled by settings_init() and option parsing before any
- * thread starts.  The clock (current_time) is advanced once a second by the
- * listener thread and read everywhere with mc_now().
+ * `settings` is filled from the option table below: settings_init() sets
+ * every default, settings_parse_args() the command line, and
+ * settings_finalize() the automatic values, all before any thread starts.
+ * Nothing outside this file writes it afterwards (but see
+ * settings_finalize for the two run-time tunables).  The clock
+ * (current_time) is advanced once a second by the listener thread and read
+ * everywhere with mc_now().
  */
 #include "config.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -20,45 +23,17 @@
 
 #include "memcached.h"
 #include "stats.h"
+#include "util.h"
 
 struct settings settings;
 rel_time_t current_time;
 time_t process_started;
 
+static void settings_defaults(void);
+
 void settings_init(void)
 {
-    memset(&settings, 0, sizeof(settings));
-    settings.maxbytes = 64 * 1024 * 1024;
-    settings.maxconns = 1024;
-    settings.port = 11211;
-    settings.udpport = 0;
-    settings.inter = NULL;
-    settings.verbose = 0;
-    settings.evict_to_free = true;
-    settings.socketpath = NULL;
-    settings.access = 0700;
-    settings.factor = 1.25;
-    settings.chunk_size = 48;       /* 24 with a lower tier, unless -n */
-    settings.num_threads = 4;
-    settings.partitions = 0;        /* 0 = same as num_threads */
-    settings.reqs_per_event = 20;
-    settings.use_cas = true;
-    settings.backlog = 1024;
-    settings.item_size_max = 1024 * 1024;
-    settings.slab_page_size = SLAB_PAGE_SIZE;
-    settings.idle_timeout = 0;
-    settings.shutdown_command = false;
-    settings.flush_enabled = true;
-    settings.maxconns_fast = true;
-    settings.hashpower_init = 16;
-    settings.crawler_interval = 1;
-    settings.temp_sample_interval = 5;
-    settings.fetch_threads = -1;   /* -1 = as many as workers */
-    settings.temp_sample_size = 2000;
-    settings.store_wait_ms = 2000;
-    settings.prefix_delimiter = ':';
-    settings.slab_reassign = true;
-    settings.slab_automove = 1;
+    settings_defaults();
 
     /* Start the clock at 2 so that "already expired" (1) is in the past. */
     process_started = time(NULL) - 2;
@@ -100,19 +75,28 @@ int64_t ttl_remaining(rel_time_t exptime)
 /* ---- Options ------------------------------------------------------------
  *
  * One table row declares an option: its short flag (0 for -o only), long
- * name, kind, the settings field, bounds, the name `stats settings` prints
- * and the -h text.  Parsing, -h and `stats settings` all walk this table.
+ * name, kind, the settings field, bounds, the name `stats settings` prints,
+ * the -h text, its default and, where bounds are not enough, a check.
+ * settings_init, parsing, settings_finalize, -h and `stats settings` all
+ * walk this table; README.md's option list is the -h text, and
+ * tests/integration/test_options.py holds the two together.
+ *
+ * A default is written as it would be on the command line and goes through
+ * the same parsing and checks.  A row without one starts at zero: off,
+ * none, or an automatic value that settings_finalize resolves (the help
+ * text says which).
  */
 
 enum opt_kind {
     OPT_INT,        /* integer within [min, max] */
     OPT_MEGABYTES,  /* size_t, given in megabytes (-m) */
-    OPT_SIZE,       /* int bytes with optional k/m/g suffix (-I) */
-    OPT_BYTES,      /* size_t bytes with optional k/m/g suffix */
+    OPT_SIZE,       /* int bytes, a size as util_parse_size reads it (-I) */
+    OPT_BYTES,      /* size_t bytes, likewise */
     OPT_DOUBLE,
     OPT_STRING,
     OPT_CHAR,
     OPT_OCTAL,
+    OPT_CHOICE,     /* one of `choices`; its index is stored as an int */
     OPT_SET,        /* bool set true, no argument */
     OPT_CLEAR,      /* bool set false, no argument */
     OPT_VERBOSE,    /* -v, repeatable */
@@ -130,170 +114,254 @@ struct option_def {
     const char *stat_name;  /* NULL: not shown in stats settings */
     const char *arg;        /* argument placeholder in -h */
     const char *help;
+    /* Below, set where a row needs them. */
+    const char *def;        /* default, in command-line form; for OPT_SET
+                               and OPT_CLEAR "on" or "off", the field's */
+    /* Checks the stored value beyond min/max and fills the fields derived
+     * from it; false means the value is refused with `expect`. */
+    bool (*check)(const struct option_def *o);
+    const char *expect;     /* what check accepts, for its error */
+    const char *const *choices; /* OPT_CHOICE: the names, NULL-terminated */
+    bool no_effect;         /* accepted for compatibility, does nothing */
 };
 
+/* Validators, below the table. */
+static bool check_nvm_path(const struct option_def *o);
+static bool check_ssd_path(const struct option_def *o);
+static bool check_nvm_latency(const struct option_def *o);
+static bool check_nvm_admission(const struct option_def *o);
+static bool check_ssd_buf_size(const struct option_def *o);
+
+/* Choice names, indexed by enum settings_tier_policy and settings_ssd_engine. */
+static const char *const tier_policies[] = {
+    [TIER_POLICY_TAC] = "tac",
+    [TIER_POLICY_ANTI2] = "anti2",
+    [TIER_POLICY_ANTITUPLE] = "antituple",
+    [TIER_POLICY_TWOTIER] = "twotier",
+    NULL
+};
+static const char *const ssd_engines[] = {
+    [SSD_ENGINE_URING] = "uring",
+    [SSD_ENGINE_THREADS] = "threads",
+    NULL
+};
+
+/* The fields every row sets, in order; the rest are set by name. */
+#define OPT(flag, nm, k, off, lo, hi, ext, stat, a, h)                      \
+    .short_flag = (flag), .name = (nm), .kind = (k), .offset = (off),       \
+    .min = (lo), .max = (hi), .extended = (ext), .stat_name = (stat),       \
+    .arg = (a), .help = (h)
 #define S(field) offsetof(struct settings, field)
 #define NOFIELD 0
 static const struct option_def options[] = {
-    { 'p', "port", OPT_INT, S(port), 0, 65535, false, "tcpport", "<num>",
-      "TCP port to listen on (default: 11211, 0 is off)" },
-    { 'U', "udp-port", OPT_INT, S(udpport), 0, 65535, false, "udpport", "<num>",
-      "UDP port to listen on (default: 0, off)" },
-    { 's', "unix-socket", OPT_STRING, S(socketpath), 0, 0, false, "domain_socket",
-      "<file>", "UNIX socket to listen on (disables network support)" },
-    { 'a', "unix-mask", OPT_OCTAL, S(access), 0, 0777, false, "umask", "<mask>",
-      "access mask for UNIX socket, in octal (default: 700)" },
-    { 'A', "enable-shutdown", OPT_SET, S(shutdown_command), 0, 0, false,
-      "shutdown_command", NULL, "enable ascii \"shutdown\" command" },
-    { 'l', "listen", OPT_STRING, S(inter), 0, 0, false, "inter", "<addr>",
-      "interface(s) to listen on, comma separated (default: 127.0.0.1)" },
-    { 'd', "daemon", OPT_SET, S(daemonize), 0, 0, false, NULL, NULL,
-      "run as a daemon" },
-    { 'r', "enable-coredumps", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
-      "maximize core file limit" },
-    { 'u', "user", OPT_STRING, S(username), 0, 0, false, NULL, "<user>",
-      "assume identity of <user> (only when run as root)" },
-    { 'm', "memory-limit", OPT_MEGABYTES, S(maxbytes), 1, 1 << 30, false,
-      "maxbytes", "<num>", "item memory in megabytes (default: 64)" },
-    { 'M', "disable-evictions", OPT_CLEAR, S(evict_to_free), 0, 0, false,
-      "evictions", NULL, "return error on memory exhausted instead of evicting" },
-    { 'c', "conn-limit", OPT_INT, S(maxconns), 1, 1 << 20, false, "maxconns",
-      "<num>", "max simultaneous connections (default: 1024); the start is\n"
-      "                          refused when the open file limit cannot cover it" },
-    { 'k', "lock-memory", OPT_SET, S(lock_memory), 0, 0, false, NULL, NULL,
-      "lock down all paged memory" },
-    { 'v', "verbose", OPT_VERBOSE, S(verbose), 0, 0, false, "verbosity", NULL,
-      "verbose (print errors/warnings while in event loop); -vv also\n"
-      "                          prints client commands and responses" },
-    { 'h', "help", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
-      "print this help and exit" },
-    { 'i', "license", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
-      "print the license and exit" },
-    { 'V', "version", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
-      "print version and exit" },
-    { 'P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
-      "save PID in <file>, only used with -d option" },
-    { 'f', "slab-growth-factor", OPT_DOUBLE, S(factor), 1.01, 100, false,
-      "growth_factor", "<num>", "chunk size growth factor (default: 1.25)" },
-    { 'n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
-      "chunk_size", "<bytes>", "min space used for key+value+flags (default: 48;\n"
-      "                          24 with NVM, 8 with SSD, to fit meta tuples closely)" },
-    { 'L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
-      "preallocate all item memory at start" },
-    { 'D', "delimiter", OPT_CHAR, S(prefix_delimiter), 0, 0, false,
-      "stat_key_prefix", "<char>", "delimiter between key prefixes and IDs (default: ':')" },
-    { 't', "threads", OPT_INT, S(num_threads), 1, 256, false, "num_threads",
-      "<num>", "number of worker threads to use (default: 4)" },
-    { 'R', "max-reqs-per-event", OPT_INT, S(reqs_per_event), 1, 1 << 20, false,
-      "reqs_per_event", "<num>", "maximum number of requests per event (default: 20)" },
-    { 'C', "disable-cas", OPT_CLEAR, S(use_cas), 0, 0, false, "cas_enabled",
-      NULL, "disable use of CAS" },
-    { 'b', "listen-backlog", OPT_INT, S(backlog), 1, 1 << 20, false,
-      "tcp_backlog", "<num>", "set the backlog queue limit (default: 1024)" },
-    { 'B', "protocol", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, "<name>",
-      "protocol: ascii, binary or auto (default: auto-negotiate)" },
-    { 'I', "max-item-size", OPT_SIZE, S(item_size_max), 1024, 1 << 30, false,
-      "item_size_max", "<num>", "max item size (default: 1m, min: 1k, max: 1024m)" },
-    { 'F', "disable-flush-all", OPT_CLEAR, S(flush_enabled), 0, 0, false,
-      "flush_enabled", NULL, "disable flush_all command" },
-    { 'X', "disable-dumping", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
-      "disable stats cachedump and lru_crawler metadump" },
-    { 'W', "disable-watch", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
-      "disable watch commands (live logging)" },
-    { 'o', "extended", OPT_ACTION, NOFIELD, 0, 0, false, NULL, "<opts>",
-      "comma separated list of extended options (below)" },
+    { OPT('p', "port", OPT_INT, S(port), 0, 65535, false, "tcpport", "<num>",
+      "TCP port to listen on, 0 is off"), .def = "11211" },
+    { OPT('U', "udp-port", OPT_INT, S(udpport), 0, 65535, false, "udpport", "<num>",
+      "UDP port to listen on, 0 is off"), .def = "0" },
+    { OPT('s', "unix-socket", OPT_STRING, S(socketpath), 0, 0, false, "domain_socket",
+      "<file>", "UNIX socket to listen on (disables network support)") },
+    { OPT('a', "unix-mask", OPT_OCTAL, S(access), 0, 0777, false, "umask", "<mask>",
+      "access mask for UNIX socket, in octal"), .def = "700" },
+    { OPT('A', "enable-shutdown", OPT_SET, S(shutdown_command), 0, 0, false,
+      "shutdown_command", NULL, "enable ascii \"shutdown\" command") },
+    /* The default is resolved by settings_finalize: none with -s. */
+    { OPT('l', "listen", OPT_STRING, S(inter), 0, 0, false, "inter", "<addr>",
+      "interface(s) to listen on, comma separated (default: 127.0.0.1)") },
+    { OPT('d', "daemon", OPT_SET, S(daemonize), 0, 0, false, NULL, NULL,
+      "run as a daemon") },
+    { OPT('r', "enable-coredumps", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
+      "maximize core file limit") },
+    { OPT('u', "user", OPT_STRING, S(username), 0, 0, false, NULL, "<user>",
+      "assume identity of <user> (only when run as root)") },
+    { OPT('m', "memory-limit", OPT_MEGABYTES, S(maxbytes), 1, 1 << 30, false,
+      "maxbytes", "<num>", "item memory in megabytes"), .def = "64" },
+    { OPT('M', "disable-evictions", OPT_CLEAR, S(evict_to_free), 0, 0, false,
+      "evictions", NULL, "return error on memory exhausted instead of evicting"),
+      .def = "on" },
+    { OPT('c', "conn-limit", OPT_INT, S(maxconns), 1, 1 << 20, false, "maxconns",
+      "<num>", "max simultaneous connections; the start is refused when the "
+      "open file limit cannot cover it"), .def = "1024" },
+    { OPT('k', "lock-memory", OPT_SET, S(lock_memory), 0, 0, false, NULL, NULL,
+      "lock down all paged memory") },
+    { OPT('v', "verbose", OPT_VERBOSE, S(verbose), 0, 0, false, "verbosity", NULL,
+      "verbose (print errors/warnings while in event loop); -vv also "
+      "prints client commands and responses") },
+    { OPT('h', "help", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
+      "print this help and exit") },
+    { OPT('i', "license", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
+      "print the license and exit") },
+    { OPT('V', "version", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
+      "print version and exit") },
+    { OPT('P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
+      "save PID in <file>, only used with -d option") },
+    { OPT('f', "slab-growth-factor", OPT_DOUBLE, S(factor), 1.01, 100, false,
+      "growth_factor", "<num>", "chunk size growth factor"), .def = "1.25" },
+    /* With a lower tier settings_finalize lowers it unless given. */
+    { OPT('n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
+      "chunk_size", "<bytes>", "min space used for key+value+flags; unless "
+      "given, 24 with NVM and 8 with SSD, to fit meta tuples closely"),
+      .def = "48" },
+    { OPT('L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
+      "preallocate all item memory at start") },
+    /* Per-prefix stats (stats detail) are not collected. */
+    { OPT('D', "delimiter", OPT_CHAR, S(prefix_delimiter), 0, 0, false,
+      "stat_key_prefix", "<char>", "delimiter between key prefixes and IDs"),
+      .def = ":", .no_effect = true },
+    { OPT('t', "threads", OPT_INT, S(num_threads), 1, 256, false, "num_threads",
+      "<num>", "number of worker threads to use"), .def = "4" },
+    { OPT('R', "max-reqs-per-event", OPT_INT, S(reqs_per_event), 1, 1 << 20, false,
+      "reqs_per_event", "<num>", "maximum number of requests per event"),
+      .def = "20" },
+    { OPT('C', "disable-cas", OPT_CLEAR, S(use_cas), 0, 0, false, "cas_enabled",
+      NULL, "disable use of CAS"), .def = "on" },
+    { OPT('b', "listen-backlog", OPT_INT, S(backlog), 1, 1 << 20, false,
+      "tcp_backlog", "<num>", "set the backlog queue limit"), .def = "1024" },
+    /* Every connection negotiates its protocol by its first byte. */
+    { OPT('B', "protocol", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, "<name>",
+      "protocol: ascii, binary or auto") },
+    { OPT('I', "max-item-size", OPT_SIZE, S(item_size_max), 1024, 1 << 30, false,
+      "item_size_max", "<num>", "max item size, 1k to 1024m"), .def = "1m" },
+    { OPT('F', "disable-flush-all", OPT_CLEAR, S(flush_enabled), 0, 0, false,
+      "flush_enabled", NULL, "disable flush_all command"), .def = "on" },
+    { OPT('X', "disable-dumping", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
+      "disable stats cachedump and lru_crawler metadump") },
+    { OPT('W', "disable-watch", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
+      "disable watch commands (live logging)") },
+    { OPT('o', "extended", OPT_ACTION, NOFIELD, 0, 0, false, NULL, "<opts>",
+      "comma separated list of extended options (below)") },
 
     /* -o name=value */
-    { 0, "partitions", OPT_INT, S(partitions), 1, MAX_PARTITIONS, true,
-      "partitions", "<num>", "LRU/free-list partitions per slab class (default: threads)" },
-    { 0, "idle_timeout", OPT_INT, S(idle_timeout), 0, 1 << 30, true,
-      "idle_timeout", "<secs>", "close connections idle this long (default: 0, off)" },
-    { 0, "maxconns_fast", OPT_INT, S(maxconns_fast), 0, 1, true,
-      "maxconns_fast", "<0|1>", "reject new connections past -c at once (default: 1)" },
-    { 0, "hashpower", OPT_INT, S(hashpower_init), 12, 32, true,
-      "hashpower_init", "<num>", "initial hash table size as a power of two (default: 16)" },
-    { 0, "crawler_interval", OPT_INT, S(crawler_interval), 1, 3600, true,
-      "crawler_interval", "<secs>", "seconds between expiry crawler steps (default: 1)" },
-    { 0, "temp_sample_interval", OPT_INT, S(temp_sample_interval), 0, 3600, true,
-      "temp_sample_interval", "<secs>", "seconds between samples that set the hot/warm\n"
-      "                          thresholds, with a lower tier (default: 5, 0 = off)" },
-    { 0, "temp_sample_size", OPT_INT, S(temp_sample_size), 10, 1000000, true,
-      "temp_sample_size", "<items>", "items read per threshold sample (default: 2000)" },
-    { 0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
-      NULL, "let the page mover move slab pages between classes (default: on)" },
-    { 0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,
-      NULL, "keep slab pages in the class that first took them" },
-    { 0, "slab_automove", OPT_INT, S(slab_automove), 0, 2, true, "slab_automove",
-      "<0|1>", "move pages to classes that run short automatically (default: 1)" },
-    { 0, "nvm_path", OPT_STRING, S(nvm_path), 0, 0, true, "nvm_path",
-      "<path:size>", "NVM tier: a DAX file, /dev/daxX.Y, a plain file (emulation)\n"
-      "                          or numa:N, and its size, e.g. /dev/shm/tac-nvm:4g" },
-    { 0, "nvm_latency", OPT_STRING, S(nvm_latency), 0, 0, true, "nvm_latency",
-      "<rd:wr>", "emulated NVM latency in ns per 256 B block read/written (default: 0:0)" },
-    { 0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
-      "evict_threads", "<num>", "threads moving cold items down a tier (default: half the cores)" },
-    { 0, "tier_policy", OPT_STRING, S(tier_policy), 0, 0, true, NULL,
-      "<mode>", "tac (default); for comparisons: anti2 (DRAM and NVM as one\n"
-      "                          memory: no temperatures, a set or a read SSD item lands\n"
-      "                          in DRAM or NVM at random, weighted by their sizes),\n"
-      "                          antituple (no whole-buf fetch), twotier (no NVM)" },
-    { 0, "nvm_admission", OPT_STRING, S(nvm_admission), 0, 0, true, NULL,
-      "<always|obp:PCT>", "which cold items evicted from DRAM may go to NVM: always,\n"
-      "                          or refuse (send them to SSD) while NVM is full and its\n"
-      "                          (inserts + removals) / lookups over 8 s exceed PCT %\n"
-      "                          (default: always)" },
-    { 0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
-      "fetch_threads", "<num>", "threads moving hot and warm items up a tier, with a\n"
-      "                          lower tier (default: as many as -t; 0 = none)" },
-    { 0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
-      "dram_free_watermark", "<bytes>", "DRAM the evictors keep free (default: 2% of -m, at least 2m)" },
-    { 0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
-      "nvm_free_watermark", "<bytes>", "NVM the evictors keep free by moving tuples to SSD;\n"
-      "                          only with an SSD tier (default: 1% of the tier)" },
-    { 0, "ssd_path", OPT_STRING, S(ssd_path), 0, 0, true, "ssd_path",
-      "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so not\n"
-      "                          tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g" },
-    { 0, "ssd_page_size", OPT_SIZE, S(ssd_page_size), 0, 1 << 30, true, NULL,
-      "<bytes>", "SSD page: the unit of reclaim and defrag; raised to hold\n"
-      "                          the largest item, -I, in whole bufs (default: 8m)" },
-    { 0, "ssd_buf_size", OPT_SIZE, S(ssd_buf_size), 0, 1 << 30, true, NULL,
-      "<bytes>", "SSD buf: the unit of writing, a multiple of 4k (default: 256k)" },
-    { 0, "ssd_io_engine", OPT_STRING, S(ssd_io_engine), 0, 0, true, NULL,
-      "<uring|threads>", "SSD I/O: io_uring, or a pread/pwrite thread pool\n"
-      "                          (default: uring, threads when io_uring is unavailable)" },
-    { 0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
-      "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the\n"
-      "                          pages, at least 3)" },
-    { 0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
-      "conn_mem_limit", "<bytes>", "memory all connections may hold beyond their first 16k\n"
-      "                          read buffer (long request lines, values being read);\n"
-      "                          past it the connection holding the most is closed\n"
-      "                          (default: the larger of 64m and -m/8, and at least\n"
-      "                          twice -I plus 16m)" },
-    { 0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
-      "store_wait_ms", "<ms>", "longest a store waits, parked on its connection, for a\n"
-      "                          lower tier to make room before it is answered\n"
-      "                          SERVER_ERROR out of memory; 0 answers at once\n"
-      "                          (default: 2000)" },
+    { OPT(0, "partitions", OPT_INT, S(partitions), 1, MAX_PARTITIONS, true,
+      "partitions", "<num>", "LRU/free-list partitions per slab class "
+      "(default: threads)") },
+    { OPT(0, "idle_timeout", OPT_INT, S(idle_timeout), 0, 1 << 30, true,
+      "idle_timeout", "<secs>", "close connections idle this long, 0 is off"),
+      .def = "0" },
+    /* Past -c a connection is always turned away at once. */
+    { OPT(0, "maxconns_fast", OPT_INT, S(maxconns_fast), 0, 1, true,
+      "maxconns_fast", "<0|1>", "reject new connections past -c at once"),
+      .def = "1", .no_effect = true },
+    { OPT(0, "hashpower", OPT_INT, S(hashpower_init), 12, 32, true,
+      "hashpower_init", "<num>", "initial hash table size as a power of two"),
+      .def = "16" },
+    { OPT(0, "crawler_interval", OPT_INT, S(crawler_interval), 1, 3600, true,
+      "crawler_interval", "<secs>", "seconds between expiry crawler steps"),
+      .def = "1" },
+    { OPT(0, "temp_sample_interval", OPT_INT, S(temp_sample_interval), 0, 3600, true,
+      "temp_sample_interval", "<secs>", "seconds between samples that set the "
+      "hot/warm thresholds, with a lower tier; 0 is off"), .def = "5" },
+    { OPT(0, "temp_sample_size", OPT_INT, S(temp_sample_size), 10, 1000000, true,
+      "temp_sample_size", "<items>", "items read per threshold sample"),
+      .def = "2000" },
+    { OPT(0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
+      NULL, "let the page mover move slab pages between classes"), .def = "on" },
+    { OPT(0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,
+      NULL, "keep slab pages in the class that first took them") },
+    { OPT(0, "slab_automove", OPT_INT, S(slab_automove), 0, 2, true, "slab_automove",
+      "<0|1>", "move pages to classes that run short automatically"),
+      .def = "1" },
+    { OPT(0, "nvm_path", OPT_STRING, S(nvm_path), 0, 0, true, "nvm_path",
+      "<path:size>", "NVM tier: a DAX file, /dev/daxX.Y, a plain file "
+      "(emulation) or numa:N, and its size, e.g. /dev/shm/tac-nvm:4g"),
+      .check = check_nvm_path,
+      .expect = "PATH:SIZE, e.g. /dev/shm/tac-nvm:4g or numa:1:16g" },
+    { OPT(0, "nvm_latency", OPT_STRING, S(nvm_latency), 0, 0, true, "nvm_latency",
+      "<rd:wr>", "emulated NVM latency in ns per 256 B block read/written "
+      "(default: 0:0)"), .check = check_nvm_latency,
+      .expect = "READ_NS:WRITE_NS, e.g. 300:1000" },
+    { OPT(0, "evict_threads", OPT_INT, S(evict_threads), 0, 64, true,
+      "evict_threads", "<num>", "threads moving cold items down a tier "
+      "(default: half the cores)") },
+    { OPT(0, "tier_policy", OPT_CHOICE, S(tier_policy), 0, 0, true, NULL,
+      "<mode>", "tac; for comparisons: anti2 (DRAM and NVM as one memory: no "
+      "temperatures, a set or a read SSD item lands in DRAM or NVM at random, "
+      "weighted by their sizes), antituple (no whole-buf fetch), twotier (no "
+      "NVM)"), .def = "tac", .choices = tier_policies },
+    { OPT(0, "nvm_admission", OPT_STRING, S(nvm_admission), 0, 0, true, NULL,
+      "<always|obp:PCT>", "which cold items evicted from DRAM may go to NVM: "
+      "always, or refuse (send them to SSD) while NVM is full and its (inserts "
+      "+ removals) / lookups over 8 s exceed PCT %"), .def = "always",
+      .check = check_nvm_admission, .expect = "always or obp:PCT, e.g. obp:100" },
+    { OPT(0, "fetch_threads", OPT_INT, S(fetch_threads), 0, 64, true,
+      "fetch_threads", "<num>", "threads moving hot and warm items up a tier, "
+      "with a lower tier (default: as many as -t; 0 = none)") },
+    { OPT(0, "dram_free_watermark", OPT_SIZE, S(dram_free_watermark), 0, 1 << 30, true,
+      "dram_free_watermark", "<bytes>", "DRAM the evictors keep free "
+      "(default: 2% of -m, at least 2m)") },
+    { OPT(0, "nvm_free_watermark", OPT_SIZE, S(nvm_free_watermark), 0, 1 << 30, true,
+      "nvm_free_watermark", "<bytes>", "NVM the evictors keep free by moving "
+      "tuples to SSD; only with an SSD tier (default: 1% of the tier)") },
+    { OPT(0, "ssd_path", OPT_STRING, S(ssd_path), 0, 0, true, "ssd_path",
+      "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so "
+      "not tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g"),
+      .check = check_ssd_path,
+      .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
+    /* 0 leaves the page to the SSD tier, which raises its 8m to fit -I. */
+    { OPT(0, "ssd_page_size", OPT_SIZE, S(ssd_page_size), 0, 1 << 30, true, NULL,
+      "<bytes>", "SSD page: the unit of reclaim and defrag; raised to hold the "
+      "largest item, -I, in whole bufs (default: 8m)") },
+    { OPT(0, "ssd_buf_size", OPT_SIZE, S(ssd_buf_size), 4096, 1 << 30, true, NULL,
+      "<bytes>", "SSD buf: the unit of writing, a multiple of 4k"),
+      .def = "256k", .check = check_ssd_buf_size,
+      .expect = "a multiple of 4k, e.g. 256k" },
+    { OPT(0, "ssd_io_engine", OPT_CHOICE, S(ssd_io_engine), 0, 0, true, NULL,
+      "<uring|threads>", "SSD I/O: io_uring, or a pread/pwrite thread pool; "
+      "uring falls back to threads when io_uring is unavailable"),
+      .def = "uring", .choices = ssd_engines },
+    { OPT(0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
+      "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the "
+      "pages, at least 3)") },
+    { OPT(0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
+      "conn_mem_limit", "<bytes>", "memory all connections may hold beyond "
+      "their first 16k read buffer (long request lines, values being read); "
+      "past it the connection holding the most is closed (default: the larger "
+      "of 64m and -m/8, and at least twice -I plus 16m)") },
+    { OPT(0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
+      "store_wait_ms", "<ms>", "longest a store waits, parked on its "
+      "connection, for a lower tier to make room before it is answered "
+      "SERVER_ERROR out of memory; 0 answers at once"), .def = "2000" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
-    { 0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "no_modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-
-    { 0, "lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "no_lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "no_lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "hash_algorithm", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "tail_repair_time", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
-    { 0, "slab_chunk_max", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL },
+    { OPT(0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "hash_algorithm", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "tail_repair_time", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "slab_chunk_max", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
 };
 #undef S
+#undef OPT
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* Which rows the command line gave, for the automatic defaults and the
+ * no-effect notes. */
+static bool given[NOPTIONS];
 
 static void *opt_field(const struct option_def *o)
 {
     return (char *)&settings + o->offset;
+}
+
+static bool opt_no_effect(const struct option_def *o)
+{
+    return o->kind == OPT_IGNORED || o->no_effect;
+}
+
+static const struct option_def *opt_by_name(const char *name)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (strcmp(options[i].name, name) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static bool opt_given(const char *name)
+{
+    const struct option_def *o = opt_by_name(name);
+    return o != NULL && given[o - options];
 }
 
 static void die(const char *fmt, const char *a, const char *b)
@@ -303,24 +371,31 @@ static void die(const char *fmt, const char *a, const char *b)
     exit(EX_USAGE);
 }
 
-/* Parses "123", "64k", "1m", "2g" into bytes. */
-static bool parse_size(const char *s, double *out)
+/* A value the option's own rules refuse: "-o name=value: expected ...",
+ * as it was written. */
+static void die_expected(const struct option_def *o, const char *arg,
+                         const char *expect)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return false;
-    switch (tolower((unsigned char)*end)) {
-    case 'k': v *= 1024; end++; break;
-    case 'm': v *= 1024 * 1024; end++; break;
-    case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
-    default: break;
+    if (o->extended)
+        fprintf(stderr, "-o %s=%s: expected %s\n", o->name, arg, expect);
+    else
+        fprintf(stderr, "-%c %s: expected %s\n", o->short_flag, arg, expect);
+    exit(EX_USAGE);
+}
+
+/* "expected tac, anti2, antituple or twotier" */
+static void die_choice(const struct option_def *o, const char *arg)
+{
+    char list[256] = "";
+    size_t n = 0;
+    while (o->choices[n] != NULL)
+        n++;
+    for (size_t i = 0; i < n; i++) {
+        const char *sep = i == 0 ? "" : i + 1 < n ? ", " : " or ";
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof(list) - len, "%s%s", sep, o->choices[i]);
     }
-    if (tolower((unsigned char)*end) == 'b')
-        end++;
-    *out = v;
-    return *end == '\0';
+    die_expected(o, arg, list);
 }
 
 static void opt_apply(const struct option_def *o, const char *arg)
@@ -350,16 +425,18 @@ static void opt_apply(const struct option_def *o, const char *arg)
             *(double *)opt_field(o) = v;
         break;
     case OPT_SIZE:
-    case OPT_BYTES:
-        if (!arg || !parse_size(arg, &v))
+    case OPT_BYTES: {
+        uint64_t bytes;
+        if (!arg || !util_parse_size(arg, &bytes))
             die("option '%s': '%s' is not a size (e.g. 512k, 1m)", name, arg ? arg : "");
-        if (v < o->min || v > o->max)
+        if ((double)bytes < o->min || (double)bytes > o->max)
             die("option '%s': %s is out of range", name, arg);
         if (o->kind == OPT_SIZE)
-            *(int *)opt_field(o) = (int)v;
+            *(int *)opt_field(o) = (int)bytes;
         else
-            *(size_t *)opt_field(o) = (size_t)v;
+            *(size_t *)opt_field(o) = (size_t)bytes;
         break;
+    }
     case OPT_OCTAL:
         if (!arg)
             die("option '%s' needs a value%s", name, "");
@@ -379,6 +456,17 @@ static void opt_apply(const struct option_def *o, const char *arg)
             die("option '%s' takes a single character, not '%s'", name, arg ? arg : "");
         *(char *)opt_field(o) = arg[0];
         break;
+    case OPT_CHOICE: {
+        if (!arg)
+            die("option '%s' needs a value%s", name, "");
+        int i = 0;
+        while (o->choices[i] != NULL && strcmp(o->choices[i], arg) != 0)
+            i++;
+        if (o->choices[i] == NULL)
+            die_choice(o, arg);
+        *(int *)opt_field(o) = i;
+        break;
+    }
     case OPT_SET:
         *(bool *)opt_field(o) = true;
         break;
@@ -393,17 +481,123 @@ static void opt_apply(const struct option_def *o, const char *arg)
     case OPT_ACTION:
         break;
     }
+    if (o->check != NULL && !o->check(o))
+        die_expected(o, arg, o->expect);
 }
 
-/* -n given: keep it even with a lower tier. */
-static bool chunk_size_given;
-
-static const struct option_def *opt_find_extended(const char *name)
+/* Every row's default, through the same parsing and checks as the command
+ * line; the rest of `settings` is zero. */
+static void settings_defaults(void)
 {
-    for (size_t i = 0; i < NOPTIONS; i++)
-        if (options[i].extended && strcmp(options[i].name, name) == 0)
-            return &options[i];
-    return NULL;
+    memset(&settings, 0, sizeof(settings));
+    memset(given, 0, sizeof(given));
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct option_def *o = &options[i];
+        if (o->def == NULL)
+            continue;
+        if (o->kind == OPT_SET || o->kind == OPT_CLEAR) {
+            *(bool *)opt_field(o) = strcmp(o->def, "on") == 0;
+        } else if (o->kind == OPT_STRING) {
+            /* The literal itself: settings_init may run again (unit tests),
+             * and a copy would leak each time. */
+            *(const char **)opt_field(o) = o->def;
+            if (o->check != NULL && !o->check(o))
+                die_expected(o, o->def, o->expect);
+        } else {
+            opt_apply(o, o->def);
+        }
+    }
+    /* Not an option: settings_finalize raises it to -I. */
+    settings.slab_page_size = SLAB_PAGE_SIZE;
+}
+
+/* ---- Validators: each parses its option's value into the fields derived
+ * from it.  Only these and settings_finalize write those fields. */
+
+/* "PATH:SIZE": the size follows the last colon, so "numa:0:1g" is node 0
+ * with 1 GB. */
+static bool split_path_size(const char *spec, char **path, size_t *size)
+{
+    const char *colon = strrchr(spec, ':');
+    uint64_t bytes;
+    if (colon == NULL || colon == spec || !util_parse_size(colon + 1, &bytes))
+        return false;
+    *path = strndup(spec, (size_t)(colon - spec));
+    *size = (size_t)bytes;
+    return *path != NULL;
+}
+
+/* Size 0 takes a whole device-dax. */
+static bool check_nvm_path(const struct option_def *o)
+{
+    (void)o;
+    free(settings.nvm_file);
+    settings.nvm_file = NULL;
+    return split_path_size(settings.nvm_path, &settings.nvm_file,
+                           &settings.nvm_size);
+}
+
+static bool check_ssd_path(const struct option_def *o)
+{
+    (void)o;
+    free(settings.ssd_file);
+    settings.ssd_file = NULL;
+    return split_path_size(settings.ssd_path, &settings.ssd_file,
+                           &settings.ssd_size) && settings.ssd_size > 0;
+}
+
+/* A decimal number up to max; *end is left after it. */
+static bool parse_uint(const char *s, unsigned long max, const char **end,
+                       unsigned *out)
+{
+    char *e;
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    unsigned long v = strtoul(s, &e, 10);
+    if (errno || v > max)
+        return false;
+    *end = e;
+    *out = (unsigned)v;
+    return true;
+}
+
+/* "READ_NS:WRITE_NS", each at most a millisecond. */
+static bool check_nvm_latency(const struct option_def *o)
+{
+    (void)o;
+    const char *s = settings.nvm_latency, *end;
+    unsigned rd, wr;
+    if (!parse_uint(s, 1000000, &end, &rd) || *end != ':' ||
+        !parse_uint(end + 1, 1000000, &end, &wr) || *end != '\0')
+        return false;
+    settings.nvm_read_ns = rd;
+    settings.nvm_write_ns = wr;
+    return true;
+}
+
+/* "always" (nvm_obp_pct -1) or "obp:PCT". */
+static bool check_nvm_admission(const struct option_def *o)
+{
+    (void)o;
+    const char *s = settings.nvm_admission, *end;
+    unsigned pct;
+    if (strcmp(s, "always") == 0) {
+        settings.nvm_obp_pct = -1;
+        return true;
+    }
+    if (strncmp(s, "obp:", 4) != 0 || !parse_uint(s + 4, 1000000, &end, &pct) ||
+        *end != '\0')
+        return false;
+    settings.nvm_obp_pct = (int)pct;
+    return true;
+}
+
+/* O_DIRECT writes whole 4 KiB blocks. */
+static bool check_ssd_buf_size(const struct option_def *o)
+{
+    (void)o;
+    return settings.ssd_buf_size % 4096 == 0;
 }
 
 /* -o a=1,b,c=2 */
@@ -415,25 +609,62 @@ static void opt_apply_extended(const char *list)
         char *val = strchr(tok, '=');
         if (val)
             *val++ = '\0';
-        const struct option_def *o = opt_find_extended(tok);
-        if (!o)
+        const struct option_def *o = opt_by_name(tok);
+        if (!o || !o->extended)
             die("Illegal suboption \"%s\"%s", tok, "");
-        if (o->kind == OPT_IGNORED) {
-            fprintf(stderr, "note: -o %s has no effect in tac-memcached\n", tok);
-            continue;
-        }
+        given[o - options] = true;
         opt_apply(o, val);
     }
     free(copy);
 }
 
-/* Prints "left  help", wrapping help to the next line when left is long. */
-static void usage_line(const char *left, const char *help)
+/* ---- -h ------------------------------------------------------------------ */
+
+#define HELP_COL 26     /* where help text starts */
+#define HELP_WIDTH 90   /* the longest line -h prints */
+
+/* Prints `text` from column `col` (the cursor is there), wrapped at word
+ * boundaries to HELP_WIDTH, later lines indented to `indent`. */
+static void print_wrapped(size_t col, size_t indent, const char *text)
 {
-    if (strlen(left) >= 26)
-        printf("%s\n%-26s%s\n", left, "", help);
-    else
-        printf("%-26s%s\n", left, help);
+    const char *p = text;
+    while (*p) {
+        const char *w = p;
+        while (*w && *w != ' ')
+            w++;
+        size_t len = (size_t)(w - p);
+        if (col > indent && col + 1 + len > HELP_WIDTH) {
+            printf("\n%*s", (int)indent, "");
+            col = indent;
+        } else if (col > indent) {
+            putchar(' ');
+            col++;
+        }
+        printf("%.*s", (int)len, p);
+        col += len;
+        p = *w ? w + 1 : w;
+    }
+    putchar('\n');
+}
+
+/* "left  help (default: x)", the help on the next line when left is long. */
+static void usage_row(const char *left, const struct option_def *o)
+{
+    char text[1024];
+    size_t n = (size_t)snprintf(text, sizeof(text), "%s%s",
+                                opt_no_effect(o) ? "(ignored) " : "", o->help);
+    /* Flags are off unless given; a default is shown for values and for
+     * -o switches, which may be on. */
+    if (o->def != NULL && (o->arg != NULL || o->extended) && n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n,
+                              o->kind == OPT_CHAR ? " (default: '%s')" : " (default: %s)",
+                              o->def);
+    if (strlen(left) >= HELP_COL) {
+        printf("%s\n%*s", left, HELP_COL, "");
+    } else {
+        printf("%-*s", HELP_COL, left);
+    }
+    print_wrapped(HELP_COL, HELP_COL, text);
 }
 
 void settings_usage(void)
@@ -441,25 +672,37 @@ void settings_usage(void)
     printf("tac-memcached %s\n", SERVER_VERSION);
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
-        if (o->extended || !o->help)
+        if (o->extended)
             continue;
         char left[64];
         snprintf(left, sizeof(left), "-%c, --%s%s%s", o->short_flag, o->name,
                  o->arg ? "=" : "", o->arg ? o->arg : "");
-        usage_line(left, o->help);
+        usage_row(left, o);
     }
     printf("\nExtended options (-o name=value,...):\n");
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
-        if (!o->extended || !o->help)
+        if (!o->extended || o->help == NULL)
             continue;
         char left[64];
         snprintf(left, sizeof(left), "   - %s%s%s:", o->name,
                  o->arg ? "=" : "", o->arg ? o->arg : "");
-        usage_line(left, o->help);
+        usage_row(left, o);
     }
-    printf("   memcached tuning options (modern, lru_crawler, lru_maintainer, ...)\n"
-           "   are accepted and have no effect.\n");
+    /* The memcached tuning names, by name. */
+    char names[512] = "";
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct option_def *o = &options[i];
+        if (!o->extended || o->help != NULL)
+            continue;
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof(names) - len, "%s%s", len ? ", " : "", o->name);
+    }
+    printf("   ");
+    char text[640];
+    snprintf(text, sizeof(text), "memcached tuning options, accepted and "
+             "ignored: %s", names);
+    print_wrapped(3, 3, text);
 }
 
 static void handle_action(char flag, const char *arg)
@@ -526,17 +769,36 @@ void settings_parse_args(int argc, char **argv)
             fprintf(stderr, "Try -h for the list of options.\n");
             exit(EX_USAGE);
         }
+        given[o - options] = true;
         if (o->kind == OPT_ACTION)
             handle_action(o->short_flag, optarg);
         else
             opt_apply(o, optarg);
-        if (o->short_flag == 'n')
-            chunk_size_given = true;
     }
     if (optind < argc)
         die("unexpected argument \"%s\"%s; try -h", argv[optind], "");
+
+    /* Once per option, however often given. */
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct option_def *o = &options[i];
+        if (!given[i] || !opt_no_effect(o))
+            continue;
+        if (o->extended)
+            fprintf(stderr, "tac-memcached: -o %s is accepted for compatibility "
+                    "and has no effect\n", o->name);
+        else
+            fprintf(stderr, "tac-memcached: -%c is accepted for compatibility "
+                    "and has no effect\n", o->short_flag);
+    }
 }
 
+/*
+ * The automatic defaults and the checks that span options.  Runs once,
+ * after parsing and before anything reads `settings`; after it `settings`
+ * is read-only, with two exceptions that memcached also has: `verbosity`
+ * sets settings.verbose and `slabs automove` sets settings.slab_automove
+ * at run time (both atomic).
+ */
 bool settings_finalize(void)
 {
     /* The default listen address, shown as such by `stats settings`. */
@@ -544,7 +806,7 @@ bool settings_finalize(void)
         settings.inter = strdup("127.0.0.1");
     if (settings.partitions == 0)
         settings.partitions = settings.num_threads;
-    if (settings.fetch_threads < 0)
+    if (!opt_given("fetch_threads"))
         settings.fetch_threads = settings.num_threads;
     if (settings.evict_threads == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -554,16 +816,37 @@ bool settings_finalize(void)
         settings.partitions = MAX_PARTITIONS;
     if (settings.item_size_max > SLAB_PAGE_SIZE)
         settings.slab_page_size = settings.item_size_max;
+    else
+        settings.slab_page_size = SLAB_PAGE_SIZE;
     if ((size_t)settings.item_size_max > settings.maxbytes / 2) {
         fprintf(stderr, "Cannot set item size limit higher than 1/2 of memory max.\n");
         return false;
     }
     /* Lower tiers keep meta tuples in DRAM: small first classes.  With
-     * SSD the first holds a compact meta tuple with an 8-byte key. */
-    if (!chunk_size_given && settings.ssd_path != NULL)
+     * SSD the first holds a compact meta tuple with an 8-byte key.  An
+     * NVM path counts even under twotier, which drops it below. */
+    if (!opt_given("slab-min-size") && settings.ssd_path != NULL)
         settings.chunk_size = 8;
-    else if (!chunk_size_given && settings.nvm_path != NULL)
+    else if (!opt_given("slab-min-size") && settings.nvm_path != NULL)
         settings.chunk_size = 24;
+    if (settings.tier_policy == TIER_POLICY_TWOTIER && settings.nvm_path != NULL) {
+        fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "
+                "used\n", settings.nvm_path);
+        settings.nvm_path = NULL;
+        free(settings.nvm_file);
+        settings.nvm_file = NULL;
+        settings.nvm_size = 0;
+    }
+    if (settings.nvm_path == NULL && settings.nvm_latency != NULL)
+        fprintf(stderr, "note: -o nvm_latency has no effect without "
+                "-o nvm_path\n");
+    if (settings.ssd_path != NULL && settings.ssd_page_size != 0 &&
+        settings.ssd_page_size % settings.ssd_buf_size != 0) {
+        fprintf(stderr, "-o ssd_page_size=%d: expected a multiple of "
+                "ssd_buf_size (%d)\n", settings.ssd_page_size,
+                settings.ssd_buf_size);
+        return false;
+    }
     /* One request may hold a whole value, or a read buffer grown to
      * CONN_RBUF_MAX for a long get line; the bound must let the largest
      * of each through, twice over. */
@@ -583,6 +866,14 @@ bool settings_finalize(void)
         return false;
     }
     return true;
+}
+
+const char *settings_choice(const char *name)
+{
+    const struct option_def *o = opt_by_name(name);
+    if (o == NULL || o->kind != OPT_CHOICE)
+        return NULL;
+    return o->choices[*(int *)opt_field(o)];
 }
 
 void settings_stats(struct stat_sink *sink)
@@ -615,6 +906,9 @@ void settings_stats(struct stat_sink *sink)
         }
         case OPT_CHAR:
             stat_printf(sink, o->stat_name, "%c", *(char *)opt_field(o));
+            break;
+        case OPT_CHOICE:
+            stat_printf(sink, o->stat_name, "%s", o->choices[*(int *)opt_field(o)]);
             break;
         case OPT_SET:
             stat_printf(sink, o->stat_name, "%s", *(bool *)opt_field(o) ? "yes" : "no");

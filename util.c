@@ -4,7 +4,8 @@
  *
  * Number parsing follows memcached 1.6.18 byte for byte, including its
  * 32-bit truncation quirk; the parsers answer exactly what stock memcached
- * answers for the same token.  Base64 is a straightforward table codec,
+ * answers for the same token.  Sizes on the command line (util_parse_size)
+ * are this server's own format.  Base64 is a straightforward table codec,
  * strict on input.  No state; any thread.
  */
 #include "util.h"
@@ -68,6 +69,59 @@ bool safe_strtol(const char *str, int32_t *out)
     if (!safe_strtoll(str, &v))
         return false;
     *out = (int32_t)(uint32_t)(uint64_t)v;  /* same truncation */
+    return true;
+}
+
+/* Fraction digits kept: 10^6 times the largest unit, 2^40, still fits in
+ * 64 bits, so the fraction needs no overflow check of its own. */
+#define SIZE_FRAC_DIGITS 6
+
+bool util_parse_size(const char *str, uint64_t *out)
+{
+    const char *p = str;
+    uint64_t whole = 0;
+    if (!isdigit((unsigned char)*p))
+        return false;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            return false;
+        whole = whole * 10 + d;
+    }
+    uint64_t frac = 0, scale = 1;
+    bool has_frac = *p == '.';
+    if (has_frac) {
+        p++;
+        if (!isdigit((unsigned char)*p))
+            return false;
+        for (int n = 0; isdigit((unsigned char)*p); p++, n++) {
+            if (n < SIZE_FRAC_DIGITS) {
+                frac = frac * 10 + (uint64_t)(*p - '0');
+                scale *= 10;
+            }
+        }
+    }
+    unsigned shift = 0;
+    switch (tolower((unsigned char)*p)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    case 't': shift = 40; break;
+    default: break;
+    }
+    if (shift != 0)
+        p++;
+    if (tolower((unsigned char)*p) == 'b')
+        p++;
+    if (*p != '\0' || (has_frac && shift == 0))
+        return false;
+    if (whole > UINT64_MAX >> shift)
+        return false;
+    uint64_t v = whole << shift;
+    uint64_t f = (frac << shift) / scale;
+    if (v > UINT64_MAX - f)
+        return false;
+    *out = v + f;
     return true;
 }
 

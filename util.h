@@ -29,6 +29,16 @@ bool safe_strtoul(const char *str, uint32_t *out);
 bool safe_strtol(const char *str, int32_t *out);
 
 /*
+ * A size on the command line: decimal digits, an optional fraction, then
+ * an optional unit k, m, g or t (powers of 1024, either case) and an
+ * optional b: "4096", "64k", "1.5m", "2GB".  Nothing else may follow, a
+ * fraction needs a unit (bytes are whole), and a value past UINT64_MAX
+ * fails.  Fraction digits past the sixth are ignored.  The one size parser:
+ * every size option, and the SIZE of PATH:SIZE, goes through it.
+ */
+bool util_parse_size(const char *str, uint64_t *out);
+
+/*
  * Tokenizer for text protocol lines.  Splits a NUL-terminated line on
  * single spaces (tabs are not separators, as in memcached), writing NULs
  * in place.  At most `max` tokens are produced; if the line holds more,

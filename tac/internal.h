@@ -171,8 +171,6 @@ size_t tac_ssd_buf_size(void);
  * meta tuple `meta`, its value left to fill in; NULL when out of memory.
  * Caller holds the key's item lock. */
 item *tac_transient_new(const item *meta);
-/* "PATH:SIZE" (k/m/g/t suffixes) -> path (malloc'd) and bytes. */
-bool tac_parse_path_size(const char *spec, char **path, size_t *size);
 
 /* ---- SSD tier (ssd.c) ---- */
 

@@ -1169,37 +1169,23 @@ static bool on_tmpfs(const char *path)
     return rc == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
+/* The options were checked and parsed by settings.c. */
 bool tac_ssd_open(void)
 {
     if (settings.ssd_path == NULL)
         return true;
     struct ssd_config cfg = { 0 };
-    char *path = NULL;
-    size_t size = 0;
-    if (!tac_parse_path_size(settings.ssd_path, &path, &size) || size == 0) {
-        fprintf(stderr, "-o ssd_path=%s: expected PATH:SIZE, e.g. "
-                "/var/lib/tac/ssd.dat:64g\n", settings.ssd_path);
-        return false;
-    }
-    const char *engine = settings.ssd_io_engine;
-    if (engine == NULL || strcmp(engine, "uring") == 0) {
-        cfg.engine = SSD_IO_URING;
-    } else if (strcmp(engine, "threads") == 0) {
-        cfg.engine = SSD_IO_THREADS;
-    } else {
-        fprintf(stderr, "-o ssd_io_engine=%s: expected uring or threads\n", engine);
-        free(path);
-        return false;
-    }
+    const char *path = settings.ssd_file;
+    cfg.engine = settings.ssd_io_engine == SSD_ENGINE_THREADS ? SSD_IO_THREADS
+                                                              : SSD_IO_URING;
     if (on_tmpfs(path)) {
         fprintf(stderr, "cannot open the SSD tier at %s: it is on tmpfs, which is "
                 "memory; put the SSD file on a disk file system or use a block "
                 "device\n", path);
-        free(path);
         return false;
     }
     cfg.path = path;
-    cfg.size = size;
+    cfg.size = settings.ssd_size;
     cfg.page_size = (size_t)settings.ssd_page_size;
     cfg.buf_size = (size_t)settings.ssd_buf_size;
     /* A tuple larger than a buf spans slots of one page: the page bounds
@@ -1228,10 +1214,8 @@ bool tac_ssd_open(void)
         else if (errno != 0)
             fprintf(stderr, " (%s)", strerror(errno));
         fputc('\n', stderr);
-        free(path);
         return false;
     }
-    free(path);
     ssd_get_info(tac.ssd, &sd.info);
     if (sd.info.npages < 4) {
         fprintf(stderr, "SSD tier too small: %u pages of %zu bytes; it needs "

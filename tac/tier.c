@@ -178,22 +178,6 @@ bool tac_nvm_admit(void)
     return false;
 }
 
-static bool parse_admission(const char *s, int *pct)
-{
-    if (s == NULL || strcmp(s, "always") == 0) {
-        *pct = -1;
-        return true;
-    }
-    char *end;
-    if (strncmp(s, "obp:", 4) != 0)
-        return false;
-    long v = strtol(s + 4, &end, 10);
-    if (end == s + 4 || *end != '\0' || v < 0 || v > 1000000)
-        return false;
-    *pct = (int)v;
-    return true;
-}
-
 /* Writes the value of `it` as a tuple at ref, owned by `meta`. */
 static void nvm_put_tuple(uint64_t ref, const item *it)
 {
@@ -469,116 +453,40 @@ static const struct item_tier_ops tier_ops = {
 
 /* ---- Set-up ------------------------------------------------------------- */
 
-/* "PATH:SIZE" -> path (malloc'd) and bytes.  The size follows the last
- * colon, so "numa:0:1g" is node 0 with 1 GB. */
-bool tac_parse_path_size(const char *spec, char **path, size_t *size)
-{
-    const char *colon = strrchr(spec, ':');
-    if (colon == NULL || colon == spec)
-        return false;
-    char *end;
-    errno = 0;
-    double v = strtod(colon + 1, &end);
-    if (errno || end == colon + 1 || v < 0)
-        return false;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end != '\0')
-        return false;
-    *path = strndup(spec, (size_t)(colon - spec));
-    *size = (size_t)v;
-    return *path != NULL;
-}
-
-static bool parse_latency(const char *spec, unsigned *rd, unsigned *wr)
-{
-    char *end;
-    unsigned long r = strtoul(spec, &end, 10);
-    if (end == spec || *end != ':')
-        return false;
-    const char *w = end + 1;
-    unsigned long wv = strtoul(w, &end, 10);
-    if (end == w || *end != '\0' || r > 1000000 || wv > 1000000)
-        return false;
-    *rd = (unsigned)r;
-    *wr = (unsigned)wv;
-    return true;
-}
-
 static bool tac_plug_in(void);
-
-/* -o tier_policy names, in enum tac_policy order. */
-static const char *const policy_names[] = { "tac", "anti2", "antituple", "twotier" };
-
-static bool parse_policy(const char *s, enum tac_policy *out)
-{
-    for (unsigned i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++)
-        if (s == NULL || strcmp(s, policy_names[i]) == 0) {
-            *out = s == NULL ? POLICY_TAC : (enum tac_policy)i;
-            return true;
-        }
-    return false;
-}
 
 static const char *policy_name(void)
 {
-    return policy_names[tac.policy];
+    return settings_choice("tier_policy");
 }
 
+/* The options were checked and parsed by settings.c. */
 bool tac_init(void)
 {
+    _Static_assert((int)POLICY_TAC == TIER_POLICY_TAC &&
+                   (int)POLICY_ANTI2 == TIER_POLICY_ANTI2 &&
+                   (int)POLICY_ANTITUPLE == TIER_POLICY_ANTITUPLE &&
+                   (int)POLICY_TWOTIER == TIER_POLICY_TWOTIER,
+                   "enum tac_policy follows -o tier_policy's choices");
     memset(&tac, 0, sizeof(tac));
-    if (!parse_policy(settings.tier_policy, &tac.policy)) {
-        fprintf(stderr, "-o tier_policy=%s: expected tac, anti2, antituple or "
-                "twotier\n", settings.tier_policy);
-        return false;
-    }
-    if (!parse_admission(settings.nvm_admission, &tac.obp_pct)) {
-        fprintf(stderr, "-o nvm_admission=%s: expected always or obp:PCT, e.g. "
-                "obp:100\n", settings.nvm_admission);
-        return false;
-    }
-    if (tac.policy == POLICY_TWOTIER && settings.nvm_path != NULL) {
-        fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "
-                "used\n", settings.nvm_path);
-        settings.nvm_path = NULL;
-    }
-    struct nvm_config cfg = { 0 };
-    if (settings.nvm_latency != NULL &&
-        !parse_latency(settings.nvm_latency, &cfg.read_ns, &cfg.write_ns)) {
-        fprintf(stderr, "-o nvm_latency=%s: expected READ_NS:WRITE_NS, e.g. "
-                "300:1000\n", settings.nvm_latency);
-        return false;
-    }
-    if (settings.nvm_path == NULL) {
-        if (settings.nvm_latency != NULL)
-            fprintf(stderr, "note: -o nvm_latency has no effect without "
-                    "-o nvm_path\n");
+    tac.policy = (enum tac_policy)settings.tier_policy;
+    tac.obp_pct = settings.nvm_obp_pct;
+    if (settings.nvm_path == NULL)
         return tac_ssd_open() && tac_plug_in();
-    }
 
-    char *path = NULL;
-    if (!tac_parse_path_size(settings.nvm_path, &path, &cfg.size)) {
-        fprintf(stderr, "-o nvm_path=%s: expected PATH:SIZE, e.g. "
-                "/dev/shm/tac-nvm:4g or numa:1:16g\n", settings.nvm_path);
-        return false;
-    }
-    cfg.path = path;
+    struct nvm_config cfg = { 0 };
+    cfg.path = settings.nvm_file;
+    cfg.size = settings.nvm_size;
+    cfg.read_ns = settings.nvm_read_ns;
+    cfg.write_ns = settings.nvm_write_ns;
     cfg.partitions = settings.partitions;
     cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max);
     enum nvm_status st = nvm_open(&cfg, &tac.nvm);
     if (st != NVM_OK) {
-        fprintf(stderr, "cannot open the NVM tier at %s: %s (%s)\n", path,
+        fprintf(stderr, "cannot open the NVM tier at %s: %s (%s)\n", cfg.path,
                 nvm_strerror(st), strerror(errno));
-        free(path);
         return false;
     }
-    free(path);
     if (nvm_nclasses(tac.nvm) >= MAX_SLAB_CLASSES) {
         fprintf(stderr, "NVM tier: too many slot classes (%u)\n",
                 nvm_nclasses(tac.nvm));

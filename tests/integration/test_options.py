@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mcserver import SERVER_BIN, base_args, free_port, is_closed, recv_for
+from mcserver import REPO, SERVER_BIN, base_args, free_port, is_closed, recv_for
 
 
 def test_M_out_of_memory(server):
@@ -215,3 +215,184 @@ def test_threads_and_item_size_flags(server):
     val = b"v" * (1536 * 1024)
     assert c.line(b"set b 0 0 %d\r\n%s\r\n" % (len(val), val)) == b"STORED\r\n"
     assert c.get(b"get b\r\n") == b"VALUE b 0 %d\r\n%s\r\nEND\r\n" % (len(val), val)
+
+
+# ---- the option table (settings.c) against -h, README.md and `stats settings`
+
+def _c_args(text):
+    """Splits a C argument list at top-level commas; string literals stay whole."""
+    args, cur, depth, i = [], "", 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"' or ch == "'":
+            j = i + 1
+            while text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            cur += text[i:j + 1]
+            i = j + 1
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    args.append(cur.strip())
+    return args
+
+
+def _c_string(arg):
+    """The value of an expression of adjacent string literals, or None for NULL."""
+    if arg == "NULL":
+        return None
+    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', arg)
+    assert parts, "not a string: %r" % arg
+    return "".join(p.encode().decode("unicode_escape") for p in parts)
+
+
+def option_table():
+    """Rows of settings.c's options[]: flag, name, kind, stat name, arg, help and default."""
+    src = open(os.path.join(REPO, "settings.c")).read()
+    body = src[src.index("options[] = {"):]
+    body = body[:body.index("\n};")]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    rows = []
+    for m in re.finditer(r"\{ OPT\((.*?)\)((?:,\s*\.\w+ = [^}]*)?) \},", body, re.S):
+        a = _c_args(m.group(1))
+        assert len(a) == 10, a
+        extra = dict(re.findall(r"\.(\w+) = (\"(?:[^\"\\]|\\.)*\"|\w+)", m.group(2)))
+        rows.append({
+            "flag": None if a[0] == "0" else a[0].strip("'"),
+            "name": _c_string(a[1]), "kind": a[2], "stat": _c_string(a[7]),
+            "arg": _c_string(a[8]), "help": _c_string(a[9]),
+            "def": _c_string(extra["def"]) if "def" in extra else None,
+        })
+    return rows
+
+
+def help_entries(text):
+    """-h text -> {"-p": "whole entry, lines joined", "port": ..., "o:partitions": ...}."""
+    entries, key = {}, None
+    for line in text.splitlines():
+        m = re.match(r"-(\w), --([\w-]+)", line)
+        e = re.match(r"   - (\w+)[=:]", line)
+        if m:
+            key = "-" + m.group(1)
+        elif e:
+            key = "o:" + e.group(1)
+        elif not line.startswith(" " * 26):
+            key = None
+        if key:
+            entries[key] = (entries.get(key, "") + " " + line.strip()).strip()
+    return entries
+
+
+def readme_options():
+    text = open(os.path.join(REPO, "README.md")).read()
+    text = text[text.index("\n## Options\n"):]
+    text = text[text.index("```\n") + 4:]
+    return text[:text.index("```\n")]
+
+
+@pytest.mark.tac_only
+def test_help_and_readme_list_every_table_option():
+    rows = option_table()
+    assert len(rows) > 50 and any(r["name"] == "nvm_path" for r in rows), rows
+    out = subprocess.run([SERVER_BIN, "-h"], capture_output=True, timeout=10).stdout.decode()
+    readme = readme_options()
+    # The README's list is the -h text (its version line aside).
+    assert readme.splitlines()[1:] == out.splitlines()[1:], \
+        "README.md's option list differs from `tac-memcached -h`; paste the -h output into it"
+    for where, text in (("-h", out), ("README.md", readme)):
+        entries = help_entries(text)
+        tuning = re.search(r"memcached tuning options, accepted and ignored: ([\w,\s]+)", text)
+        assert tuning, "%s lacks the list of ignored memcached tuning options" % where
+        ignored = set(re.split(r"[,\s]+", tuning.group(1).strip()))
+        for r in rows:
+            if r["flag"]:
+                key, what = "-" + r["flag"], "-%s (--%s)" % (r["flag"], r["name"])
+                assert key in entries, "%s missing from %s" % (what, where)
+                assert "--" + r["name"] in entries[key], "%s: long name missing in %s" % (what, where)
+            elif r["help"] is None:
+                assert r["name"] in ignored, "-o %s missing from %s" % (r["name"], where)
+                continue
+            else:
+                key, what = "o:" + r["name"], "-o " + r["name"]
+                assert key in entries, "%s missing from %s" % (what, where)
+            if r["kind"] == "OPT_IGNORED" or r["name"] in ("delimiter", "maxconns_fast"):
+                assert "(ignored)" in entries[key], "%s is not marked ignored in %s" % (what, where)
+            if r["def"] is not None and (r["arg"] or not r["flag"]):
+                shown = "'%s'" % r["def"] if r["kind"] == "OPT_CHAR" else r["def"]
+                assert "(default: %s)" % shown in entries[key], \
+                    "%s: %s does not state the default %s: %r" % (what, where, shown, entries[key])
+
+
+def _stat_of_default(r):
+    d = r["def"]
+    if r["kind"] == "OPT_MEGABYTES":
+        return str(int(d) << 20)
+    if r["kind"] == "OPT_SIZE":
+        n, unit = re.fullmatch(r"(\d+)([kmg]?)", d).groups()
+        return str(int(n) << {"": 0, "k": 10, "m": 20, "g": 30}[unit])
+    if r["kind"] in ("OPT_SET", "OPT_CLEAR"):
+        if r["stat"] == "evictions":
+            return d
+        return {"on": "yes", "off": "no"}[d]
+    return d
+
+
+@pytest.mark.tac_only
+def test_stats_settings_show_the_table_defaults(server):
+    # The harness gives -p and -U.
+    rows = [r for r in option_table() if r["stat"] and r["def"] is not None
+            and r["name"] not in ("port", "udp-port")]
+    assert len(rows) > 15, rows
+    st = server().connect().stats(b"settings")
+    for r in rows:
+        assert r["stat"] in st, "stats settings lacks %s (option %s)" % (r["stat"], r["name"])
+        want = _stat_of_default(r)
+        if r["kind"] == "OPT_DOUBLE":
+            assert float(st[r["stat"]]) == float(want), (r, st[r["stat"]])
+        else:
+            assert st[r["stat"]] == want, "stats settings %s is %r, the table's default %r" % (
+                r["stat"], st[r["stat"]], want)
+
+
+@pytest.mark.tac_only
+def test_ignored_options_say_so_at_start(server):
+    s = server(["-X", "-o", "lru_crawler,idle_timeout=0", "-X", "-t", "2"])
+    c = s.connect()
+    assert c.line(b"version\r\n").startswith(b"VERSION ")
+    assert c.line(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+    notes = [ln for ln in s.stderr_text().splitlines() if "no effect" in ln]
+    assert sorted(notes) == [
+        "tac-memcached: -X is accepted for compatibility and has no effect",
+        "tac-memcached: -o lru_crawler is accepted for compatibility and has no effect",
+    ], s.stderr_text()
+
+
+@pytest.mark.tac_only
+@pytest.mark.parametrize("opt,why", [
+    ("nvm_path=/dev/shm/tac-test-x:12q", "a size with a bad unit"),
+    ("nvm_path=/dev/shm/tac-test-x:99999999999999999999", "a size past 64 bits"),
+    ("ssd_path=/tmp/tac-test-x:0", "an SSD of no size"),
+    ("nvm_latency=300", "no write latency"),
+    ("nvm_admission=obp", "no percentage"),
+    ("tier_policy=lru2", "an unknown policy"),
+    ("ssd_io_engine=aio", "an unknown engine"),
+    ("ssd_buf_size=6k", "not a multiple of 4k"),
+    ("dram_free_watermark=1.5", "half a byte"),
+])
+def test_bad_values_are_refused_at_start(opt, why):
+    name = opt.split("=")[0]
+    p = subprocess.run([SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0",
+                                                     "-o", opt],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode not in (0, None), "server accepted -o %s (%s)" % (opt, why)
+    assert name in msg, "the error for %s does not name %s: %r" % (why, name, msg)
+    assert not os.path.exists("/dev/shm/tac-test-x"), "a refused nvm_path left its file"

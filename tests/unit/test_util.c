@@ -1,6 +1,6 @@
 /*
  * test_util.c - unit tests for util.c (number parsing with memcached's
- * acceptance rules, base64) and the text protocol tokenizer.
+ * acceptance rules, the size parser, base64) and the text protocol tokenizer.
  *
  * Randomized base64 round trips print their seed (unit_seed_init); rerun
  * with UNIT_SEED=<n> to replay.
@@ -73,6 +73,51 @@ static void check_b64(const char *plain, const char *enc)
     size_t m = base64_decode(buf, n, buf, sizeof(buf));
     CHECK_EQ(m, strlen(plain));
     CHECK_MEM_EQ(buf, plain, m);
+}
+
+static void test_parse_size(void)
+{
+    uint64_t v = 7;
+    CHECK(util_parse_size("0", &v) && v == 0);
+    CHECK(util_parse_size("4096", &v) && v == 4096);
+    CHECK(util_parse_size("64k", &v) && v == 64 << 10);
+    CHECK(util_parse_size("64K", &v) && v == 64 << 10);
+    CHECK(util_parse_size("1m", &v) && v == 1 << 20);
+    CHECK(util_parse_size("2GB", &v));
+    CHECK_UEQ(v, 2ULL << 30);
+    CHECK(util_parse_size("3t", &v));
+    CHECK_UEQ(v, 3ULL << 40);
+    CHECK(util_parse_size("100b", &v) && v == 100);
+    CHECK(util_parse_size("1.5m", &v) && v == 3 << 19);
+    CHECK(util_parse_size("0.25k", &v) && v == 256);
+    /* Past the sixth fraction digit nothing counts. */
+    CHECK(util_parse_size("1.0000009k", &v) && v == 1024);
+    CHECK(util_parse_size("18446744073709551615", &v));
+    CHECK_UEQ(v, UINT64_MAX);
+    CHECK(util_parse_size("16777215t", &v));
+    CHECK_UEQ(v, 16777215ULL << 40);
+    CHECK(util_parse_size("16777215.999999t", &v));       /* just below 2^64 */
+    CHECK_UEQ(v, (16777215ULL << 40) + (999999ULL << 40) / 1000000);
+
+    v = 7;
+    CHECK(!util_parse_size("18446744073709551616", &v));     /* overflow */
+    CHECK(!util_parse_size("16777216t", &v));                 /* 2^64 */
+    CHECK(!util_parse_size("17179869184g", &v));
+    CHECK(!util_parse_size("", &v));
+    CHECK(!util_parse_size("k", &v));
+    CHECK(!util_parse_size("-1", &v));
+    CHECK(!util_parse_size("+1", &v));
+    CHECK(!util_parse_size(" 1", &v));
+    CHECK(!util_parse_size("1 ", &v));
+    CHECK(!util_parse_size("1.5", &v));                       /* half a byte */
+    CHECK(!util_parse_size("1.k", &v));
+    CHECK(!util_parse_size(".5k", &v));
+    CHECK(!util_parse_size("1x", &v));
+    CHECK(!util_parse_size("1kk", &v));
+    CHECK(!util_parse_size("1bk", &v));
+    CHECK(!util_parse_size("1e3", &v));
+    CHECK(!util_parse_size("0x10", &v));
+    CHECK(v == 7);                                            /* untouched */
 }
 
 static void test_base64_vectors(void)
@@ -195,6 +240,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_strtoull);
     RUN_TEST(test_strtoll);
     RUN_TEST(test_strtoul_strtol);
+    RUN_TEST(test_parse_size);
     RUN_TEST(test_base64_vectors);
     RUN_TEST(test_base64_invalid);
     RUN_TEST(test_base64_random);
