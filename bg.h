@@ -18,11 +18,15 @@
  *          not push the ones after it back).
  *
  * The group's lock may guard the caller's own state too (a job queue):
- * bg_lock/bg_unlock, and bg_wait_locked with it held.  The lock is taken
- * after any item lock and nothing else is taken while it is held.
+ * bg_lock/bg_unlock, and bg_wait_locked with it held.  The lock is a leaf
+ * (items.h, "Lock order"): it may be taken under an item lock, an SSD
+ * writer lock, sd.lock or pool_start_lock, and nothing is taken while it
+ * is held.
  *
- * This is the only place in the server that sleeps: everything else waits
- * here or in an event loop.
+ * This is the only code that sleeps on a timer.  Other waits are for
+ * events: a worker's event loop, a condition variable, and poll() on an
+ * SSD ring's eventfd by the fetchers and defrag (synchronous reads) and by
+ * a ring's owner destroying it at exit.
  */
 #ifndef BG_H
 #define BG_H

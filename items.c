@@ -960,9 +960,9 @@ static enum item_answer value_of(item *it, item **out)
     return *out != NULL ? ITEM_HIT : gone ? ITEM_MISS : ITEM_NOMEM;
 }
 
-/* mg N on a miss: creates an empty item; called and returns locked.  An
- * item is never allocated under an item lock: unlock, allocate, relock and
- * look again (another client may have created it meanwhile). */
+/* mg N on a miss: creates an empty item; called and returns locked.  It
+ * allocates with the lock dropped (as memcached does), then relocks and
+ * looks again: another client may have created it meanwhile. */
 static item *mg_vivify(const struct item_read *rq, uint32_t hv, bool *created)
 {
     enum item_miss why;
@@ -994,6 +994,8 @@ static void mg_apply(struct item_mg *mg, item *it)
 {
     rel_time_t now = mc_now();
     bool won = false;
+    if (mg->set_cas)
+        it->cas = mg->cas;
     for (unsigned int i = 0; i < mg->nops; i++) {
         int64_t v = 0;
         switch (mg->op[i]) {
@@ -1024,6 +1026,10 @@ static void mg_apply(struct item_mg *mg, item *it)
         mg->val[i] = v;
     }
     mg->nbytes = it->nbytes;
+    mg->exptime = it->exptime;
+    mg->tier = it->tier;
+    if (!mg->tokens)
+        return;
     mg->token_sent = (it->it_flags & ITEM_TOKEN_SENT) != 0;
     mg->stale = (it->it_flags & ITEM_STALE) != 0;
     if (mg->stale && !mg->token_sent)
@@ -1287,6 +1293,37 @@ enum store_result item_store_wait(item *it, enum store_op op, uint64_t req_cas,
     return store(it, op, req_cas, cas_out, partition, true);
 }
 
+enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
+                                  uint64_t *cas_out, int partition,
+                                  bool stale_if_older, bool set_cas,
+                                  uint64_t cas)
+{
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    enum store_result ret;
+    item_lock(hv);
+    item *old = NULL;
+    if (stale_if_older) {
+        enum item_miss why;
+        old = do_item_get(ITEM_key(it), it->nkey, hv, &why, false);
+    }
+    if (old != NULL && req_cas < old->cas) {
+        it->exptime = old->exptime;
+        it->it_flags |= ITEM_STALE | (old->it_flags & ITEM_TOKEN_SENT);
+        ret = do_item_store(it, STORE_SET, 0, cas_out, hv, partition);
+    } else {
+        ret = do_item_store(it, op, req_cas, cas_out, hv, partition);
+    }
+    if (ret == STORE_STORED && set_cas) {
+        it->cas = cas;
+        if (cas_out != NULL)
+            *cas_out = cas;
+    }
+    item_unlock(hv);
+    if (old != NULL)
+        item_release(old);
+    return ret;
+}
+
 /* ---- incr / decr, delete. ------------------------------------------ */
 
 /* Parses a stored value as a decimal uint64 the way memcached reads it:
@@ -1407,6 +1444,36 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
         item_release(it);
     }
     item_unlock(hv);
+    return res;
+}
+
+enum delete_result item_delete_meta(const char *key, size_t nkey,
+                                    const struct item_md *md,
+                                    unsigned int *clsid)
+{
+    uint32_t hv = item_hash(key, nkey);
+    enum delete_result res = DELETE_OK;
+    enum item_miss why;
+    item_lock(hv);
+    item *it = do_item_get(key, nkey, hv, &why, false);
+    *clsid = it != NULL ? it->slabs_clsid : 0;
+    if (it == NULL) {
+        res = DELETE_NOT_FOUND;
+    } else if (md->has_cas && it->cas != md->req_cas) {
+        res = DELETE_EXISTS;
+    } else if (md->stale) {
+        if (md->new_ttl)
+            it->exptime = md->exptime;
+        it->it_flags |= ITEM_STALE;
+        it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
+        it->cas = md->set_cas ? md->cas : item_next_cas();
+        res = DELETE_STALE;
+    } else {
+        do_item_unlink(it, hv);
+    }
+    item_unlock(hv);
+    if (it != NULL)
+        item_release(it);
     return res;
 }
 

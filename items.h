@@ -9,10 +9,116 @@
  * and its refcount reaches 0, so a reader (a zero-copy send, a copy) never
  * sees an item freed under it.
  *
- * Locks.  Lock order: item lock (striped by key hash) -> partition LRU lock
- * -> slab free-list lock.  Functions named do_* are called with
- * item_lock(hv) held for the key's hash hv; all others take what they need.
- * The hash index (assoc.c) is protected by the same item lock stripes.
+ * Locks.  Functions named do_* are called with item_lock(hv) held for the
+ * key's hash hv; all others take what they need.  The hash index (assoc.c)
+ * is protected by the same item lock stripes.  The whole server's lock
+ * order follows.
+ */
+/*
+ * Lock order
+ *
+ * Every mutex of the server, by level, outermost first.  A lock may be
+ * taken (blocking) only while holding locks of earlier levels; two locks of
+ * one level are never held together unless a trylock below says so.  The
+ * ThreadSanitizer stress run (scripts/test.sh) checks this dynamically.
+ * There are no rwlocks or spinlocks; trylocks are listed below.
+ *
+ * Level 1: roots, taken with no other lock held, never nested together.
+ *   expand_lock     assoc.c: resize state (maintainer)  -> item lock
+ *   crawl_lock      items.c: crawler cursor (maintainer) -> LRU lock
+ *   run_lock        slabs.c: page mover and automove state (maintainer)
+ *                   -> item lock by TRYLOCK (item_evict_chunk), then all
+ *                   a demotion takes; -> slab partition lock, drain.lock,
+ *                   pages_lock, pool_lock; frees -> nvm partition lock,
+ *                   ssd store->lock
+ *   pool_start_lock ssd/io.c: SSD I/O pool started? -> the pool's bg lock
+ *
+ * Level 2
+ *   item lock       items.c item_locks[hv & mask]: the hash chains of its
+ *                   buckets (assoc.c) and exptime/cas/it_flags of their
+ *                   items.  Stripes have no order among themselves: a
+ *                   second stripe is only ever taken by trylock, through
+ *                   an LRU lock (below).
+ *
+ * Level 3
+ *   LRU lock        items.c lrus[tier][class][partition].lock: that LRU's
+ *                   links, head, tail, count, and the crawler placeholder
+ *   writer lock     tac/ssd.c struct writer: one SSD writer's open buf
+ *                   and page
+ *   reuse_lock      nvm/alloc.c: one page search or drain pick at a time
+ *
+ * Level 4
+ *   slab partition  slabs.c classes[c].part[p].lock: its free list and
+ *                   end region                        -> drain.lock
+ *   nvm partition   nvm/alloc.c classes[c].parts[p].lock: its slot stack
+ *                   and end; also the drain bitmap of pages it owns
+ *   sd.lock         tac/ssd.c: failed bufs, the write-failing state, the
+ *                   synchronous-read rings          -> defrag's bg lock
+ *
+ * Level 5: leaves (no lock is taken while one is held)
+ *   slabs.c drain.lock (draining page's freemap), pages_lock (a class's
+ *   page array), pool_lock (spare pages), map_lock (page_map leaves);
+ *   tac/tier.c obp.lock (NVM admission window; trylock only); ssd/
+ *   store->lock (pages, bufs list), wlock (write SQ and pending list),
+ *   idle_lock (in-flight count reaching 0), ring done_lock (a ring's done
+ *   list); every struct bg lock (bg.h: each evictor, the fetch queue,
+ *   defrag, the SSD I/O pool queue, the SSD reaper, the SSD debug delay,
+ *   the maintainer, the LRU lanes); and, never taken under another lock:
+ *   lazy_lru.c hist_lock and sets_lock, thread.c init_lock and each
+ *   worker's queue_lock, conn.c conn_registry_lock.
+ *
+ * Edges.  item lock -> LRU lock (link, unlink, bump); slab partition
+ * lock (a chunk allocated under the lock, as append/prepend, incr/decr,
+ * staging sets, demotions and fetches do, or a last reference dropped
+ * under it); pages_lock, pool_lock, map_lock (a new slab page for such an
+ * allocation); nvm partition lock; writer lock; sd.lock; store->lock (an
+ * SSD tuple read from a buf in memory, or released); done_lock, the I/O
+ * pool's bg lock, idle_lock (an SSD read started); an evictor's bg lock
+ * (wake); obp.lock and the fetch queue's bg lock (trylock).
+ * LRU lock -> item lock (trylock); with that stripe the crawler frees the
+ * item: -> slab partition lock, nvm partition lock.
+ * writer lock -> sd.lock, store->lock, wlock, the I/O pool's bg lock,
+ * idle_lock, defrag's bg lock.  store->lock and wlock are never held
+ * together; nor are two LRU, two writer or two slab partition locks.
+ * reuse_lock -> nvm partition lock.
+ *
+ * Trylocks against the order (on failure the work is skipped):
+ *   LRU lock -> item lock        tail_take_locked, lru_pin_tail,
+ *                                crawl_check_locked; so item lock ->
+ *                                item lock only by trylock
+ *   nvm partition -> reuse_lock  page_reuse, and under both another nvm
+ *                                partition lock
+ * Trylocks in order, so as never to wait: run_lock -> item lock; item
+ * lock -> LRU lock (do_item_touch_access), -> obp.lock, -> fetch queue's
+ * bg lock; with no lock held: item lock (llru_sample, fetch.c ssd_req),
+ * reuse_lock (nvm_drain_begin).
+ *
+ * Sleeping and I/O.  No thread sleeps holding a lock, except on that
+ * lock's own condition variable (bg.c, init_cond, idle_cond), and
+ * pool_start_lock, held across pthread_create/pthread_join of the SSD
+ * I/O pool threads (first use, shutdown).  Device I/O (pool pread/
+ * pwrite, the reaper's io_uring_wait_cqe, read_sync's poll, fdatasync)
+ * runs with no lock held.  Under locks there is only:
+ *   - io_uring_submit of a buf write, under wlock, which a demotion,
+ *     staging set or defrag reaches holding an item lock and a writer
+ *     lock (the page mover: also run_lock);
+ *   - io_uring_submit of a read on the worker's own ring, holding the
+ *     item lock (item_read and conn_park_value -> tac_read_value;
+ *     read_relookup in a read completion);
+ *   - write(2) to a ring's non-blocking eventfd, under done_lock (a
+ *     read served from a buf in memory) or alone (a failed submit), and
+ *     under the item lock when tac_read_value started that read;
+ *   - fprintf(stderr) under sd.lock when writes start or stop failing,
+ *     under a writer lock and an item lock when a submit fails at once;
+ *     with -vv, under expand_lock;
+ *   - NVM copies and checks under the item lock, with the emulated
+ *     latency as a busy spin (no syscall), and pmem drains.
+ * No callback runs under a lock: SSD write completions (write_done) run
+ * on the reaper or a pool thread with no lock held and take sd.lock
+ * (-> defrag's bg lock), then store->lock and idle_lock; read completions
+ * run from ssd_ring_reap on their ring's thread with no lock held and
+ * take item locks at level 2.  Not locks: refcounts pin items, and the
+ * NVM mover polls its writer epochs (tac/mover.c), never waiting on them.
  */
 #ifndef ITEMS_H
 #define ITEMS_H
@@ -259,11 +365,17 @@ struct item_mg {
     uint8_t op[ITEM_MG_OPS];
     rel_time_t touch_exptime, vivify_exptime, recache_time;
     bool vivify;                /* N: create an empty item on a miss */
+    bool tokens;                /* mg: win tokens and stale items (W Z X) */
+    bool set_cas;               /* ma E: the item takes this CAS first */
+    uint64_t cas;
     int partition;              /* where a vivified item is allocated */
     /* out, on a hit */
     int64_t val[ITEM_MG_OPS];   /* answers of the reading ops */
     uint32_t nbytes;            /* value length, "\r\n" included */
-    bool created, ttl_set;
+    rel_time_t exptime;         /* after the ops (me) */
+    uint8_t tier;               /* enum item_tier (me) */
+    bool created;               /* in too: ma N created the item */
+    bool ttl_set;
     bool token_sent;            /* Z: a win token was out before */
     bool stale;                 /* X */
     bool won;                   /* W: this request won the token */
@@ -355,12 +467,37 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
                                  uint64_t delta, uint64_t req_cas,
                                  char *out, uint64_t *cas_out, int partition);
 
-enum delete_result { DELETE_OK = 1, DELETE_NOT_FOUND, DELETE_EXISTS };
+enum delete_result { DELETE_OK = 1, DELETE_NOT_FOUND, DELETE_EXISTS,
+                     DELETE_STALE };
 
 /* Deletes a key; a non-zero req_cas must match.  *clsid (may be NULL)
  * gets the slab class of the item found, 0 if none. */
 enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
                                unsigned int *clsid);
+
+/* md: a delete with the meta protocol's options.  With `stale` (md I) the
+ * item stays, marked stale under a new CAS (cas if set_cas, else the next
+ * one) so that the next mg wins the right to recache it; its win token is
+ * cleared and, with new_ttl, it takes exptime (DELETE_STALE). */
+struct item_md {
+    bool has_cas;               /* C: req_cas must match */
+    uint64_t req_cas;
+    bool stale, new_ttl, set_cas;
+    rel_time_t exptime;
+    uint64_t cas;
+};
+enum delete_result item_delete_meta(const char *key, size_t nkey,
+                                    const struct item_md *md,
+                                    unsigned int *clsid);
+
+/* ms I and E: with stale_if_older, a CAS older than the stored item's
+ * still stores (as a set), but the new item is marked stale and keeps the
+ * old TTL and win-token state; with set_cas the stored item takes `cas`.
+ * Otherwise as item_store (no waiting for room). */
+enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
+                                  uint64_t *cas_out, int partition,
+                                  bool stale_if_older, bool set_cas,
+                                  uint64_t cas);
 
 /*
  * flush_all: every item last updated at or before `when` (server clock)

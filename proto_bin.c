@@ -355,10 +355,11 @@ void proto_bin_complete_nread(conn *c)
 
 static void bin_delete(conn *c, const char *key, uint16_t nkey)
 {
-    switch (item_delete(key, nkey, c->bin.cas, NULL)) {
+    unsigned int clsid;
+    switch (item_delete(key, nkey, c->bin.cas, &clsid)) {
     case DELETE_OK:
-        /* The class is gone with the item; count against class 0. */
-        SLAB_STATS_INCR(&c->thread->stats, 0, delete_hits);
+    case DELETE_STALE:          /* (not from item_delete) */
+        SLAB_STATS_INCR(&c->thread->stats, clsid, delete_hits);
         bin_ok(c, 0);
         break;
     case DELETE_EXISTS:

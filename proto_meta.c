@@ -9,18 +9,16 @@
  * command then walks the flags again in request order to build its reply,
  * so returned flags come back in the order they were asked for.
  *
- * Commands that need an atomic read-modify-write of item metadata (win
- * tokens for N/R, stale marking for md I and ms I, TTL updates, delayed LRU
- * bumps so 'h' and 'l' report the state before this request) run under
- * item_lock(hv) with the do_* item functions.  An item is never allocated
- * while an item lock is held: vivify (mg N) unlocks, allocates, relocks and
- * looks again.
+ * What a command does to the item (win tokens for N/R, stale marking for
+ * md I and ms I, TTL updates, delayed LRU bumps so 'h' and 'l' report the
+ * state before this request, vivify) happens in items.c under the item
+ * lock: item_read with an item_mg for mg, ma and me, item_delete_meta for
+ * md, item_store_meta for ms.  This file parses and formats only.
  *
  * Extension: the E flag (explicit CAS value, memcached >= 1.6.21) is
  * accepted by ms, ma and md; stock 1.6.18 rejects it as an invalid flag.
  *
- * Threads: runs on the connection's worker; item locks are taken and
- * released within each command.
+ * Threads: runs on the connection's worker; takes no item lock itself.
  */
 #include "config.h"
 
@@ -117,14 +115,15 @@ static size_t ml_len(const struct meta_line *m)
 }
 
 /* memcached prints a TTL as -1 (none) or exptime - now as uint32. */
-static void ml_ttl(struct meta_line *m, const item *it)
+/* The t flag: seconds left, -1 for never (item_mg's MG_TTL answer). */
+static void ml_mg_ttl(struct meta_line *m, int64_t ttl)
 {
     ml_flag(m, 't');
-    if (it->exptime == 0) {
+    if (ttl < 0) {
         memcpy(m->p, "-1", 2);
         m->p += 2;
     } else {
-        m->p = util_u64toa((uint32_t)(it->exptime - mc_now()), m->p);
+        m->p = util_u64toa((uint64_t)ttl, m->p);
     }
 }
 
@@ -349,14 +348,7 @@ static void mg_hit_flags(struct meta_line *m, struct util_token *tok,
             ml_flag_u64(m, f, (uint64_t)mg->val[j++]);
             break;
         case 't':
-            ml_flag(m, 't');
-            if (mg->val[j] < 0) {
-                memcpy(m->p, "-1", 2);
-                m->p += 2;
-            } else {
-                m->p = util_u64toa((uint64_t)mg->val[j], m->p);
-            }
-            j++;
+            ml_mg_ttl(m, mg->val[j++]);
             break;
         case 'O': ml_token(m, &tok[i]); break;
         case 'k': ml_key(m, key, nkey, of->key_binary); break;
@@ -433,7 +425,7 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     enum item_miss why = MISS_NONE;
     unsigned int clsid = 0;
     item *it = NULL;
-    struct item_mg mg = { .partition = c->thread->partition };
+    struct item_mg mg = { .partition = c->thread->partition, .tokens = true };
     mg_ops(&mg, tok, ntok, &of);
     struct item_read rq = { .key = key, .nkey = nkey, .bump = !of.no_update,
                             .value = of.value, .mg = &mg };
@@ -618,40 +610,6 @@ static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
     conn_set_state(c, conn_nread);
 }
 
-/* Stores under the item lock: ms I (stale) and ms E (explicit CAS). */
-static enum store_result ms_store_locked(conn *c, item *it, enum store_op op,
-                                         uint64_t *cas)
-{
-    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
-    uint64_t req_cas = c->nr.req_cas;
-    int part = c->thread->partition;
-    enum store_result ret;
-
-    item_lock(hv);
-    item *old = NULL;
-    if (c->nr.meta_flags & PT_MS_STALE) {
-        enum item_miss why;
-        old = do_item_get(ITEM_key(it), it->nkey, hv, &why, false);
-    }
-    if (old != NULL && req_cas < old->cas) {
-        /* An older CAS may still store, but the value is marked stale
-         * and keeps the old TTL and win-token state. */
-        it->exptime = old->exptime;
-        it->it_flags |= ITEM_STALE | (old->it_flags & ITEM_TOKEN_SENT);
-        ret = do_item_store(it, STORE_SET, 0, cas, hv, part);
-    } else {
-        ret = do_item_store(it, op, req_cas, cas, hv, part);
-    }
-    if (ret == STORE_STORED && (c->nr.meta_flags & PT_MS_EXPLICIT)) {
-        it->cas = (uint64_t)c->nr.meta_arg[1];
-        *cas = it->cas;
-    }
-    item_unlock(hv);
-    if (old != NULL)
-        item_release(old);
-    return ret;
-}
-
 void proto_meta_complete_set(conn *c)
 {
     item *it = c->item;
@@ -670,7 +628,10 @@ void proto_meta_complete_set(conn *c)
     bool cas_never = op == STORE_CAS &&
                      (c->nr.req_cas == 0 || !settings.use_cas);
     if ((c->nr.meta_flags & (PT_MS_STALE | PT_MS_EXPLICIT)) && !cas_never)
-        ret = ms_store_locked(c, it, op, &cas);
+        ret = item_store_meta(it, op, c->nr.req_cas, &cas, c->thread->partition,
+                              (c->nr.meta_flags & PT_MS_STALE) != 0,
+                              (c->nr.meta_flags & PT_MS_EXPLICIT) != 0,
+                              (uint64_t)c->nr.meta_arg[1]);
     else
         ret = pt_store(c, it, op, c->nr.req_cas, &cas);
     if (ret == STORE_NEED_VALUE) {
@@ -778,35 +739,27 @@ static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
     size_t nkey = tok[1].length;
     const char *code = "NF";
     bool skip = false;
-    enum item_miss why;
-    uint32_t hv = item_hash(key, nkey);
-
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it == NULL) {
+    struct item_md md = { .has_cas = of.has_cas, .req_cas = of.req_cas,
+                          .stale = of.set_stale, .new_ttl = of.new_ttl,
+                          .exptime = of.exptime, .set_cas = of.has_explicit,
+                          .cas = of.explicit_cas };
+    unsigned int clsid;
+    switch (item_delete_meta(key, nkey, &md, &clsid)) {
+    case DELETE_NOT_FOUND:
         STATS_INCR(PT_STATS(c), delete_misses);
-    } else if (of.has_cas && it->cas != of.req_cas) {
+        break;
+    case DELETE_EXISTS:
         STATS_INCR(PT_STATS(c), delete_misses);
         code = "EX";
-    } else if (of.set_stale) {
-        /* Keep the item but mark it stale under a new CAS, so the next
-         * mg wins the right to recache it. */
-        if (of.new_ttl)
-            it->exptime = of.exptime;
-        it->it_flags |= ITEM_STALE;
-        it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
-        it->cas = of.has_explicit ? of.explicit_cas : item_next_cas();
+        break;
+    case DELETE_OK:
+        SLAB_STATS_INCR(PT_STATS(c), clsid, delete_hits);
+        /* fall through */
+    case DELETE_STALE:
         code = "HD";
         skip = c->noreply;
-    } else {
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, delete_hits);
-        do_item_unlink(it, hv);
-        code = "HD";
-        skip = c->noreply;
+        break;
     }
-    item_unlock(hv);
-    if (it != NULL)
-        item_release(it);
 
     struct meta_line m;
     ml_init(&m, code);
@@ -842,8 +795,6 @@ static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
 {
     const char *key = tok[1].value;
     size_t nkey = tok[1].length;
-    enum item_miss why;
-    uint32_t hv = item_hash(key, nkey);
     struct meta_line m;
     size_t vlen = strlen(num);
 
@@ -853,30 +804,43 @@ static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
     } else {
         ml_init(&m, "HD");
     }
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it != NULL && of->has_explicit)
-        it->cas = of->explicit_cas;
-    for (size_t i = 2; i < ntok; i++) {
-        char f = tok[i].value[0];
-        if (f == 'O')
-            ml_token(&m, &tok[i]);
-        else if (f == 'k')
-            ml_key(&m, key, nkey, of->key_binary);
-        else if (it == NULL)
-            continue;
-        else if (f == 'c')
-            ml_flag_u64(&m, 'c', it->cas);
-        else if (f == 't')
-            ml_ttl(&m, it);
-        else if (f == 'T')
-            it->exptime = of->exptime;
-        else if (f == 'N' && created)
-            it->exptime = of->autoviv_exptime;
+    /* The item side: E, then c t T N in request order, under its lock. */
+    struct item_mg mg = { .set_cas = of->has_explicit, .cas = of->explicit_cas,
+                          .touch_exptime = of->exptime,
+                          .vivify_exptime = of->autoviv_exptime,
+                          .created = created };
+    for (size_t i = 2; i < ntok && mg.nops < ITEM_MG_OPS; i++) {
+        switch (tok[i].value[0]) {
+        case 'c': mg.op[mg.nops++] = MG_CAS; break;
+        case 't': mg.op[mg.nops++] = MG_TTL; break;
+        case 'T': mg.op[mg.nops++] = MG_TOUCH; break;
+        case 'N': mg.op[mg.nops++] = MG_VIVIFY; break;
+        }
     }
-    item_unlock(hv);
+    struct item_read rq = { .key = key, .nkey = nkey, .mg = &mg };
+    item *it = NULL;
+    enum item_miss why;
+    unsigned int clsid;
+    bool found = item_read(&rq, &it, &why, &clsid) == ITEM_HIT;
     if (it != NULL)
         item_release(it);
+    unsigned int j = 0;
+    for (size_t i = 2; i < ntok; i++) {
+        char f = tok[i].value[0];
+        if (f == 'O') {
+            ml_token(&m, &tok[i]);
+        } else if (f == 'k') {
+            ml_key(&m, key, nkey, of->key_binary);
+        } else if (!found || (f != 'c' && f != 't' && f != 'T' && f != 'N')) {
+            continue;
+        } else if (f == 'c') {
+            ml_flag_u64(&m, 'c', (uint64_t)mg.val[j++]);
+        } else if (f == 't') {
+            ml_mg_ttl(&m, mg.val[j++]);
+        } else {
+            j++;
+        }
+    }
     if (of->value) {
         ml_end(&m);
         memcpy(m.p, num, vlen);
@@ -1030,34 +994,30 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
         }
     }
     STATS_INCR(PT_STATS(c), meta_cmds);
+    /* The item itself, not its value: me reports where it is. */
+    struct item_mg mg = { .nops = 3, .op = { MG_LAST_ACCESS, MG_CAS, MG_FETCHED } };
+    struct item_read rq = { .key = key, .nkey = nkey, .mg = &mg };
+    item *it = NULL;
     enum item_miss why;
-    /* The item itself, not a copy of its value: me reports where it is. */
-    uint32_t hv = item_hash(key, nkey);
-    item_lock(hv);
-    item *it = do_item_get(key, nkey, hv, &why, false);
-    if (it == NULL) {
-        item_unlock(hv);
+    unsigned int clsid;
+    if (item_read(&rq, &it, &why, &clsid) != ITEM_HIT) {
         out_string(c, "EN");
         return;
     }
+    item_release(it);
     static const char *const tier_names[] = { "dram", "nvm", "ssd" };
-    const char *tier = it->tier < 3 ? tier_names[it->tier] : "?";
+    const char *tier = mg.tier < 3 ? tier_names[mg.tier] : "?";
     struct meta_line m;
     ml_init(&m, "ME ");
-    m.p = pt_put_key(m.p, ITEM_key(it), it->nkey, binary);
-    rel_time_t now = mc_now();
+    m.p = pt_put_key(m.p, key, nkey, binary);
     /* memcached prints now - exptime here (negative while alive). */
-    int exp = it->exptime == 0 ? -1 : (int)(now - it->exptime);
+    int exp = mg.exptime == 0 ? -1 : (int)(mc_now() - mg.exptime);
     m.p += snprintf(m.p, sizeof(m.buf) - ml_len(&m),
                     " exp=%d la=%llu cas=%llu fetch=%s cls=%u size=%zu"
                     " tier=%s\r\n",
-                    exp, (unsigned long long)(uint32_t)(now - item_time(it)),
-                    (unsigned long long)it->cas,
-                    (it->it_flags & ITEM_FETCHED) ? "yes" : "no",
-                    (unsigned)it->slabs_clsid,
-                    (size_t)item_make_size(it->nkey, it->nbytes), tier);
-    item_unlock(hv);
-    item_release(it);
+                    exp, (unsigned long long)mg.val[0],
+                    (unsigned long long)mg.val[1], mg.val[2] ? "yes" : "no",
+                    clsid, (size_t)item_make_size(nkey, mg.nbytes), tier);
     pt_out_buf(c, m.buf, ml_len(&m), false);
 }
 

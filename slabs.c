@@ -60,8 +60,9 @@
  *   item lock -> LRU lock   (items.c, reached through item_evict_chunk)
  *   part[p].lock    a partition's free list and end region
  *   drain.lock      the draining page's freemap (taken under part locks)
- * pages_lock, pool_lock and map_lock are leaves taken under none of the
- * above except run_lock.
+ * pages_lock, pool_lock and map_lock are leaves: a new page for an
+ * allocation is made under the caller's locks (an item lock, and run_lock
+ * for the mover).  The server's whole order is in items.h.
  */
 #include "config.h"
 
@@ -1255,6 +1256,14 @@ static bool automove_refill_reserve_locked(void)
     if (donor == 0)
         donor = biggest;
     return donor != 0 && move_start_locked(donor, 0);
+}
+
+void slabs_reserve_step(void)
+{
+    pthread_mutex_lock(&run_lock);
+    if (automove_refill_reserve_locked())
+        STATS_INCR(&mstats, automoves);
+    pthread_mutex_unlock(&run_lock);
 }
 
 void slabs_automove_step(void)

@@ -136,6 +136,10 @@ enum slabs_reassign_result slabs_reassign_request(unsigned int src,
  * Mover thread only.
  */
 void slabs_automove_step(void);
+/* Only the reserve half of slabs_automove_step: keeps the lower tiers'
+ * reserve for meta tuples (slabs_set_reserve) refilled when automove is
+ * off, since without it demotions stop once DRAM is full. */
+void slabs_reserve_step(void);
 
 /* Mover state and counters (tests, stats). */
 struct slabs_mover_info {

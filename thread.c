@@ -206,6 +206,8 @@ static void maintainer_main(struct bg *g, unsigned idx, void *arg)
         if (settings.slab_reassign) {
             if (__atomic_load_n(&settings.slab_automove, __ATOMIC_RELAXED))
                 slabs_automove_step();
+            else
+                slabs_reserve_step();
             slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET);
         }
         /* The temperature thresholds matter only with a lower tier. */

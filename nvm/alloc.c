@@ -27,7 +27,7 @@
  * slot stolen from the stack or end of p+1, p+2, ... (no new page for them).
  *
  * Threads: any.  Each partition lock protects that partition's fields (see
- * internal.h); the locks are leaves and at most one is held at a time.
+ * internal.h, which gives their order with reuse_lock).
  * Page handout is a lock-free CAS on next_page.  Counters are relaxed
  * atomics: each stays exact, snapshots of several may be skewed.
  */

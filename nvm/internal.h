@@ -3,9 +3,12 @@
  * access, latency) and nvm/alloc.c (slab allocator).  Not for use outside
  * nvm/.
  *
- * Locking: the only locks are the partition locks (struct nvm_part.lock).
- * They are leaves: no other lock is taken while one is held, and at most
- * one is held at a time.  Fields marked "set at open" are written before
+ * Locking: the partition locks (struct nvm_part.lock) and reuse_lock (one
+ * page search or drain pick at a time).  reuse_lock is taken before
+ * partition locks (nvm_drain_begin); page_reuse, holding a partition lock,
+ * only trylocks reuse_lock and then a second partition lock.  Otherwise at
+ * most one partition lock is held, and nothing outside nvm/ is taken under
+ * any of them.  Fields marked "set at open" are written before
  * nvm_open returns and read-only afterwards.  Fields marked "atomic" are
  * accessed with __atomic builtins only (relaxed unless noted).
  */

@@ -4,7 +4,8 @@
  * Lock order: store->lock -> (nothing).  store->wlock (write SQ), the
  * pool's bg lock (job queue), store->idle_lock and ring->done_lock are
  * leaves: no other lock is taken while holding one, and no callback runs
- * under any lock.
+ * under any lock.  pool_start_lock (the pool's start and stop) is taken
+ * first and held across the pool threads' creation and join.
  */
 #ifndef SSD_INTERNAL_H
 #define SSD_INTERNAL_H

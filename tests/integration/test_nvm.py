@@ -664,6 +664,27 @@ def test_meta_tuples_move_and_nvm_values_stay_readable(server, nvm_file):
     assert tiers_int(st, "nvm_read_errors") == 0 and int(c.stats()["tuple_checksum_failures"]) == 0, st
 
 
+def test_meta_tuple_reserve_refills_without_automove(server, nvm_file):
+    """With -o slab_automove=0 the DRAM reserve for meta tuples is still
+    refilled by the page mover: 40000 values of 1000 B (5x DRAM) all move down to
+    NVM, each store answered, none waiting out store_wait_ms.  Without the refill
+    DRAM fills with data pages, every demotion fails for want of a meta tuple
+    chunk (meta_alloc_failures) and stores time out."""
+    s = nvm_server(server, nvm_file, mem=8, nvm="128m", extra=["-o", "slab_automove=0,store_wait_ms=200"])
+    c = s.connect()
+    keys = [b"usertable-user%016d" % j for j in range(40000)]
+    for b0 in range(0, len(keys), 50):   # small batches: a stall fails fast
+        stored, failures = load(c, [(k, make_value(k, 1, 1000)) for k in keys[b0:b0 + 50]], retries=0)
+        if failures:
+            break
+    st = c.stats(b"tiers")
+    assert not failures, "after %d keys: %s" % (b0, fmt_failures(failures, st))
+    assert int(c.stats()["store_wait_timeouts"]) == 0
+    assert tiers_int(st, "nvm_items") > 30000, st
+    got = multi_get(c, keys[:200] + keys[-200:])
+    assert all(got[k][1] == make_value(k, 1, 1000) for k in keys[:200] + keys[-200:])
+
+
 def test_stats_nvm_per_class(server, nvm_file):
     """`stats nvm` has one group of lines per NVM slot class in use; its counts add up
     to the totals of `stats tiers`, and a 300 KB value takes a class of its own."""
