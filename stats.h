@@ -163,7 +163,8 @@ void stats_reset(void);
  */
 typedef void (*stats_section_fn)(struct stat_sink *sink);
 /* `stats <sub>` runs fn; sections sharing a sub run in registration
- * order (`stats settings`: the options, then the tiers'). */
+ * order (`stats settings`: the options, then the tiers').  sub is kept,
+ * not copied: pass a string literal. */
 void stats_register_section(const char *sub, stats_section_fn fn);
 /* `stats reset` runs fn after clearing the counters stats.c holds. */
 void stats_register_reset(void (*fn)(void));
@@ -172,8 +173,8 @@ void stats_register_reset(void (*fn)(void));
  * module (MODULE rows): fn returns it, or counter points at a uint64_t
  * read with a relaxed atomic load.  NULL withdraws it; a MODULE row that
  * no module provides is left out of `stats` (a tier that is not
- * configured).  A name that is not a MODULE row aborts: a programming
- * error that the first `stats` of any test would otherwise hide.
+ * configured).  A name that is not a MODULE row aborts at start-up: a
+ * misspelt name would otherwise drop its line without a word.
  */
 void stats_provide(const char *name, uint64_t (*fn)(void));
 void stats_provide_counter(const char *name, const uint64_t *counter);
