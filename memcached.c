@@ -570,9 +570,9 @@ int main(int argc, char **argv)
 
     __atomic_store_n(&gstats.accepting_conns, 1, __ATOMIC_RELAXED);
     clock_update();
-    /* The options and the connections have no init function of their own.
-     * `stats settings` lists the options before the tiers' lines, which
-     * tac_init() adds. */
+    /* The sections of settings.c and conn.c (conn.c has no init; the
+     * options are registered beside it).  `stats settings` lists the
+     * options before the tiers' lines, which tac_init() adds. */
     stats_register_section("settings", settings_stats);
     stats_register_section("conns", conn_stats);
     items_init();
