@@ -91,6 +91,17 @@ static void publish(item **primary, item **old, unsigned int hp, bool exp)
     __atomic_store_n(&cur, t, __ATOMIC_RELEASE);
 }
 
+/* Readers of two lines of plain `stats` (stats.c's table). */
+static uint64_t stat_hash_power_level(void)
+{
+    return table_state()->hashpower;
+}
+
+static uint64_t stat_hash_is_expanding(void)
+{
+    return table_state()->expanding ? 1 : 0;
+}
+
 void assoc_init(int power)
 {
     if (power < ASSOC_MIN_POWER)
@@ -114,6 +125,9 @@ void assoc_init(int power)
     }
     publish(primary, NULL, (unsigned int)power, false);
     pthread_mutex_unlock(&expand_lock);
+    /* hash_bytes is a gstats gauge that stats.c reads itself. */
+    stats_provide("hash_power_level", stat_hash_power_level);
+    stats_provide("hash_is_expanding", stat_hash_is_expanding);
 }
 
 /* The chain head for hv.  Caller holds hv's stripe. */
@@ -226,15 +240,6 @@ bool assoc_expand_step(int budget)
     bool busy = t->expanding;
     pthread_mutex_unlock(&expand_lock);
     return busy;
-}
-
-void assoc_stats(struct stat_sink *sink)
-{
-    struct assoc_table *t = table_state();
-    stat_printf(sink, "hash_power_level", "%u", t->hashpower);
-    stat_printf(sink, "hash_bytes", "%llu",
-                (unsigned long long)STATS_GET(&gstats, hash_bytes));
-    stat_printf(sink, "hash_is_expanding", "%d", t->expanding ? 1 : 0);
 }
 
 unsigned int assoc_hashpower(void)

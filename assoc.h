@@ -41,8 +41,4 @@ uint64_t assoc_count(void);
 /* Current log2 of the bucket count (the new table's while expanding). */
 unsigned int assoc_hashpower(void);
 
-struct stat_sink;
-/* hash_power_level, hash_bytes, hash_is_expanding. */
-void assoc_stats(struct stat_sink *sink);
-
 #endif

@@ -305,7 +305,7 @@ void proto_text_conn_cleanup(conn *c);
 enum proto_result proto_bin_try_command(conn *c);
 void proto_bin_complete_nread(conn *c);
 
-/* `stats conns`. */
+/* `stats conns` (main() registers it: conn.c has no init). */
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
 /* Formats an address as "tcp:127.0.0.1:11211" (proto given). */

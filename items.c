@@ -196,6 +196,9 @@ void items_init(void)
     slabs_init();
     assoc_init(settings.hashpower_init);
     npart = slabs_npartitions();
+    stats_register_section("items", items_stats);
+    stats_register_section("sizes", items_stats_sizes);
+    stats_register_reset(items_stats_reset);
 }
 
 /* ---- LRU lists (caller holds l->lock). ----------------------------- */

@@ -656,10 +656,11 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
 int items_crawl_step(int budget);
 
 struct stat_sink;
-/* `stats items`, `stats sizes`. */
+/* `stats items`, `stats sizes` (items_init() registers them). */
 void items_stats(struct stat_sink *sink);
 void items_stats_sizes(struct stat_sink *sink);
-/* Clears the per-class counters of `stats items` (`stats reset`). */
+/* Clears the per-class counters of `stats items` (`stats reset`; also
+ * registered by items_init()). */
 void items_stats_reset(void);
 
 #endif

@@ -43,6 +43,7 @@ static inline void access_store(item *it, uint32_t v)
 void llru_init(void)
 {
     llru_set_thresholds(LLRU_THR_HOT_DEFAULT, LLRU_THR_WARM_DEFAULT);
+    stats_register_section("temperature", llru_stats_temperature);
 }
 
 void llru_init_access(item *it, rel_time_t now)

@@ -153,7 +153,8 @@ void llru_thresholds_from(const uint64_t hist[LLRU_COUNT_MASK + 1], uint64_t n,
 unsigned int llru_sample(unsigned int want, rel_time_t now);
 
 struct stat_sink;
-/* `stats temperature`: thresholds and the last samples. */
+/* `stats temperature`: thresholds and the last samples (llru_init()
+ * registers it). */
 void llru_stats_temperature(struct stat_sink *sink);
 
 #endif

@@ -570,6 +570,11 @@ int main(int argc, char **argv)
 
     __atomic_store_n(&gstats.accepting_conns, 1, __ATOMIC_RELAXED);
     clock_update();
+    /* The sections of settings.c and conn.c (conn.c has no init; the
+     * options are registered beside it).  `stats settings` lists the
+     * options before the tiers' lines, which tac_init() adds. */
+    stats_register_section("settings", settings_stats);
+    stats_register_section("conns", conn_stats);
     items_init();
     if (!tac_init())
         exit(EX_CONFIG);

@@ -181,7 +181,7 @@ static struct {
 static uint32_t req_word;           /* atomic */
 
 /* Mover counters, relaxed atomics: field and `stats` name.  Gauges
- * (slab_reassign_running, slab_global_page_pool) are emitted apart. */
+ * (slab_reassign_running, slab_global_page_pool) are provided apart. */
 #define MOVER_STATS_FIELDS(X) \
     X(moved,         "slabs_moved") \
     X(moved_to_pool, "slab_reassign_to_pool") \
@@ -369,6 +369,8 @@ static void prealloc_init(void)
                 "allocating pages on demand\n", prealloc_len);
 }
 
+static void slabs_stats_register(void);
+
 void slabs_init(void)
 {
     if (initialized)
@@ -399,6 +401,7 @@ void slabs_init(void)
 
     if (settings.prealloc && mem_limit > 0)
         prealloc_init();
+    slabs_stats_register();
     if (settings.verbose > 1) {
         for (unsigned int i = 1; i <= nclasses; i++)
             fprintf(stderr, "slab class %3u: chunk size %9zu perslab %7u\n",
@@ -827,8 +830,10 @@ void slabs_stats(struct stat_sink *sink)
 {
     unsigned int active = 0;
     char key[64];
+    struct thread_stats ts;
 
-    for (unsigned int i = 1; i <= nclasses; i++) {
+    stats_aggregate(&ts, NULL);
+    for (unsigned int i = 1; i <= nclasses && i < MAX_SLAB_CLASSES; i++) {
         struct slabs_class_info ci;
         slabs_class_info(i, &ci);
         if (ci.total_pages == 0)
@@ -848,6 +853,7 @@ void slabs_stats(struct stat_sink *sink)
         SLAB_STAT("free_chunks_end", "%llu",
                   (unsigned long long)ci.free_chunks_end);
 #undef SLAB_STAT
+        stats_slab_class(sink, i, &ts.slab[i]);
     }
     stat_printf(sink, "active_slabs", "%u", active);
     stat_printf(sink, "total_malloced", "%zu", slabs_mem_malloced());
@@ -1318,16 +1324,20 @@ void slabs_mover_info(struct slabs_mover_info *out)
     out->pool_pages = __atomic_load_n(&pool_pages, __ATOMIC_RELAXED);
 }
 
-void slabs_mover_stats(struct stat_sink *sink)
+static uint64_t stat_total_malloced(void)
 {
-    stat_printf(sink, "slab_reassign_running", "%llu",
-                (unsigned long long)STATS_GET(&mstats, running));
-#define MOVER_EMIT(name, wire) \
-    stat_printf(sink, wire, "%llu", \
-                (unsigned long long)STATS_GET(&mstats, name));
-    MOVER_STATS_FIELDS(MOVER_EMIT)
-#undef MOVER_EMIT
-    stat_printf(sink, "slab_global_page_pool", "%llu",
-                (unsigned long long)__atomic_load_n(&pool_pages,
-                                                    __ATOMIC_RELAXED));
+    return slabs_mem_malloced();
+}
+
+/* `stats slabs`, and the allocator's and mover's lines of plain `stats`
+ * (stats.c's table names them and says what they mean). */
+static void slabs_stats_register(void)
+{
+    stats_register_section("slabs", slabs_stats);
+    stats_provide("total_malloced", stat_total_malloced);
+    stats_provide_counter("slab_reassign_running", &mstats.running);
+#define MOVER_PROVIDE(name, wire) stats_provide_counter(wire, &mstats.name);
+    MOVER_STATS_FIELDS(MOVER_PROVIDE)
+#undef MOVER_PROVIDE
+    stats_provide_counter("slab_global_page_pool", &pool_pages);
 }

@@ -80,7 +80,7 @@ void slabs_class_info(unsigned int clsid, struct slabs_class_info *out);
 
 struct stat_sink;
 /* `stats slabs` (chunk sizes, pages, used/free chunks, per-class
- * command counters aggregated by stats.c). */
+ * command counters aggregated by stats.c); slabs_init() registers it. */
 void slabs_stats(struct stat_sink *sink);
 
 /* ---- Page mover. --------------------------------------------------------
@@ -155,12 +155,5 @@ struct slabs_mover_info {
     uint64_t pool_pages;        /* pages in the global pool */
 };
 void slabs_mover_info(struct slabs_mover_info *out);
-
-/* Mover lines of general `stats`: slab_reassign_running, slabs_moved,
- * slab_reassign_to_pool, slab_reassign_aborted,
- * slab_reassign_evictions_nomem (items the mover evicted; it never
- * rescues them into another chunk, so there is no slab_reassign_rescues),
- * slab_reassign_busy_items, slab_automove_moves, slab_global_page_pool. */
-void slabs_mover_stats(struct stat_sink *sink);
 
 #endif

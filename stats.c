@@ -1,14 +1,25 @@
 /*
- * stats.c - counters and every `stats` sub-command.
+ * stats.c - counters, the table of plain `stats`, and the registry that
+ * runs every other `stats` sub-command.
  *
  * Design.  Counters are declared once in the X-macro lists of stats.h;
- * this file walks those lists to aggregate, reset and print them, so a new
- * counter needs one line.  Output goes to a struct stat_sink, so the text
- * and binary protocols share the same names and values.
+ * this file walks those lists to aggregate and reset them.  Each line of
+ * plain `stats` is one row of general_stats[] below: name, type, how the
+ * value is read, and its meaning, which doc/stats.md repeats word for word
+ * (tests/integration/test_stats.py compares them).  `stats` walks the
+ * table in order.  Values held by modules above this file (the slab
+ * allocator, the hash table, the tiers) are MODULE rows: the module hands
+ * in a reader at init with stats_provide().  The other sub-commands
+ * (settings, items, slabs, tiers...) belong to their modules, which
+ * register them with stats_register_section(); so this file includes no
+ * module header and calls no module except through registered pointers.
+ * Output goes to a struct stat_sink, so the text and binary protocols share
+ * the same names and values.
  *
  * Threads.  Any worker may run `stats`; it reads other workers' counters
  * with relaxed atomic loads.  `stats reset` stores zeros the same way; a
- * count racing with a reset may survive it, as in memcached.
+ * count racing with a reset may survive it, as in memcached.  The registry
+ * is written at start-up, before the workers run, and only read after.
  */
 #include "config.h"
 
@@ -19,14 +30,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "conn.h"
-#include "items.h"
-#include "lazy_lru.h"
-#include "slabs.h"
 #include "stats.h"
-#include "tac/tac.h"
-#include "thread.h"
 
 struct global_stats gstats;
 
@@ -91,143 +95,51 @@ char *stat_text_finish(struct stat_text *t, size_t *len)
     return t->buf;
 }
 
-/* ---- Aggregation -------------------------------------------------------- */
+/* ---- Workers' counters -------------------------------------------------- */
 
-void stats_aggregate(struct thread_stats *out)
+static struct thread_stats **workers;
+static int nworkers, workers_cap;
+
+void stats_add_worker(struct thread_stats *ts)
+{
+    for (int i = 0; i < nworkers; i++)
+        if (workers[i] == ts)
+            return;
+    if (nworkers == workers_cap) {
+        int cap = workers_cap ? 2 * workers_cap : 16;
+        struct thread_stats **grown = realloc(workers, cap * sizeof(*grown));
+        if (grown == NULL) {
+            fprintf(stderr, "out of memory registering worker stats\n");
+            exit(EXIT_FAILURE);
+        }
+        workers = grown;
+        workers_cap = cap;
+    }
+    workers[nworkers++] = ts;
+}
+
+void stats_aggregate(struct thread_stats *out, struct slab_stats *totals)
 {
     memset(out, 0, sizeof(*out));
-    for (int i = 0; i < worker_count(); i++) {
-        struct thread_stats *ts = &worker_get(i)->stats;
+    for (int i = 0; i < nworkers; i++) {
+        struct thread_stats *ts = workers[i];
 #define SUM_FIELD(name) out->name += STATS_GET(ts, name);
         THREAD_STATS_FIELDS(SUM_FIELD)
+#undef SUM_FIELD
         for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
 #define SUM_SLAB_FIELD(name) out->slab[c].name += STATS_GET(&ts->slab[c], name);
             SLAB_STATS_FIELDS(SUM_SLAB_FIELD)
+#undef SUM_SLAB_FIELD
         }
     }
-}
-
-/* Sum over slab classes of one per-class counter. */
-static void stats_slab_totals(const struct thread_stats *ts, struct slab_stats *tot)
-{
-    memset(tot, 0, sizeof(*tot));
+    if (totals == NULL)
+        return;
+    memset(totals, 0, sizeof(*totals));
     for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
-#define SUM_TOTAL(name) tot->name += ts->slab[c].name;
+#define SUM_TOTAL(name) totals->name += out->slab[c].name;
         SLAB_STATS_FIELDS(SUM_TOTAL)
+#undef SUM_TOTAL
     }
-}
-
-void stats_reset(void)
-{
-    for (int i = 0; i < worker_count(); i++) {
-        struct thread_stats *ts = &worker_get(i)->stats;
-#define ZERO_FIELD(name) __atomic_store_n(&ts->name, 0, __ATOMIC_RELAXED);
-        THREAD_STATS_FIELDS(ZERO_FIELD)
-        for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
-#define ZERO_SLAB_FIELD(name) __atomic_store_n(&ts->slab[c].name, 0, __ATOMIC_RELAXED);
-            SLAB_STATS_FIELDS(ZERO_SLAB_FIELD)
-        }
-    }
-#define ZERO_GLOBAL(name) __atomic_store_n(&gstats.name, 0, __ATOMIC_RELAXED);
-    GLOBAL_COUNTER_FIELDS(ZERO_GLOBAL)
-    items_stats_reset();
-    tac_stats_reset();
-}
-
-/* ---- `stats` ------------------------------------------------------------ */
-
-static void stats_general(struct stat_sink *s)
-{
-    struct thread_stats ts;
-    struct slab_stats tot;
-    struct rusage usage;
-    stats_aggregate(&ts);
-    stats_slab_totals(&ts, &tot);
-    getrusage(RUSAGE_SELF, &usage);
-    rel_time_t now = mc_now();
-
-    stat_printf(s, "pid", "%ld", (long)getpid());
-    stat_printf(s, "uptime", "%u", now);
-    stat_printf(s, "time", "%ld", (long)(process_started + now));
-    stat_printf(s, "version", "%s", SERVER_VERSION);
-    stat_printf(s, "libevent", "%s", event_get_version());
-    stat_printf(s, "pointer_size", "%d", (int)(8 * sizeof(void *)));
-    stat_printf(s, "rusage_user", "%ld.%06ld", (long)usage.ru_utime.tv_sec,
-                (long)usage.ru_utime.tv_usec);
-    stat_printf(s, "rusage_system", "%ld.%06ld", (long)usage.ru_stime.tv_sec,
-                (long)usage.ru_stime.tv_usec);
-    stat_printf(s, "max_connections", "%d", settings.maxconns);
-    stat_printf(s, "curr_connections", "%llu",
-                (unsigned long long)STATS_GET(&gstats, curr_connections));
-    stat_printf(s, "total_connections", "%llu",
-                (unsigned long long)STATS_GET(&gstats, total_connections));
-    stat_printf(s, "rejected_connections", "%llu",
-                (unsigned long long)STATS_GET(&gstats, rejected_connections));
-    stat_printf(s, "connection_structures", "%llu",
-                (unsigned long long)STATS_GET(&gstats, connection_structures));
-    stat_printf(s, "cmd_get", "%llu", (unsigned long long)ts.get_cmds);
-    stat_printf(s, "cmd_set", "%llu", (unsigned long long)tot.set_cmds);
-    stat_printf(s, "cmd_flush", "%llu", (unsigned long long)ts.flush_cmds);
-    stat_printf(s, "cmd_touch", "%llu", (unsigned long long)ts.touch_cmds);
-    stat_printf(s, "cmd_meta", "%llu", (unsigned long long)ts.meta_cmds);
-    stat_printf(s, "get_hits", "%llu", (unsigned long long)tot.get_hits);
-    tac_stats_general(s);
-    stat_printf(s, "get_misses", "%llu", (unsigned long long)ts.get_misses);
-    stat_printf(s, "get_expired", "%llu", (unsigned long long)ts.get_expired);
-    stat_printf(s, "get_flushed", "%llu", (unsigned long long)ts.get_flushed);
-    stat_printf(s, "delete_misses", "%llu", (unsigned long long)ts.delete_misses);
-    stat_printf(s, "delete_hits", "%llu", (unsigned long long)tot.delete_hits);
-    stat_printf(s, "incr_misses", "%llu", (unsigned long long)ts.incr_misses);
-    stat_printf(s, "incr_hits", "%llu", (unsigned long long)tot.incr_hits);
-    stat_printf(s, "decr_misses", "%llu", (unsigned long long)ts.decr_misses);
-    stat_printf(s, "decr_hits", "%llu", (unsigned long long)tot.decr_hits);
-    stat_printf(s, "cas_misses", "%llu", (unsigned long long)ts.cas_misses);
-    stat_printf(s, "cas_hits", "%llu", (unsigned long long)tot.cas_hits);
-    stat_printf(s, "cas_badval", "%llu", (unsigned long long)tot.cas_badval);
-    stat_printf(s, "touch_hits", "%llu", (unsigned long long)tot.touch_hits);
-    stat_printf(s, "touch_misses", "%llu", (unsigned long long)ts.touch_misses);
-    stat_printf(s, "store_too_large", "%llu", (unsigned long long)ts.store_too_large);
-    stat_printf(s, "store_no_memory", "%llu", (unsigned long long)ts.store_no_memory);
-    stat_printf(s, "bytes_read", "%llu", (unsigned long long)ts.bytes_read);
-    stat_printf(s, "bytes_written", "%llu", (unsigned long long)ts.bytes_written);
-    stat_printf(s, "limit_maxbytes", "%zu", settings.maxbytes);
-    stat_printf(s, "accepting_conns", "%llu",
-                (unsigned long long)STATS_GET(&gstats, accepting_conns));
-    stat_printf(s, "listen_disabled_num", "%llu",
-                (unsigned long long)STATS_GET(&gstats, listen_disabled_num));
-    stat_printf(s, "time_in_listen_disabled_us", "%llu",
-                (unsigned long long)STATS_GET(&gstats, time_in_listen_disabled_us));
-    stat_printf(s, "threads", "%d", settings.num_threads);
-    stat_printf(s, "conn_yields", "%llu", (unsigned long long)ts.conn_yields);
-    assoc_stats(s);
-    stat_printf(s, "malloc_fails", "0");
-    stat_printf(s, "partitions", "%d", settings.partitions);
-    stat_printf(s, "total_malloced", "%zu", slabs_mem_malloced());
-#define PRINT_GLOBAL(name) \
-    stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&gstats, name));
-    PRINT_GLOBAL(bytes)
-    PRINT_GLOBAL(curr_items)
-    PRINT_GLOBAL(total_items)
-    PRINT_GLOBAL(expired_unfetched)
-    PRINT_GLOBAL(evicted_unfetched)
-    PRINT_GLOBAL(evicted_active)
-    PRINT_GLOBAL(evictions)
-    PRINT_GLOBAL(reclaimed)
-    PRINT_GLOBAL(crawler_reclaimed)
-    PRINT_GLOBAL(crawler_items_checked)
-    PRINT_GLOBAL(lrutail_reflocked)
-    PRINT_GLOBAL(lru_bumps_queued)
-    PRINT_GLOBAL(lru_bumps_dropped)
-    PRINT_GLOBAL(lru_bumps)
-    PRINT_GLOBAL(lru_second_chances)
-    PRINT_GLOBAL(outofmemory)
-    PRINT_GLOBAL(store_waits)
-    PRINT_GLOBAL(stores_waiting)
-    PRINT_GLOBAL(store_waits_done)
-    PRINT_GLOBAL(store_wait_timeouts)
-    PRINT_GLOBAL(conn_mem_bytes)
-    PRINT_GLOBAL(conn_mem_closed)
-    slabs_mover_stats(s);
 }
 
 /* Wire name of a per-class counter (memcached calls set_cmds cmd_set). */
@@ -236,88 +148,495 @@ static const char *slab_field_name(const char *field)
     return strcmp(field, "set_cmds") == 0 ? "cmd_set" : field;
 }
 
-/* `stats slabs`: per class the allocator's view and the command counters of
- * items in that class, then the totals, in memcached's order. */
-static void stats_slabs(struct stat_sink *s)
+void stats_slab_class(struct stat_sink *sink, unsigned int clsid,
+                      const struct slab_stats *ss)
 {
-    struct thread_stats ts;
     char key[64];
-    unsigned int active = 0;
-    stats_aggregate(&ts);
-    for (unsigned int c = 1; c <= slabs_nclasses() && c < MAX_SLAB_CLASSES; c++) {
-        struct slabs_class_info info;
-        slabs_class_info(c, &info);
-        if (info.total_pages == 0)
-            continue;
-        active++;
-#define PRINT_INFO(name, fmt, val) \
-        snprintf(key, sizeof(key), "%u:%s", c, name); \
-        stat_printf(s, key, fmt, val);
-        PRINT_INFO("chunk_size", "%zu", info.chunk_size)
-        PRINT_INFO("chunks_per_page", "%u", info.chunks_per_page)
-        PRINT_INFO("total_pages", "%llu", (unsigned long long)info.total_pages)
-        PRINT_INFO("total_chunks", "%llu", (unsigned long long)info.total_chunks)
-        PRINT_INFO("used_chunks", "%llu", (unsigned long long)info.used_chunks)
-        PRINT_INFO("free_chunks", "%llu", (unsigned long long)info.free_chunks)
-        PRINT_INFO("free_chunks_end", "%llu", (unsigned long long)info.free_chunks_end)
-        const struct slab_stats *ss = &ts.slab[c];
 #define PRINT_SLAB_FIELD(name) \
-        PRINT_INFO(slab_field_name(#name), "%llu", (unsigned long long)ss->name)
-        SLAB_STATS_FIELDS(PRINT_SLAB_FIELD)
-    }
-    stat_printf(s, "active_slabs", "%u", active);
-    stat_printf(s, "total_malloced", "%zu", slabs_mem_malloced());
+    snprintf(key, sizeof(key), "%u:%s", clsid, slab_field_name(#name)); \
+    stat_printf(sink, key, "%llu", (unsigned long long)ss->name);
+    SLAB_STATS_FIELDS(PRINT_SLAB_FIELD)
+#undef PRINT_SLAB_FIELD
 }
 
-/* `stats tiers`: one group of lines per storage tier.  Only DRAM exists
- * until the NVM and SSD tiers are configured. */
-static void stats_tiers(struct stat_sink *s)
+/* ---- Registry ----------------------------------------------------------- */
+
+/* Fixed sizes: the server registers about a dozen of each; running out is
+ * a programming error, reported at start-up. */
+#define MAX_SECTIONS 32
+#define MAX_RESETS 8
+
+static struct {
+    const char *sub;
+    stats_section_fn fn;
+} sections[MAX_SECTIONS];
+static int nsections;
+
+static void (*resets[MAX_RESETS])(void);
+static int nresets;
+
+void stats_register_section(const char *sub, stats_section_fn fn)
 {
+    for (int i = 0; i < nsections; i++)
+        if (sections[i].fn == fn && strcmp(sections[i].sub, sub) == 0)
+            return;
+    if (nsections == MAX_SECTIONS) {
+        fprintf(stderr, "stats: too many sections (registering %s)\n", sub);
+        abort();
+    }
+    sections[nsections].sub = sub;
+    sections[nsections].fn = fn;
+    nsections++;
+}
+
+void stats_register_reset(void (*fn)(void))
+{
+    for (int i = 0; i < nresets; i++)
+        if (resets[i] == fn)
+            return;
+    if (nresets == MAX_RESETS) {
+        fprintf(stderr, "stats: too many reset hooks\n");
+        abort();
+    }
+    resets[nresets++] = fn;
+}
+
+void stats_reset(void)
+{
+    for (int i = 0; i < nworkers; i++) {
+        struct thread_stats *ts = workers[i];
+#define ZERO_FIELD(name) __atomic_store_n(&ts->name, 0, __ATOMIC_RELAXED);
+        THREAD_STATS_FIELDS(ZERO_FIELD)
+#undef ZERO_FIELD
+        for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+#define ZERO_SLAB_FIELD(name) __atomic_store_n(&ts->slab[c].name, 0, __ATOMIC_RELAXED);
+            SLAB_STATS_FIELDS(ZERO_SLAB_FIELD)
+#undef ZERO_SLAB_FIELD
+        }
+    }
+#define ZERO_GLOBAL(name) __atomic_store_n(&gstats.name, 0, __ATOMIC_RELAXED);
+    GLOBAL_COUNTER_FIELDS(ZERO_GLOBAL)
+#undef ZERO_GLOBAL
+    for (int i = 0; i < nresets; i++)
+        resets[i]();
+}
+
+/* ---- The general stats table -------------------------------------------- */
+
+/*
+ * Types, as doc/stats.md's kind column names them:
+ *   counter   grows from 0 at start; `stats reset` sets it back to 0
+ *             unless its meaning says otherwise
+ *   gauge     the current state; not reset
+ *   constant  fixed while the server runs
+ *   string    text, fixed while the server runs
+ */
+enum stat_type { STAT_COUNTER, STAT_GAUGE, STAT_CONST, STAT_STRING };
+
+enum stat_src {
+    SRC_GSTATS,     /* a uint64_t field of gstats */
+    SRC_WORKERS,    /* a thread_stats field summed over the workers */
+    SRC_CLASSES,    /* a slab_stats field summed over workers and classes */
+    SRC_LOCAL,      /* formatted here: process facts and settings */
+    SRC_MODULE,     /* a module's value, handed in with stats_provide() */
+};
+
+/* One walk's view of the counters, taken once so that every line of one
+ * `stats` answer comes from the same sums. */
+struct general_snap {
     struct thread_stats ts;
     struct slab_stats tot;
-    stats_aggregate(&ts);
-    stats_slab_totals(&ts, &tot);
-    unsigned long long lower = tac_lower_hits();
-    stat_printf(s, "tiers", "%s", tac_tiers_name());
-    stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
-    stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
-    stat_printf(s, "dram_bytes", "%llu",
-                (unsigned long long)STATS_GET(&gstats, bytes));
-    unsigned long long items = STATS_GET(&gstats, curr_items);
-    unsigned long long metas = tac_meta_tuples();
-    stat_printf(s, "dram_items", "%llu", items > metas ? items - metas : 0);
-    stat_printf(s, "get_hits_dram", "%llu",
-                tot.get_hits > lower ? (unsigned long long)tot.get_hits - lower : 0);
-    stat_printf(s, "evictions", "%llu",
-                (unsigned long long)STATS_GET(&gstats, evictions));
-    stat_printf(s, "thr_hot", "%u", llru_thr_hot());
-    stat_printf(s, "thr_warm", "%u", llru_thr_warm());
-    tac_stats_tiers(s);
+    struct rusage usage;
+    rel_time_t now;
+};
+
+typedef void (*stat_local_fn)(const struct general_snap *g, char *val,
+                              size_t len);
+
+struct stat_row {
+    const char *name;
+    enum stat_type type;
+    enum stat_src src;
+    size_t off;             /* SRC_GSTATS, SRC_WORKERS, SRC_CLASSES */
+    stat_local_fn local;    /* SRC_LOCAL */
+    const char *doc;        /* doc/stats.md's meaning, word for word */
+};
+
+static void local_pid(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%ld", (long)getpid());
+}
+
+static void local_uptime(const struct general_snap *g, char *val, size_t len)
+{
+    snprintf(val, len, "%u", g->now);
+}
+
+static void local_time(const struct general_snap *g, char *val, size_t len)
+{
+    snprintf(val, len, "%ld", (long)(process_started + g->now));
+}
+
+static void local_version(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%s", SERVER_VERSION);
+}
+
+static void local_libevent(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%s", event_get_version());
+}
+
+static void local_pointer_size(const struct general_snap *g, char *val,
+                               size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%d", (int)(8 * sizeof(void *)));
+}
+
+static void local_rusage_user(const struct general_snap *g, char *val,
+                              size_t len)
+{
+    snprintf(val, len, "%ld.%06ld", (long)g->usage.ru_utime.tv_sec,
+             (long)g->usage.ru_utime.tv_usec);
+}
+
+static void local_rusage_system(const struct general_snap *g, char *val,
+                                size_t len)
+{
+    snprintf(val, len, "%ld.%06ld", (long)g->usage.ru_stime.tv_sec,
+             (long)g->usage.ru_stime.tv_usec);
+}
+
+static void local_maxconns(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%d", settings.maxconns);
+}
+
+static void local_maxbytes(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%zu", settings.maxbytes);
+}
+
+static void local_threads(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%d", settings.num_threads);
+}
+
+static void local_zero(const struct general_snap *g, char *val, size_t len)
+{
+    (void)g;
+    snprintf(val, len, "0");
+}
+
+static void local_partitions(const struct general_snap *g, char *val,
+                             size_t len)
+{
+    (void)g;
+    snprintf(val, len, "%d", settings.partitions);
+}
+
+#define GSTATS(f)  .src = SRC_GSTATS, .off = offsetof(struct global_stats, f)
+#define WORKERS(f) .src = SRC_WORKERS, .off = offsetof(struct thread_stats, f)
+#define CLASSES(f) .src = SRC_CLASSES, .off = offsetof(struct slab_stats, f)
+#define LOCAL(fn)  .src = SRC_LOCAL, .local = fn
+#define MODULE     .src = SRC_MODULE
+#define ROW(n, t, read, d) { .name = n, .type = STAT_##t, read, .doc = d }
+
+/*
+ * Plain `stats`, in output order: memcached's names in memcached's order,
+ * tac-memcached's own beside their relatives.  A new line is one row here
+ * and one row in doc/stats.md.
+ */
+static const struct stat_row general_stats[] = {
+    ROW("pid", CONST, LOCAL(local_pid), "process id"),
+    ROW("uptime", GAUGE, LOCAL(local_uptime), "seconds since start"),
+    ROW("time", GAUGE, LOCAL(local_time),
+        "current unix time, as the server clock sees it"),
+    ROW("version", STRING, LOCAL(local_version), "server version"),
+    ROW("libevent", STRING, LOCAL(local_libevent), "libevent version"),
+    ROW("pointer_size", CONST, LOCAL(local_pointer_size),
+        "bits in a pointer (64)"),
+    ROW("rusage_user", COUNTER, LOCAL(local_rusage_user),
+        "user CPU seconds of the process; not cleared by `stats reset`"),
+    ROW("rusage_system", COUNTER, LOCAL(local_rusage_system),
+        "system CPU seconds of the process; not cleared by `stats reset`"),
+    ROW("max_connections", CONST, LOCAL(local_maxconns), "`-c`"),
+    ROW("curr_connections", GAUGE, GSTATS(curr_connections),
+        "open client connections"),
+    ROW("total_connections", COUNTER, GSTATS(total_connections),
+        "connections accepted"),
+    ROW("rejected_connections", COUNTER, GSTATS(rejected_connections),
+        "connections refused because `-c` was reached (connections still "
+        "being handed to a worker count)"),
+    ROW("connection_structures", GAUGE, GSTATS(connection_structures),
+        "connection objects allocated (clients + UDP)"),
+    ROW("cmd_get", COUNTER, WORKERS(get_cmds),
+        "keys requested by get/gets/gat/gats/mg and binary gets"),
+    ROW("cmd_set", COUNTER, CLASSES(set_cmds),
+        "storage commands (set/add/replace/append/prepend/cas/ms)"),
+    ROW("cmd_flush", COUNTER, WORKERS(flush_cmds), "flush_all commands"),
+    ROW("cmd_touch", COUNTER, WORKERS(touch_cmds),
+        "touch/gat/gats and binary touch/gat"),
+    ROW("cmd_meta", COUNTER, WORKERS(meta_cmds), "meta commands"),
+    ROW("get_hits", COUNTER, CLASSES(get_hits),
+        "keys found, in any tier"),
+    ROW("get_hits_ssd", COUNTER, MODULE,
+        "hits served from the SSD tier (only with an SSD tier)"),
+    ROW("ssd_meta_tuple_bytes", CONST, MODULE,
+        "DRAM bytes an SSD-resident item costs besides its key (48; only "
+        "with an SSD tier; see `stats tiers`)"),
+    ROW("tuple_checksum_failures", COUNTER, MODULE,
+        "NVM and SSD tuples found damaged when read back (only with a lower "
+        "tier; see `stats tiers`)"),
+    ROW("get_misses", COUNTER, WORKERS(get_misses), "keys not found"),
+    ROW("get_expired", COUNTER, WORKERS(get_expired),
+        "misses because the item had expired"),
+    ROW("get_flushed", COUNTER, WORKERS(get_flushed),
+        "misses because the item was invalidated by flush_all"),
+    ROW("delete_misses", COUNTER, WORKERS(delete_misses),
+        "deletes of a key not found"),
+    ROW("delete_hits", COUNTER, CLASSES(delete_hits), "keys deleted"),
+    ROW("incr_misses", COUNTER, WORKERS(incr_misses),
+        "incr of a key not found"),
+    ROW("incr_hits", COUNTER, CLASSES(incr_hits), "keys incremented"),
+    ROW("decr_misses", COUNTER, WORKERS(decr_misses),
+        "decr of a key not found"),
+    ROW("decr_hits", COUNTER, CLASSES(decr_hits), "keys decremented"),
+    ROW("cas_misses", COUNTER, WORKERS(cas_misses),
+        "cas of a key not found"),
+    ROW("cas_hits", COUNTER, CLASSES(cas_hits), "cas stored"),
+    ROW("cas_badval", COUNTER, CLASSES(cas_badval),
+        "cas refused because the CAS value did not match"),
+    ROW("touch_hits", COUNTER, CLASSES(touch_hits), "keys touched"),
+    ROW("touch_misses", COUNTER, WORKERS(touch_misses),
+        "touches of a key not found"),
+    ROW("store_too_large", COUNTER, WORKERS(store_too_large),
+        "storage commands refused because the item exceeds `-I`"),
+    ROW("store_no_memory", COUNTER, WORKERS(store_no_memory),
+        "storage commands refused for lack of memory: every tier full for "
+        "good (with `-M`: DRAM and NVM full and the SSD full or unwritable), "
+        "`store_wait_ms` 0, or a UDP store; a store that waited in vain "
+        "counts in `store_wait_timeouts` instead"),
+    ROW("bytes_read", COUNTER, WORKERS(bytes_read),
+        "bytes read from the network"),
+    ROW("bytes_written", COUNTER, WORKERS(bytes_written),
+        "bytes written to the network"),
+    ROW("limit_maxbytes", CONST, LOCAL(local_maxbytes), "`-m` in bytes"),
+    ROW("accepting_conns", GAUGE, GSTATS(accepting_conns),
+        "1 while the listener accepts, 0 while accepting is paused for lack "
+        "of file descriptors"),
+    ROW("listen_disabled_num", COUNTER, GSTATS(listen_disabled_num),
+        "times accepting paused because accept failed for lack of file "
+        "descriptors (it resumes when a connection closes, or within 0.1 s)"),
+    ROW("time_in_listen_disabled_us", COUNTER,
+        GSTATS(time_in_listen_disabled_us),
+        "microseconds from running out of file descriptors to accepting "
+        "with descriptors to spare, summed once each such shortage ends"),
+    ROW("threads", CONST, LOCAL(local_threads), "`-t`"),
+    ROW("conn_yields", COUNTER, WORKERS(conn_yields),
+        "times a connection gave up its turn after `-R` requests"),
+    ROW("hash_power_level", GAUGE, MODULE,
+        "log2 of the hash table size"),
+    ROW("hash_bytes", GAUGE, GSTATS(hash_bytes),
+        "bytes used by the hash table"),
+    ROW("hash_is_expanding", GAUGE, MODULE,
+        "1 while an incremental resize runs"),
+    ROW("malloc_fails", CONST, LOCAL(local_zero),
+        "always 0: memory is taken as slab pages, whose failures count in "
+        "`outofmemory`"),
+    ROW("partitions", CONST, LOCAL(local_partitions),
+        "LRU/free-list partitions per slab class (`-o partitions`)"),
+    ROW("total_malloced", GAUGE, MODULE,
+        "bytes of `-m` handed out as slab pages"),
+    ROW("bytes", GAUGE, GSTATS(bytes),
+        "bytes used by stored items (headers included)"),
+    ROW("curr_items", GAUGE, GSTATS(curr_items),
+        "items in the index (DRAM items + meta tuples of lower tiers)"),
+    ROW("total_items", COUNTER, GSTATS(total_items), "items ever stored"),
+    ROW("expired_unfetched", COUNTER, GSTATS(expired_unfetched),
+        "items reclaimed after expiring without a read"),
+    ROW("evicted_unfetched", COUNTER, GSTATS(evicted_unfetched),
+        "items evicted without ever being read"),
+    ROW("evicted_active", COUNTER, GSTATS(evicted_active),
+        "evicted items that had been read more than once"),
+    ROW("evictions", COUNTER, GSTATS(evictions),
+        "items dropped to make room (not with `-M`)"),
+    ROW("reclaimed", COUNTER, GSTATS(reclaimed),
+        "expired items whose memory was reused"),
+    ROW("crawler_reclaimed", COUNTER, GSTATS(crawler_reclaimed),
+        "expired items reclaimed by the background crawler"),
+    ROW("crawler_items_checked", COUNTER, GSTATS(crawler_items_checked),
+        "items the crawler examined"),
+    ROW("lrutail_reflocked", COUNTER, GSTATS(lrutail_reflocked),
+        "LRU tail items skipped because a reader held them"),
+    ROW("lru_bumps_queued", COUNTER, GSTATS(lru_bumps_queued),
+        "reads that raised an item's temperature class, queued on the "
+        "worker's bump ring for its LRU thread (Lazy LRU: workers never take "
+        "an LRU lock)"),
+    ROW("lru_bumps_dropped", COUNTER, GSTATS(lru_bumps_dropped),
+        "such moves dropped because the worker's ring (1024) was full; the "
+        "item stays where it is"),
+    ROW("lru_bumps", COUNTER, GSTATS(lru_bumps),
+        "items the DRAM and NVM LRU threads moved to their LRU head"),
+    ROW("lru_second_chances", COUNTER, GSTATS(lru_second_chances),
+        "items at an LRU's cold end that were read since they were linked, "
+        "moved to the head instead of being evicted or moved down (their "
+        "readCount set to 0: one more lap unless read again)"),
+    ROW("outofmemory", COUNTER, GSTATS(outofmemory),
+        "allocations that failed (with `-M`, or nothing evictable)"),
+    ROW("store_waits", COUNTER, GSTATS(store_waits),
+        "stores that found no tier with room while a lower tier was making "
+        "some (evictors moving items down, defrag compacting or, without "
+        "`-M`, dropping the coldest SSD page), and parked on their "
+        "connection to wait (`-o store_wait_ms`); the worker serves other "
+        "connections meanwhile, and later requests on that connection are "
+        "answered after it"),
+    ROW("stores_waiting", GAUGE, GSTATS(stores_waiting),
+        "stores parked for room now"),
+    ROW("store_waits_done", COUNTER, GSTATS(store_waits_done),
+        "parked stores that got room and were answered (normally every one "
+        "of `store_waits`)"),
+    ROW("store_wait_timeouts", COUNTER, GSTATS(store_wait_timeouts),
+        "parked stores still without room after `store_wait_ms`, answered "
+        "`SERVER_ERROR out of memory`; not in `store_no_memory`; should "
+        "stay 0"),
+    ROW("conn_mem_bytes", GAUGE, GSTATS(conn_mem_bytes),
+        "bytes connections hold beyond their first 16 KB read buffer: read "
+        "buffers grown for long request lines, values of stores still being "
+        "read (bounded by `-o conn_mem_limit`)"),
+    ROW("conn_mem_closed", COUNTER, GSTATS(conn_mem_closed),
+        "connections closed because they held the most bytes of an "
+        "incomplete request while `conn_mem_bytes` was past "
+        "`conn_mem_limit`"),
+    ROW("slab_reassign_running", GAUGE, MODULE,
+        "1 while the page mover is emptying a page"),
+    ROW("slabs_moved", COUNTER, MODULE,
+        "pages moved from one slab class to another or to the pool; not "
+        "cleared by `stats reset`"),
+    ROW("slab_reassign_to_pool", COUNTER, MODULE,
+        "pages returned to the global pool (reusable by any class); not "
+        "cleared by `stats reset`"),
+    ROW("slab_reassign_aborted", COUNTER, MODULE,
+        "moves given up because items stayed referenced; not cleared by "
+        "`stats reset`"),
+    ROW("slab_reassign_evicted", COUNTER, MODULE,
+        "items taken out of pages being emptied (moved to a lower tier when "
+        "one exists, otherwise evicted); not cleared by `stats reset`"),
+    ROW("slab_reassign_busy_items", COUNTER, MODULE,
+        "times an item in a page being emptied was busy and retried; not "
+        "cleared by `stats reset`"),
+    ROW("slab_automove_moves", COUNTER, MODULE,
+        "moves started by the automove policy; not cleared by `stats "
+        "reset`"),
+    ROW("slab_global_page_pool", GAUGE, MODULE,
+        "free pages in the global pool"),
+};
+
+#undef GSTATS
+#undef WORKERS
+#undef CLASSES
+#undef LOCAL
+#undef MODULE
+#undef ROW
+
+#define NGENERAL (sizeof(general_stats) / sizeof(general_stats[0]))
+
+/* The readers of MODULE rows, by row. */
+static struct {
+    uint64_t (*fn)(void);
+    const uint64_t *counter;
+} provided[NGENERAL];
+
+static size_t module_row(const char *name)
+{
+    for (size_t i = 0; i < NGENERAL; i++)
+        if (strcmp(general_stats[i].name, name) == 0 &&
+            general_stats[i].src == SRC_MODULE)
+            return i;
+    fprintf(stderr, "stats: %s is not a module's line of `stats`\n", name);
+    abort();
+}
+
+void stats_provide(const char *name, uint64_t (*fn)(void))
+{
+    size_t i = module_row(name);
+    provided[i].fn = fn;
+    provided[i].counter = NULL;
+}
+
+void stats_provide_counter(const char *name, const uint64_t *counter)
+{
+    size_t i = module_row(name);
+    provided[i].fn = NULL;
+    provided[i].counter = counter;
+}
+
+static uint64_t field_at(const void *base, size_t off)
+{
+    return __atomic_load_n((const uint64_t *)((const char *)base + off),
+                           __ATOMIC_RELAXED);
+}
+
+static void stats_general(struct stat_sink *s)
+{
+    struct general_snap g;
+    stats_aggregate(&g.ts, &g.tot);
+    getrusage(RUSAGE_SELF, &g.usage);
+    g.now = mc_now();
+
+    for (size_t i = 0; i < NGENERAL; i++) {
+        const struct stat_row *r = &general_stats[i];
+        uint64_t v;
+        switch (r->src) {
+        case SRC_GSTATS:
+            v = field_at(&gstats, r->off);
+            break;
+        case SRC_WORKERS:
+            v = field_at(&g.ts, r->off);
+            break;
+        case SRC_CLASSES:
+            v = field_at(&g.tot, r->off);
+            break;
+        case SRC_MODULE:
+            if (provided[i].counter != NULL)
+                v = __atomic_load_n(provided[i].counter, __ATOMIC_RELAXED);
+            else if (provided[i].fn != NULL)
+                v = provided[i].fn();
+            else
+                continue;           /* its tier is not configured */
+            break;
+        case SRC_LOCAL: {
+            char val[128];
+            r->local(&g, val, sizeof(val));
+            s->emit(s->ctx, r->name, val);
+            continue;
+        }
+        default:
+            continue;
+        }
+        stat_printf(s, r->name, "%llu", (unsigned long long)v);
+    }
 }
 
 bool stats_run(const char *sub, struct stat_sink *sink)
 {
-    if (!sub || !*sub)
+    if (sub == NULL || *sub == '\0') {
         stats_general(sink);
-    else if (strcmp(sub, "settings") == 0) {
-        settings_stats(sink);
-        tac_stats_settings(sink);
+        return true;
     }
-    else if (strcmp(sub, "items") == 0)
-        items_stats(sink);
-    else if (strcmp(sub, "slabs") == 0)
-        stats_slabs(sink);
-    else if (strcmp(sub, "sizes") == 0)
-        items_stats_sizes(sink);
-    else if (strcmp(sub, "conns") == 0)
-        conn_stats(sink);
-    else if (strcmp(sub, "tiers") == 0)
-        stats_tiers(sink);
-    else if (strcmp(sub, "nvm") == 0)
-        tac_stats_nvm(sink);
-    else if (strcmp(sub, "temperature") == 0)
-        llru_stats_temperature(sink);
-    else
-        return false;
-    return true;
+    bool known = false;
+    for (int i = 0; i < nsections; i++) {
+        if (strcmp(sections[i].sub, sub) == 0) {
+            sections[i].fn(sink);
+            known = true;
+        }
+    }
+    return known;
 }

@@ -1,12 +1,17 @@
 /*
  * stats.h - counters and the `stats` family.
  *
- * One line declares a statistic: the X-macro lists below generate the
- * struct fields, `stats reset`, the per-thread aggregation and the wire
- * names.  Per-thread counters are written only by their own worker and read
- * by whichever worker runs `stats`, so both sides use relaxed atomics.
- * Engine-wide counters (items, bytes, evictions...) are relaxed atomics in
- * `gstats`, written by any thread.
+ * One line declares a counter: the X-macro lists below generate the
+ * struct fields, `stats reset` and the per-thread aggregation.  One row of
+ * stats.c's table declares a line of plain `stats` (name, type, how it is
+ * read, meaning).  Per-thread counters are written only by their own worker
+ * and read by whichever worker runs `stats`, so both sides use relaxed
+ * atomics.  Engine-wide counters (items, bytes, evictions...) are relaxed
+ * atomics in `gstats`, written by any thread.
+ *
+ * stats.c sits below the modules whose stats it prints: they register
+ * their sub-commands, reset hooks and the values of their general lines
+ * (the registry below), so stats.c calls none of them directly.
  */
 #ifndef STATS_H
 #define STATS_H
@@ -130,17 +135,52 @@ struct stat_sink {
 void stat_printf(struct stat_sink *sink, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Sums every worker's counters into *out. */
-void stats_aggregate(struct thread_stats *out);
+/*
+ * Sums every worker's counters into *out and, when totals is not NULL, the
+ * per-class counters over every class into *totals.
+ */
+void stats_aggregate(struct thread_stats *out, struct slab_stats *totals);
+
+/* The command counters of one slab class, "<clsid>:<name>", as `stats
+ * slabs` shows them after the class's allocator lines. */
+void stats_slab_class(struct stat_sink *sink, unsigned int clsid,
+                      const struct slab_stats *ss);
 
 /*
- * Runs `stats [sub]`: sub is NULL or "" for general stats, else one of
- * settings, items, slabs, sizes, conns.  Returns false for an unknown
- * sub-command (the caller answers with an error).  `stats reset` is
- * stats_reset().
+ * Runs `stats [sub]`: sub is NULL or "" for the general stats (stats.c's
+ * table), else the sections registered under sub.  Returns false when no
+ * section has that name (the caller answers with an error).  `stats reset`
+ * is stats_reset().
  */
 bool stats_run(const char *sub, struct stat_sink *sink);
 void stats_reset(void);
+
+/*
+ * The registry.  stats.c calls no module above it: each module hands its
+ * stats in here from its init function, before the workers start.
+ * Registering the same thing twice changes nothing, so an init may run
+ * again (the unit tests re-run items_init).
+ */
+typedef void (*stats_section_fn)(struct stat_sink *sink);
+/* `stats <sub>` runs fn; sections sharing a sub run in registration
+ * order (`stats settings`: the options, then the tiers').  sub is kept,
+ * not copied: pass a string literal. */
+void stats_register_section(const char *sub, stats_section_fn fn);
+/* `stats reset` runs fn after clearing the counters stats.c holds. */
+void stats_register_reset(void (*fn)(void));
+/*
+ * Gives the value of a general stat that stats.c's table reads from a
+ * module (MODULE rows): fn returns it, or counter points at a uint64_t
+ * read with a relaxed atomic load.  NULL withdraws it; a MODULE row that
+ * no module provides is left out of `stats` (a tier that is not
+ * configured).  A name that is not a MODULE row aborts at start-up: a
+ * misspelt name would otherwise drop its line without a word.
+ */
+void stats_provide(const char *name, uint64_t (*fn)(void));
+void stats_provide_counter(const char *name, const uint64_t *counter);
+/* A worker's counters, summed by stats_aggregate() and cleared by `stats
+ * reset`.  The worker must outlive every later `stats`. */
+void stats_add_worker(struct thread_stats *ts);
 
 /* A sink that appends text lines to a malloc'd buffer. */
 struct stat_text {

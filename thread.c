@@ -173,6 +173,7 @@ static void worker_setup(struct worker *w, int id)
 {
     w->id = id;
     w->partition = id % settings.partitions;
+    stats_add_worker(&w->stats);
     w->base = event_base_new();
     w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!w->base || w->notify_fd < 0) {

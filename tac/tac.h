@@ -17,9 +17,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct stat_sink;
 
-/* Opens the configured tiers; prints why and returns false on failure. */
+/* Opens the configured tiers and registers their stats (`stats tiers`,
+ * `stats nvm`, their `stats settings` lines and their lines of plain
+ * `stats`); prints why and returns false on failure. */
 bool tac_init(void);
 void tac_start(void);
 void tac_stop(void);
@@ -56,19 +57,5 @@ typedef void (*tac_value_fn)(void *arg, struct item *value);
  */
 bool tac_read_value(struct tac_reader *rd, struct item *meta, uint32_t hv,
                     tac_value_fn fn, void *arg);
-
-/* `stats tiers` lines of the lower tiers and the policy. */
-void tac_stats_tiers(struct stat_sink *sink);
-/* `stats nvm`: one group of lines per NVM slot class that holds a page. */
-void tac_stats_nvm(struct stat_sink *sink);
-/* Meta tuples in the index (items whose value is in a lower tier). */
-unsigned long long tac_meta_tuples(void);
-/* Lower-tier hits, for the DRAM/NVM split of get_hits. */
-unsigned long long tac_lower_hits(void);
-/* Lines of plain `stats` from the tiers (get_hits_ssd). */
-void tac_stats_general(struct stat_sink *sink);
-/* `stats settings` lines of the tiers. */
-void tac_stats_settings(struct stat_sink *sink);
-void tac_stats_reset(void);
 
 #endif

@@ -460,8 +460,11 @@ static const char *policy_name(void)
     return settings_choice("tier_policy");
 }
 
-/* The options were checked and parsed by settings.c. */
-bool tac_init(void)
+static void tac_stats_register(void);
+
+/* Opens the tiers the settings name (settings.c checked and parsed the
+ * options); tac_init() without the stats. */
+static bool tac_open(void)
 {
     _Static_assert((int)POLICY_TAC == TIER_POLICY_TAC &&
                    (int)POLICY_ANTI2 == TIER_POLICY_ANTI2 &&
@@ -540,6 +543,14 @@ static bool tac_plug_in(void)
     return true;
 }
 
+bool tac_init(void)
+{
+    if (!tac_open())
+        return false;
+    tac_stats_register();
+    return true;
+}
+
 void tac_start(void)
 {
     if (tac_active()) {
@@ -586,36 +597,24 @@ static unsigned long long nvm_items(void)
     return info.slots_used;
 }
 
-unsigned long long tac_meta_tuples(void)
+static unsigned long long meta_tuples(void)
 {
     return nvm_items() + tac_ssd_items();
 }
 
-unsigned long long tac_lower_hits(void)
+static unsigned long long lower_hits(void)
 {
     return STATS_GET(&tac.stats, get_hits_nvm) +
            STATS_GET(&tac.stats, get_hits_ssd);
 }
 
-void tac_stats_general(struct stat_sink *s)
-{
-    if (tac.ssd != NULL) {
-        stat_printf(s, "get_hits_ssd", "%llu",
-                    (unsigned long long)STATS_GET(&tac.stats, get_hits_ssd));
-        stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
-    }
-    if (tac_active())
-        stat_printf(s, "tuple_checksum_failures", "%llu",
-                    (unsigned long long)STATS_GET(&tac.stats, tuple_checksum_failures));
-}
-
-void tac_stats_reset(void)
+static void tac_stats_reset(void)
 {
 #define TAC_ZERO(name) __atomic_store_n(&tac.stats.name, 0, __ATOMIC_RELAXED);
     TAC_STATS_FIELDS(TAC_ZERO)
 }
 
-void tac_stats_nvm(struct stat_sink *s)
+static void tac_stats_nvm(struct stat_sink *s)
 {
     if (tac.nvm == NULL)
         return;
@@ -643,8 +642,28 @@ void tac_stats_nvm(struct stat_sink *s)
     stat_printf(s, "free_pages", "%llu", (unsigned long long)nvm_free_pages(tac.nvm));
 }
 
-void tac_stats_tiers(struct stat_sink *s)
+/* `stats tiers`: DRAM's lines, then one group per lower tier, then the
+ * policy's counters.  Only DRAM exists until NVM or SSD is configured. */
+static void tac_stats_tiers(struct stat_sink *s)
 {
+    struct thread_stats ts;
+    struct slab_stats tot;
+    stats_aggregate(&ts, &tot);
+    unsigned long long lower = lower_hits();
+    stat_printf(s, "tiers", "%s", tac_tiers_name());
+    stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
+    stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
+    stat_printf(s, "dram_bytes", "%llu",
+                (unsigned long long)STATS_GET(&gstats, bytes));
+    unsigned long long items = STATS_GET(&gstats, curr_items);
+    unsigned long long metas = meta_tuples();
+    stat_printf(s, "dram_items", "%llu", items > metas ? items - metas : 0);
+    stat_printf(s, "get_hits_dram", "%llu",
+                tot.get_hits > lower ? (unsigned long long)tot.get_hits - lower : 0);
+    stat_printf(s, "evictions", "%llu",
+                (unsigned long long)STATS_GET(&gstats, evictions));
+    stat_printf(s, "thr_hot", "%u", llru_thr_hot());
+    stat_printf(s, "thr_warm", "%u", llru_thr_warm());
     if (!tac_active())
         return;
     if (tac.nvm != NULL) {
@@ -659,7 +678,7 @@ void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }
-    stat_printf(s, "meta_tuples", "%llu", tac_meta_tuples());
+    stat_printf(s, "meta_tuples", "%llu", meta_tuples());
     tac_ssd_stats_tiers(s);
 #define TAC_PRINT(name) \
     stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&tac.stats, name));
@@ -668,7 +687,7 @@ void tac_stats_tiers(struct stat_sink *s)
     stat_printf(s, "evictor_backlog", "%d", tac_evict_backlog());
 }
 
-void tac_stats_settings(struct stat_sink *s)
+static void tac_stats_settings(struct stat_sink *s)
 {
     stat_printf(s, "tier_policy", "%s", policy_name());
     tac_ssd_stats_settings(s);
@@ -690,4 +709,24 @@ void tac_stats_settings(struct stat_sink *s)
         stat_printf(s, "nvm_admission", "always");
     else
         stat_printf(s, "nvm_admission", "obp:%d", tac.obp_pct);
+}
+
+static uint64_t stat_ssd_meta_tuple_bytes(void)
+{
+    return item_compact_size(0);
+}
+
+/* The tiers' sub-commands, their counters' reset, and their lines of plain
+ * `stats`, which exist only with the tier they count. */
+static void tac_stats_register(void)
+{
+    stats_register_section("settings", tac_stats_settings);
+    stats_register_section("tiers", tac_stats_tiers);
+    stats_register_section("nvm", tac_stats_nvm);
+    stats_register_reset(tac_stats_reset);
+    bool ssd = tac.ssd != NULL;
+    stats_provide_counter("get_hits_ssd", ssd ? &tac.stats.get_hits_ssd : NULL);
+    stats_provide("ssd_meta_tuple_bytes", ssd ? stat_ssd_meta_tuple_bytes : NULL);
+    stats_provide_counter("tuple_checksum_failures",
+                          tac_active() ? &tac.stats.tuple_checksum_failures : NULL);
 }
