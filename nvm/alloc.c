@@ -256,21 +256,25 @@ static bool page_reuse(struct nvm_region *r, unsigned cls, uint64_t *page)
     if (now_ns() < NVM_LOAD(&r->reuse_after_ns) ||
         pthread_mutex_trylock(&r->reuse_lock) != 0)
         return false;
-    bool found = false;
+    bool found = false, seen = false;
     for (unsigned k = r->nclasses; k >= 1 && !found; k--) {
         struct nvm_class *c = &r->classes[k];
         if (k == cls)
             continue;
         for (int i = 0; i < r->nparts && !found; i++) {
             struct nvm_part *q = &c->parts[i];
-            if (NVM_LOAD(&q->nfree) < c->per_page ||
-                pthread_mutex_trylock(&q->lock) != 0)
+            if (NVM_LOAD(&q->nfree) < c->per_page)
+                continue;
+            seen = true;                /* maybe a free page: look again soon */
+            if (pthread_mutex_trylock(&q->lock) != 0)
                 continue;
             found = do_take_free_page(r, c, q, page);
             pthread_mutex_unlock(&q->lock);
         }
     }
-    if (!found)
+    /* Back off only when no class had as many free slots as a page: a
+     * search that met busy locks is not evidence that nothing is free. */
+    if (!found && !seen)
         NVM_STORE(&r->reuse_after_ns, now_ns() + REUSE_BACKOFF_NS);
     pthread_mutex_unlock(&r->reuse_lock);
     return found;
@@ -689,6 +693,19 @@ uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition)
         return 0;
     const struct nvm_part *p = &r->classes[cls].parts[part_index(r, partition)];
     return NVM_LOAD(&p->nfree) + NVM_LOAD(&p->end_free);
+}
+
+bool nvm_page_reusable(const struct nvm_region *r, unsigned cls)
+{
+    for (unsigned k = 1; k <= r->nclasses; k++) {
+        const struct nvm_class *c = &r->classes[k];
+        if (k == cls || NVM_LOAD(&c->pages) == 0)
+            continue;
+        for (int i = 0; i < r->nparts; i++)
+            if (NVM_LOAD(&c->parts[i].nfree) >= c->per_page)
+                return true;
+    }
+    return false;
 }
 
 uint64_t nvm_free_pages(const struct nvm_region *r)

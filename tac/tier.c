@@ -103,9 +103,11 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
                 !dram_index_full())
                 break;
-        } else if (tac_nvm_mover_want(cls)) {
-            /* Other classes hold partly used pages: one is being emptied
-             * for this class (mover.c), and the caller tries again. */
+        } else if (nvm_page_reusable(tac.nvm, cls) || tac_nvm_mover_want(cls)) {
+            /* Another class has a wholly free page that page reuse could
+             * not take just now (busy, or backing off), or holds partly
+             * used pages, one of which is being emptied for this class
+             * (mover.c): the caller tries again rather than drop. */
             break;
         }
         if (!settings.evict_to_free ||
@@ -425,7 +427,8 @@ static bool tier_room_later(void)
         return true;
     if (tac.ssd != NULL)
         return !tac_ssd_full();
-    return tac.nvm != NULL && (nvm_free_pages(tac.nvm) > 0 || nvm_draining(tac.nvm));
+    return tac.nvm != NULL && (nvm_free_pages(tac.nvm) > 0 || nvm_draining(tac.nvm) ||
+                               nvm_page_reusable(tac.nvm, 0));
 }
 
 bool tac_anti2_to_nvm(void)
