@@ -13,7 +13,9 @@
  *
  * Defaults: THR_hot = 4, THR_warm = 1.  A freshly read item (readCount 1)
  * is cold; read twice within about a second it is warm; five or more reads
- * in quick succession make it hot.  The sampler (later) moves both.
+ * in quick succession make it hot.  With a lower tier the maintainer's
+ * sampler (llru_sample, `stats temperature`) moves both to the shares of
+ * items DRAM and NVM hold.
  *
  * Threads: llru_record_access() is called with the item lock held; the
  * field is read and written with relaxed atomics so samplers and LRU

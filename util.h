@@ -1,8 +1,10 @@
 /*
  * util.h - small helpers: number parsing with memcached's exact acceptance
- * rules, base64, integer formatting, a per-thread random number and CRC32C.
+ * rules, the one size parser (util_parse_size), base64, integer formatting,
+ * a per-thread random number, a monotonic clock and CRC32C.
  *
- * Everything here is pure (no global state) and safe to call from any thread.
+ * Safe to call from any thread: util_rand64 keeps its state per thread,
+ * and the CRC32C byte table is built once (pthread_once).
  */
 #ifndef UTIL_H
 #define UTIL_H
