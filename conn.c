@@ -476,29 +476,6 @@ static void park_drop(struct parked *p)
     free(p);
 }
 
-static bool park_value(conn *c, struct item *meta, uint32_t hv,
-                       conn_fill_fn fill, void (*cleanup)(void *),
-                       const void *ctx, size_t ctxlen)
-{
-    if (c->thread->reader == NULL)
-        return false;
-    struct parked *p = park_new(c, fill, cleanup, ctx, ctxlen);
-    if (p == NULL)
-        return false;
-    if (!item_value_read_locked(c->thread->reader, meta, hv, park_done, p)) {
-        park_drop(p);
-        return false;
-    }
-    park_link(c, p);
-    return true;
-}
-
-bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
-                     conn_fill_fn fill, const void *ctx, size_t ctxlen)
-{
-    return park_value(c, meta, hv, fill, NULL, ctx, ctxlen);
-}
-
 /* A parked response being set up for item_read (its item_waiter). */
 struct park_req {
     conn *c;

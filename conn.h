@@ -73,7 +73,7 @@ struct resp {
     size_t wbytes;          /* bytes of wbuf used */
     bool skip;              /* quiet mode: dropped, never sent */
     bool pending;           /* a placeholder whose response is being read
-                               from SSD (conn_park_value); sending stops
+                               from SSD (conn_read_item); sending stops
                                here until it is filled */
     char wbuf[RESP_WBUF_SIZE];
 };
@@ -212,10 +212,6 @@ void out_errstring(conn *c, const char *str);
  * conn_read_item() is item_read() (items.h) with such a placeholder: on
  * ITEM_PENDING it is queued and fill runs when the value is back; every
  * other answer is the caller's to send now.
- *
- * conn_park_value() parks a read of meta, found by the caller under
- * item_lock(hv) (item_value_async(meta)); false when it cannot be parked
- * (out of memory).  Only the meta protocol still calls it.
  */
 #define CONN_PARK_MAX 64
 typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
@@ -226,8 +222,6 @@ enum item_answer conn_read_item(conn *c, struct item_read *rq,
 /* After ITEM_PENDING: the placeholder's own copy of ctx, which the caller
  * may still complete (fill runs later, on this thread). */
 void *conn_read_item_ctx(conn *c);
-bool conn_park_value(conn *c, struct item *meta, uint32_t hv,
-                     conn_fill_fn fill, const void *ctx, size_t ctxlen);
 /*
  * Retrying a request that needs an SSD-resident old value (append,
  * prepend, incr, decr got *_NEED_VALUE).  conn_retry() reads the key's

@@ -943,14 +943,6 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
     return it;
 }
 
-bool item_value_read_locked(void *reader, item *meta, uint32_t hv,
-                        void (*done)(void *arg, item *value), void *arg)
-{
-    return item_value_async(meta) && tier_ops != NULL &&
-           tier_ops->read_async != NULL &&
-           tier_ops->read_async(reader, meta, hv, done, arg);
-}
-
 /* The value of `it` (whose reference this takes over) into *out: HIT, or
  * MISS when the copy found the tuple damaged (it is unlinked then), or
  * NOMEM.  Item lock held. */

@@ -103,7 +103,7 @@
  *     staging set or defrag reaches holding an item lock and a writer
  *     lock (the page mover: also run_lock);
  *   - io_uring_submit of a read on the worker's own ring, holding the
- *     item lock (item_read and conn_park_value -> tac_read_value;
+ *     item lock (item_read -> tac_read_value;
  *     read_relookup in a read completion);
  *   - write(2) to a ring's non-blocking eventfd, under done_lock (a
  *     read served from a buf in memory) or alone (a failed submit), and
@@ -395,13 +395,6 @@ struct item_read {
 enum item_answer item_read(const struct item_read *rq, item **out,
                            enum item_miss *why, unsigned int *clsid);
 
-/* Starts the read of meta's value found under item_lock(hv) (held), as
- * ITEM_PENDING would; false when it cannot start.  Only for conn_park_value,
- * which the meta protocol calls with the lock held until its commands
- * move onto item_read. */
-bool item_value_read_locked(void *reader, item *meta, uint32_t hv,
-                        void (*done)(void *arg, item *value), void *arg);
-
 enum store_op {
     STORE_SET = 1, STORE_ADD, STORE_REPLACE, STORE_APPEND, STORE_PREPEND,
     STORE_CAS
@@ -634,8 +627,8 @@ int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
 void do_item_evict(item *it, uint32_t hv);
 
 /* True when reading the value of `it` needs an asynchronous read (its
- * value is on SSD): the protocol layers then park the response
- * (conn_park_value) instead of calling item_value_take(). */
+ * value is on SSD): item_read then answers ITEM_PENDING rather than
+ * copy it (item_value_take). */
 static inline bool item_value_async(const item *it)
 {
     return (it->it_flags & ITEM_META) && it->tier == TIER_SSD;
