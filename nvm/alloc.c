@@ -697,12 +697,15 @@ uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition)
 
 bool nvm_page_reusable(const struct nvm_region *r, unsigned cls)
 {
+    /* Only classes of one slot per page: there a free slot is a free page.
+     * Elsewhere free slots may be spread over pages that all hold live
+     * tuples (the page mover's case), and a false yes would stall. */
     for (unsigned k = 1; k <= r->nclasses; k++) {
         const struct nvm_class *c = &r->classes[k];
-        if (k == cls || NVM_LOAD(&c->pages) == 0)
+        if (k == cls || c->per_page != 1 || NVM_LOAD(&c->pages) == 0)
             continue;
         for (int i = 0; i < r->nparts; i++)
-            if (NVM_LOAD(&c->parts[i].nfree) >= c->per_page)
+            if (NVM_LOAD(&c->parts[i].nfree) >= 1)
                 return true;
     }
     return false;

@@ -241,10 +241,10 @@ uint64_t nvm_free_slots(const struct nvm_region *r, unsigned cls, int partition)
 /* Pages not yet handed to any class, or emptied and not yet taken. */
 uint64_t nvm_free_pages(const struct nvm_region *r);
 
-/* True when a class other than cls may hold a wholly free page (as many
- * free slots in one partition as a page has): an allocation of cls that
- * failed may succeed on a later try (page reuse backs off briefly and
- * skips busy partitions).  Lock-free; a hint. */
+/* True when a class other than cls with one slot per page has a free
+ * slot, so a wholly free page: an allocation of cls that failed may
+ * succeed on a later try (page reuse backs off briefly and skips busy
+ * partitions).  Lock-free. */
 bool nvm_page_reusable(const struct nvm_region *r, unsigned cls);
 
 #endif

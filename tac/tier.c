@@ -103,7 +103,7 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
                 !dram_index_full())
                 break;
-        } else if (nvm_page_reusable(tac.nvm, cls) || tac_nvm_mover_want(cls)) {
+        } else if (tac_nvm_mover_want(cls) || nvm_page_reusable(tac.nvm, cls)) {
             /* Another class has a wholly free page that page reuse could
              * not take just now (busy, or backing off), or holds partly
              * used pages, one of which is being emptied for this class
