@@ -948,6 +948,10 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
  * NOMEM.  Item lock held. */
 static enum item_answer value_of(item *it, item **out)
 {
+    if (!(it->it_flags & ITEM_META)) {     /* a DRAM item is its own value */
+        *out = it;
+        return ITEM_HIT;
+    }
     refcount_incr(it);
     *out = item_value_take(it);
     bool gone = !(it->it_flags & ITEM_LINKED);
