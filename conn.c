@@ -394,14 +394,16 @@ struct parked {
     conn *c;                    /* NULL once the conn closed */
     struct resp *r;             /* the placeholder */
     conn_fill_fn fill;
+    got_fill_fn fill_got;       /* instead of fill: conn_retry's */
     void (*cleanup)(void *ctx); /* when fill will never run; may be NULL */
     _Alignas(max_align_t) char ctx[];
 };
 
-static void park_done(void *arg, struct item *value)
+static void park_done(void *arg, const struct item_got *got)
 {
     struct parked *p = arg;
     conn *c = p->c;
+    struct item *value = got->value;
     if (c == NULL) {
         if (value != NULL)
             item_release(value);
@@ -425,7 +427,10 @@ static void park_done(void *arg, struct item *value)
         bool noreply = c->noreply;
         c->noreply = false;
         c->resp_insert = p->r;
-        p->fill(c, value, p->ctx);
+        if (p->fill_got != NULL)
+            p->fill_got(c, got, p->ctx);
+        else
+            p->fill(c, value, p->ctx);
         c->resp_insert = NULL;
         c->noreply = noreply;
     }
@@ -443,8 +448,8 @@ static void park_done(void *arg, struct item *value)
 /* A parked response not yet waiting on anything: its placeholder is
  * queued; park_link() makes it pending, or park_drop() gives it up. */
 static struct parked *park_new(conn *c, conn_fill_fn fill,
-                               void (*cleanup)(void *), const void *ctx,
-                               size_t ctxlen)
+                               got_fill_fn fill_got, void (*cleanup)(void *),
+                               const void *ctx, size_t ctxlen)
 {
     struct parked *p = malloc(sizeof(*p) + ctxlen);
     if (p == NULL)
@@ -457,6 +462,7 @@ static struct parked *park_new(conn *c, conn_fill_fn fill,
     p->c = c;
     p->r = r;
     p->fill = fill;
+    p->fill_got = fill_got;
     p->cleanup = cleanup;
     memcpy(p->ctx, ctx, ctxlen);
     return p;
@@ -480,6 +486,7 @@ static void park_drop(struct parked *p)
 struct park_req {
     conn *c;
     conn_fill_fn fill;
+    got_fill_fn fill_got;
     void (*cleanup)(void *);
     const void *ctx;
     size_t ctxlen;
@@ -489,7 +496,8 @@ struct park_req {
 static void *park_prepare(void *arg)
 {
     struct park_req *pr = arg;
-    pr->p = park_new(pr->c, pr->fill, pr->cleanup, pr->ctx, pr->ctxlen);
+    pr->p = park_new(pr->c, pr->fill, pr->fill_got, pr->cleanup, pr->ctx,
+                     pr->ctxlen);
     return pr->p;
 }
 
@@ -501,11 +509,12 @@ static void park_cancel(void *arg)
 /* item_read() with a parked response for a value that must come from SSD:
  * on ITEM_PENDING the placeholder is queued and fill runs later. */
 static enum item_answer read_parked(conn *c, struct item_read *rq,
-                                    conn_fill_fn fill, void (*cleanup)(void *),
+                                    conn_fill_fn fill, got_fill_fn fill_got,
+                                    void (*cleanup)(void *),
                                     const void *ctx, size_t ctxlen, item **out,
                                     enum item_miss *why, unsigned int *clsid)
 {
-    struct park_req pr = { c, fill, cleanup, ctx, ctxlen, NULL };
+    struct park_req pr = { c, fill, fill_got, cleanup, ctx, ctxlen, NULL };
     struct item_waiter w = { c->thread->reader, park_prepare, park_cancel,
                              park_done, &pr };
     rq->wait = c->thread->reader != NULL ? &w : NULL;
@@ -521,7 +530,7 @@ enum item_answer conn_read_item(conn *c, struct item_read *rq,
                                 size_t ctxlen, item **out,
                                 enum item_miss *why, unsigned int *clsid)
 {
-    return read_parked(c, rq, fill, NULL, ctx, ctxlen, out, why, clsid);
+    return read_parked(c, rq, fill, NULL, NULL, ctx, ctxlen, out, why, clsid);
 }
 
 void *conn_read_item_ctx(conn *c)
@@ -537,19 +546,20 @@ struct retry_ctx {
     _Alignas(max_align_t) char args[];
 };
 
-static void retry_fill(conn *c, struct item *value, void *ctx)
+static void retry_fill(conn *c, const struct item_got *got, void *ctx)
 {
     struct retry_ctx *r = ctx;
     if (r->parked)
         c->barriers--;
     int tries = c->redo_tries;
+    const struct item_got *had = c->prior;
     c->redo_tries = r->tries;
-    item_set_value_hint(value);
+    c->prior = got;
     r->fn(c, r->args);
-    item_set_value_hint(NULL);
+    c->prior = had;
     c->redo_tries = tries;
-    if (value != NULL)
-        item_release(value);
+    if (got->value != NULL)
+        item_release(got->value);
 }
 
 static void retry_cleanup(void *ctx)
@@ -582,8 +592,8 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
     item *value = NULL;
     enum item_miss why;
     unsigned int clsid;
-    switch (read_parked(c, &rq, retry_fill, retry_cleanup, r, len, &value,
-                        &why, &clsid)) {
+    switch (read_parked(c, &rq, NULL, retry_fill, retry_cleanup, r, len,
+                        &value, &why, &clsid)) {
     case ITEM_PENDING:
         c->barriers++;          /* a write: what follows must see its result */
         break;
@@ -593,10 +603,13 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
         out_errstring(c, "SERVER_ERROR out of memory");
         break;
     case ITEM_HIT:
-    case ITEM_MISS:
+    case ITEM_MISS: {
+        /* In memory now: the retry finds it there itself (no src). */
+        struct item_got got = { value, NULL };
         r->parked = false;
-        retry_fill(c, value, r);
+        retry_fill(c, &got, r);
         break;
+    }
     }
     free(r);
 }
@@ -698,7 +711,8 @@ static void room_timer(evutil_socket_t fd, short which, void *arg)
     (void)fd;
     (void)which;
     event_free(rw->ev);
-    park_done(p, NULL);             /* room_fill, or room_cleanup if closed */
+    struct item_got none = { NULL, NULL };
+    park_done(p, &none);            /* room_fill, or room_cleanup if closed */
     conn_run_ready(w);
 }
 
@@ -726,7 +740,8 @@ bool conn_wait_room(conn *c, enum store_result *res)
         .a = { .it = c->item, .nr = c->nr, .bin = c->bin,
                .protocol = c->protocol },
     };
-    struct parked *p = park_new(c, room_fill, room_cleanup, &rw, sizeof(rw));
+    struct parked *p = park_new(c, room_fill, NULL, room_cleanup, &rw,
+                                sizeof(rw));
     if (p == NULL)
         return false;
     struct room_wait *prw = (struct room_wait *)p->ctx;

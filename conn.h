@@ -127,6 +127,10 @@ struct conn {
                                  tail, while a parked response is filled */
     bool ready;             /* on the worker's ready list */
     int redo_tries;         /* > 0 while conn_retry() runs a request again */
+    const struct item_got *prior; /* while conn_retry() runs a request
+                                      again: what the read of its old value
+                                      got (the items.c writes' `prior`);
+                                      NULL otherwise */
     unsigned barriers;      /* conn_retry() requests waiting for a value:
                                later requests wait until they ran */
     conn *ready_next;
@@ -215,6 +219,7 @@ void out_errstring(conn *c, const char *str);
  */
 #define CONN_PARK_MAX 64
 typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
+typedef void (*got_fill_fn)(conn *c, const struct item_got *got, void *ctx);
 enum item_answer conn_read_item(conn *c, struct item_read *rq,
                                 conn_fill_fn fill, const void *ctx,
                                 size_t ctxlen, struct item **out,
@@ -225,9 +230,10 @@ void *conn_read_item_ctx(conn *c);
 /*
  * Retrying a request that needs an SSD-resident old value (append,
  * prepend, incr, decr got *_NEED_VALUE).  conn_retry() reads the key's
- * value, parking a placeholder as above, then runs fn(c, args) with that
- * value as the item value hint (item_set_value_hint), in request order;
- * fn answers the request, or calls conn_retry() again if the version
+ * value, parking a placeholder as above, then runs fn(c, args) in
+ * request order with c->prior set to what the read got (struct item_got,
+ * items.h), which fn hands to item_add_delta, item_store_wait or
+ * item_store_meta as their `prior`; fn answers the request, or calls conn_retry() again if the version
  * changed meanwhile (c->redo_tries counts).  No thread ever waits for the
  * read: when none can be parked (no memory) and the value is not in memory
  * either, the answer is SERVER_ERROR out of memory.  args (argslen bytes)
@@ -237,7 +243,7 @@ void *conn_read_item_ctx(conn *c);
  *
  * conn_retry_nread() does this for the storage command whose value was
  * just read (c->item, c->nr, c->bin): the protocol's complete_nread hook
- * runs again.
+ * runs again, with c->prior set likewise.
  */
 typedef void (*conn_retry_fn)(conn *c, void *args);
 void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,

@@ -769,13 +769,6 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p)
 
 /* ---- Slab page mover support. -------------------------------------- */
 
-static item_evict_hook_fn evict_hook;
-
-void items_set_evict_hook(item_evict_hook_fn fn)
-{
-    evict_hook = fn;
-}
-
 /* Pins a chunk unless it is free (refcount 0).  Returns false for a free
  * chunk. */
 static bool chunk_pin(item *it)
@@ -800,7 +793,8 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
     enum chunk_evict_result res = CHUNK_BUSY;
     if (item_trylock(hv)) {
         if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
-            if (evict_hook != NULL && evict_hook(it, hv)) {
+            if (tier_ops != NULL && tier_ops->demote != NULL &&
+                tier_ops->demote(it, hv)) {
                 /* Moved to a lower tier; `it` is unlinked already. */
                 res = CHUNK_EVICTED;
             } else if (tier_ops != NULL && !item_is_dead(it, NULL)) {
@@ -1125,23 +1119,16 @@ static item *store_ready(item *it, int partition)
     return tier_ops != NULL ? tier_ops->stage(it, partition) : NULL;
 }
 
-static __thread item *value_hint;    /* item_set_value_hint() */
-
-void item_set_value_hint(item *value)
-{
-    value_hint = value;
-}
-
 void item_ref(item *it)
 {
     refcount_incr(it);
 }
 
 /* Holds a value-bearing version of `it` (itself, a copy of an NVM value,
- * or the hint when it is this version of an SSD value).  NULL on failure;
+ * or prior's value when `it` is the version prior read).  NULL on failure;
  * NULL with *need set when the value must first be read from SSD.  Caller
  * holds a reference to `it`. */
-static item *value_peek(item *it, bool *need)
+static item *value_peek(item *it, const struct item_got *prior, bool *need)
 {
     *need = false;
     if (!(it->it_flags & ITEM_META)) {
@@ -1149,15 +1136,15 @@ static item *value_peek(item *it, bool *need)
         return it;
     }
     if (item_value_async(it)) {
-        item *h = value_hint;
-        if (h != NULL && h->cas == it->cas && h->nbytes == it->nbytes &&
-            h->nkey == it->nkey &&
-            memcmp(ITEM_key(h), ITEM_key(it), it->nkey) == 0) {
-            refcount_incr(h);
-            return h;
+        /* prior->src is pinned, so no other item can have its address:
+         * the same item is the same version. */
+        if (prior != NULL && prior->src == it && prior->value != NULL &&
+            prior->value->nbytes == it->nbytes) {
+            refcount_incr(prior->value);
+            return prior->value;
         }
         /* A worker never reads the SSD itself: the caller parks a read
-         * and retries with its result as the hint. */
+         * and retries with what it got as prior. */
         *need = true;
         return NULL;
     }
@@ -1168,6 +1155,7 @@ static item *value_peek(item *it, bool *need)
  * in.  *cas_out gets its CAS.  Caller holds the item lock. */
 static enum store_result do_item_concat(item *old, item *add, bool append,
                                         uint32_t hv, int partition,
+                                        const struct item_got *prior,
                                         uint64_t *cas_out)
 {
     if (old->nbytes < 2 || add->nbytes < 2)
@@ -1176,7 +1164,7 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     if (!item_size_ok(old->nkey, nbytes))
         return STORE_TOO_LARGE;
     bool need;
-    item *oldv = value_peek(old, &need);
+    item *oldv = value_peek(old, prior, &need);
     if (oldv == NULL)
         return need ? STORE_NEED_VALUE : STORE_NO_MEMORY;
     item *n = item_alloc(ITEM_key(old), old->nkey, old->flags, old->exptime,
@@ -1203,9 +1191,11 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     return STORE_STORED;
 }
 
-enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
-                                uint64_t *cas_out, uint32_t hv,
-                                int partition)
+static enum store_result do_item_store_prior(item *it, enum store_op op,
+                                             uint64_t req_cas,
+                                             uint64_t *cas_out, uint32_t hv,
+                                             int partition,
+                                             const struct item_got *prior)
 {
     item *old = do_item_get(ITEM_key(it), it->nkey, hv, NULL, false);
     enum store_result res;
@@ -1237,7 +1227,7 @@ enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
     if (res == STORE_STORED) {
         if (op == STORE_APPEND || op == STORE_PREPEND) {
             res = do_item_concat(old, it, op == STORE_APPEND, hv, partition,
-                                 &new_cas);
+                                 prior, &new_cas);
         } else {
             item *linked = store_ready(it, partition);
             if (linked == NULL) {
@@ -1259,12 +1249,21 @@ enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
     return res;
 }
 
+enum store_result do_item_store(item *it, enum store_op op, uint64_t req_cas,
+                                uint64_t *cas_out, uint32_t hv,
+                                int partition)
+{
+    return do_item_store_prior(it, op, req_cas, cas_out, hv, partition, NULL);
+}
+
 static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
-                               uint64_t *cas_out, int partition, bool may_wait)
+                               uint64_t *cas_out, int partition, bool may_wait,
+                               const struct item_got *prior)
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
     item_lock(hv);
-    enum store_result res = do_item_store(it, op, req_cas, cas_out, hv, partition);
+    enum store_result res = do_item_store_prior(it, op, req_cas, cas_out, hv,
+                                                partition, prior);
     item_unlock(hv);
     /* A value DRAM had no room for, that no lower tier could take either:
      * its tail is moving down, defrag is compacting, or the page mover has
@@ -1283,19 +1282,20 @@ static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
 enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
                              uint64_t *cas_out, int partition)
 {
-    return store(it, op, req_cas, cas_out, partition, false);
+    return store(it, op, req_cas, cas_out, partition, false, NULL);
 }
 
 enum store_result item_store_wait(item *it, enum store_op op, uint64_t req_cas,
-                                  uint64_t *cas_out, int partition)
+                                  uint64_t *cas_out, int partition,
+                                  const struct item_got *prior)
 {
-    return store(it, op, req_cas, cas_out, partition, true);
+    return store(it, op, req_cas, cas_out, partition, true, prior);
 }
 
 enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
                                   uint64_t *cas_out, int partition,
                                   bool stale_if_older, bool set_cas,
-                                  uint64_t cas)
+                                  uint64_t cas, const struct item_got *prior)
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
     enum store_result ret;
@@ -1310,7 +1310,8 @@ enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
         it->it_flags |= ITEM_STALE | (old->it_flags & ITEM_TOKEN_SENT);
         ret = do_item_store(it, STORE_SET, 0, cas_out, hv, partition);
     } else {
-        ret = do_item_store(it, op, req_cas, cas_out, hv, partition);
+        ret = do_item_store_prior(it, op, req_cas, cas_out, hv, partition,
+                                  prior);
     }
     if (ret == STORE_STORED && set_cas) {
         it->cas = cas;
@@ -1354,12 +1355,13 @@ static bool parse_u64(const char *s, size_t len, uint64_t *out)
 
 /* Computes the new value of `it` into out and swaps in a new item. */
 static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
+                                        const struct item_got *prior,
                                         char *out, uint64_t *cas_out,
                                         uint32_t hv, int partition)
 {
     uint64_t v;
     bool need;
-    item *val = value_peek(it, &need);
+    item *val = value_peek(it, prior, &need);
     if (val == NULL)
         return need ? DELTA_NEED_VALUE : DELTA_NO_MEMORY;
     bool numeric = val->nbytes >= 2 &&
@@ -1406,7 +1408,8 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
 
 enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
                                  uint64_t delta, uint64_t req_cas,
-                                 char *out, uint64_t *cas_out, int partition)
+                                 char *out, uint64_t *cas_out, int partition,
+                                 const struct item_got *prior)
 {
     uint32_t hv = item_hash(key, nkey);
     enum delta_result res;
@@ -1417,7 +1420,8 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
     else if (req_cas != 0 && it->cas != req_cas)
         res = DELTA_EXISTS;
     else
-        res = do_apply_delta(it, incr, delta, out, cas_out, hv, partition);
+        res = do_apply_delta(it, incr, delta, prior, out, cas_out, hv,
+                             partition);
     if (it != NULL)
         item_release(it);
     item_unlock(hv);

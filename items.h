@@ -327,9 +327,10 @@ bool item_exists(const char *key, size_t nkey);
  *                 meta tuple: read only its metadata);
  *   ITEM_MISS     *why says why;
  *   ITEM_PENDING  the value is in a lower tier that takes I/O (SSD): its
- *                 read has started, and wait->done(arg, value) runs later
- *                 on this thread with the value (NULL: gone meanwhile, or
- *                 damaged), arg being what wait->prepare returned;
+ *                 read has started, and wait->done(arg, got) runs later
+ *                 on this thread with the value (got->value NULL: gone
+ *                 meanwhile, or damaged), arg being what wait->prepare
+ *                 returned;
  *   ITEM_NOMEM    no memory for a copy, or no waiter could be prepared and
  *                 the value is not in memory.
  * *clsid is the slab class of the item found (per-class stats), 0 on a
@@ -337,11 +338,25 @@ bool item_exists(const char *key, size_t nkey);
  */
 enum item_answer { ITEM_HIT = 1, ITEM_MISS, ITEM_PENDING, ITEM_NOMEM };
 
+/*
+ * What an asynchronous read got: `value`, an item holding the value, whose
+ * reference the receiver owns (NULL: a miss), and `src`, the index's item
+ * of the version that value belongs to, referenced by the sender until
+ * done returns.  Every write links a new item, so while src stays pinned,
+ * "src is still the key's item" means "value is still the key's value",
+ * with or without CAS ids (-C).  A write that retries after *_NEED_VALUE
+ * passes this back as `prior` (item_store_wait, item_add_delta).
+ */
+struct item_got {
+    item *value;
+    item *src;
+};
+
 struct item_waiter {
     void *reader;                       /* this thread's SSD reader */
     void *(*prepare)(void *ctx);        /* a context for done; NULL: no memory */
     void (*cancel)(void *arg);          /* the read did not start after all */
-    void (*done)(void *arg, item *value);
+    void (*done)(void *arg, const struct item_got *got);
     void *ctx;
 };
 
@@ -408,7 +423,8 @@ enum store_result {
     STORE_NO_MEMORY,    /* append/prepend could not allocate */
     STORE_TOO_LARGE,    /* append/prepend result exceeds -I */
     STORE_NEED_VALUE,   /* append/prepend: the old value is on SSD; read it
-                           (conn_park_key) and retry with the value hint */
+                           (item_read, parked) and retry with what the read
+                           got as `prior` */
     STORE_NEED_ROOM,    /* item_store_wait: no tier has room now, a lower
                            one will (evictors, defrag); retry later */
     STORE_WAIT_TIMEOUT, /* the caller waited -o store_wait_ms for room in
@@ -425,9 +441,13 @@ enum store_result item_store(item *it, enum store_op op, uint64_t req_cas,
                              uint64_t *cas_out, int partition);
 /* item_store for a caller that can wait (a connection parks the request,
  * conn_wait_room): STORE_NEED_ROOM when no tier has room for a staging
- * item now but a lower tier will make some.  The evictors have been woken. */
+ * item now but a lower tier will make some.  The evictors have been woken.
+ * prior: NULL, or for an append or prepend retried after STORE_NEED_VALUE,
+ * what the read of the old value got; it serves as the old value while
+ * its version is still the key's (else STORE_NEED_VALUE again). */
 enum store_result item_store_wait(item *it, enum store_op op, uint64_t req_cas,
-                                  uint64_t *cas_out, int partition);
+                                  uint64_t *cas_out, int partition,
+                                  const struct item_got *prior);
 
 enum delta_result {
     DELTA_OK = 1,
@@ -438,15 +458,6 @@ enum delta_result {
     DELTA_NEED_VALUE,   /* as STORE_NEED_VALUE */
 };
 
-/*
- * The value hint of this thread: an item holding the value of some version
- * of a key, read from SSD.  While set, append/prepend/incr/decr use it as
- * the old value when the key's current version is that version (same
- * CAS); otherwise an SSD-resident old value makes them answer *_NEED_VALUE.
- * Set it around one retried operation, then clear it (NULL).
- */
-void item_set_value_hint(item *value);
-
 /* Takes one more reference to an item the caller already references. */
 void item_ref(item *it);
 
@@ -454,11 +465,12 @@ void item_ref(item *it);
  * incr/decr.  incr wraps at 2^64; decr stops at 0 (memcached rules).
  * out receives the new value as decimal text, NUL-terminated (>= 21
  * bytes).  If req_cas is non-zero it must match.  *cas_out gets the new
- * CAS (may be NULL).
+ * CAS (may be NULL).  prior: as for item_store_wait (after DELTA_NEED_VALUE).
  */
 enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
                                  uint64_t delta, uint64_t req_cas,
-                                 char *out, uint64_t *cas_out, int partition);
+                                 char *out, uint64_t *cas_out, int partition,
+                                 const struct item_got *prior);
 
 enum delete_result { DELETE_OK = 1, DELETE_NOT_FOUND, DELETE_EXISTS,
                      DELETE_STALE };
@@ -486,11 +498,12 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
 /* ms I and E: with stale_if_older, a CAS older than the stored item's
  * still stores (as a set), but the new item is marked stale and keeps the
  * old TTL and win-token state; with set_cas the stored item takes `cas`.
- * Otherwise as item_store (no waiting for room). */
+ * Otherwise as item_store (no waiting for room); prior as for
+ * item_store_wait. */
 enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
                                   uint64_t *cas_out, int partition,
                                   bool stale_if_older, bool set_cas,
-                                  uint64_t cas);
+                                  uint64_t cas, const struct item_got *prior);
 
 /*
  * flush_all: every item last updated at or before `when` (server clock)
@@ -538,14 +551,10 @@ enum chunk_evict_result {
  */
 enum chunk_evict_result item_evict_chunk(void *chunk);
 
-/*
- * A hook that gets a chance to keep an item the page mover evicts (the tier
- * policy demotes it to a lower tier).  Called with item_lock(hv) held,
- * before the item is unlinked; returns true if the item was kept elsewhere
- * (then it is not counted as an eviction).
- */
+/* Moves a locked, pinned item to a lower tier (item_tier_ops.demote,
+ * items_demote_tail): true when it was kept there (`it` is unlinked then,
+ * not counted as an eviction). */
 typedef bool (*item_evict_hook_fn)(item *it, uint32_t hv);
-void items_set_evict_hook(item_evict_hook_fn fn);
 
 /* ---- Lower tiers (the tier policy in tac/ plugs in here). ------------ */
 
@@ -570,12 +579,17 @@ struct item_tier_ops {
      * thread.  False when it cannot start.  Item lock held, meta
      * referenced.  Optional: without it every value is materialized. */
     bool (*read_async)(void *reader, item *meta, uint32_t hv,
-                       void (*done)(void *arg, item *value), void *arg);
+                       void (*done)(void *arg, const struct item_got *got),
+                       void *arg);
     /* Optional: a staging item found no room; true when a lower tier will
      * make some without a client's help (evictors demote, defrag
      * compacts, or a cache drops its coldest), false when every tier is
      * full for good (-M).  Any thread. */
     bool (*room_later)(void);
+    /* Gives an item the page mover evicts from DRAM a chance to be kept in
+     * a lower tier: called with item_lock(hv) held and `it` pinned,
+     * before it is unlinked; true if it was kept (see item_evict_hook_fn). */
+    bool (*demote)(item *it, uint32_t hv);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

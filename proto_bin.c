@@ -310,7 +310,7 @@ void proto_bin_complete_nread(conn *c)
     if (op == STORE_SET && c->bin.cas)
         op = STORE_CAS;
     enum store_result res = item_store_wait(it, op, c->bin.cas, &cas,
-                                            c->thread->partition);
+                                            c->thread->partition, c->prior);
     if (res == STORE_NEED_VALUE)
         conn_retry_nread(c);        /* append/prepend to an SSD value */
     else
@@ -434,7 +434,7 @@ static void bin_delta(conn *c, const char *key, uint16_t nkey,
     struct thread_stats *ts = &c->thread->stats;
 
     switch (item_add_delta(key, nkey, incr, delta, c->bin.cas, out, &cas,
-                           c->thread->partition)) {
+                           c->thread->partition, c->prior)) {
     case DELTA_NEED_VALUE: {
         struct bin_delta_args a = { .bin = c->bin, .nkey = nkey };
         memcpy(a.ext, ext, sizeof(a.ext));

@@ -631,7 +631,7 @@ void proto_meta_complete_set(conn *c)
         ret = item_store_meta(it, op, c->nr.req_cas, &cas, c->thread->partition,
                               (c->nr.meta_flags & PT_MS_STALE) != 0,
                               (c->nr.meta_flags & PT_MS_EXPLICIT) != 0,
-                              (uint64_t)c->nr.meta_arg[1]);
+                              (uint64_t)c->nr.meta_arg[1], c->prior);
     else
         ret = pt_store(c, it, op, c->nr.req_cas, &cas);
     if (ret == STORE_NEED_VALUE) {
@@ -925,7 +925,7 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
 
     switch (item_add_delta(key, nkey, incr, of.delta,
                            of.has_cas ? of.req_cas : 0, num, NULL,
-                           c->thread->partition)) {
+                           c->thread->partition, c->prior)) {
     case DELTA_NEED_VALUE:
         ma_park(c, tok, ntok, of.key_binary);
         return;

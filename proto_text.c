@@ -299,7 +299,8 @@ enum store_result pt_store(conn *c, item *it, enum store_op op,
         return item_exists(ITEM_key(it), it->nkey) ? STORE_EXISTS
                                                    : STORE_NOT_FOUND;
     }
-    return item_store_wait(it, op, req_cas, cas_out, c->thread->partition);
+    return item_store_wait(it, op, req_cas, cas_out, c->thread->partition,
+                           c->prior);
 }
 
 static void pt_complete_classic(conn *c, item *it)
@@ -410,7 +411,7 @@ static void pt_arith_apply(conn *c, const struct pt_arith_args *a)
     char out[32];
     bool incr = a->incr;
     switch (item_add_delta(a->key, a->nkey, incr, a->delta, 0, out,
-                           NULL, c->thread->partition)) {
+                           NULL, c->thread->partition, c->prior)) {
     case DELTA_NEED_VALUE:
         conn_retry(c, a->key, a->nkey, pt_arith_retry, NULL, a, sizeof(*a));
         break;

@@ -545,7 +545,8 @@ void tac_reader_free(struct tac_reader *rd)
 struct pending_read {
     struct tac_reader *rd;
     uint64_t ref;               /* the tuple being read */
-    item *meta;                 /* pinned: its tuple is not freed meanwhile */
+    item *meta;                 /* pinned: its tuple is not freed meanwhile;
+                                   the value's src (struct item_got) */
     item *t;                    /* snapshot of the meta tuple, value to fill */
     uint32_t hv;
     int tries;
@@ -564,10 +565,11 @@ static bool read_start(struct pending_read *pr, uint64_t ref)
 
 static void read_finish(struct pending_read *pr, item *value)
 {
-    item_release(pr->meta);
     if (value != pr->t)
         item_release(pr->t);
-    pr->fn(pr->arg, value);
+    struct item_got got = { value, value != NULL ? pr->meta : NULL };
+    pr->fn(pr->arg, &got);
+    item_release(pr->meta);
     free(pr);
 }
 
@@ -600,6 +602,9 @@ static void read_relookup(struct pending_read *pr, bool read_ok)
                 item_release(it);
             }
         } else {
+            item_release(pr->meta);     /* it is the value's src now */
+            pr->meta = it;
+            item_ref(it);
             value = item_value_take(it);
         }
     } else if (it != NULL) {

@@ -46,9 +46,12 @@ int tac_reader_fd(const struct tac_reader *rd);
 void tac_reader_reap(struct tac_reader *rd);
 /* Waits for outstanding reads, running their callbacks, and frees rd. */
 void tac_reader_free(struct tac_reader *rd);
-/* value: the value as of the read's start, in an item whose reference the
- * callee owns; NULL when that version is gone (answer a miss). */
-typedef void (*tac_value_fn)(void *arg, struct item *value);
+/* got->value: the value as of the read's start (or of a later version the
+ * read followed), in an item whose reference the callee owns; NULL when
+ * that version is gone (answer a miss).  got->src: the key's item whose
+ * value that is, pinned until fn returns (items.h, struct item_got). */
+struct item_got;
+typedef void (*tac_value_fn)(void *arg, const struct item_got *got);
 /*
  * Starts reading the value of SSD meta tuple `meta` (item_value_async()),
  * whose key has hash hv; the caller holds item_lock(hv) and a reference to

@@ -439,7 +439,8 @@ bool tac_anti2_to_nvm(void)
 }
 
 static bool tier_read_async(void *reader, item *meta, uint32_t hv,
-                            void (*done)(void *arg, item *value), void *arg)
+                            void (*done)(void *arg, const struct item_got *got),
+                            void *arg)
 {
     return tac_read_value(reader, meta, hv, done, arg);
 }
@@ -447,6 +448,7 @@ static bool tier_read_async(void *reader, item *meta, uint32_t hv,
 static const struct item_tier_ops tier_ops = {
     .materialize = tier_materialize,
     .read_async = tier_read_async,
+    .demote = tac_demote,
     .stage = tier_stage,
     .release = tier_release,
     .dram_pressure = tier_dram_pressure,
@@ -542,7 +544,6 @@ static bool tac_plug_in(void)
      * items leave DRAM and NVM in the order they came in, and come in
      * where tac_anti2_to_nvm() says. */
     items_set_lazy_lru(tac.policy != POLICY_ANTI2);
-    items_set_evict_hook(tac_demote);
     return true;
 }
 

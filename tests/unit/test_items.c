@@ -314,7 +314,7 @@ static void test_add_replace_append_prepend(void)
 static enum delta_result delta(const char *key, bool incr, uint64_t d,
                                char *out)
 {
-    return item_add_delta(key, strlen(key), incr, d, 0, out, NULL, 0);
+    return item_add_delta(key, strlen(key), incr, d, 0, out, NULL, 0, NULL);
 }
 
 static void test_incr_decr(void)
@@ -348,9 +348,9 @@ static void test_incr_decr(void)
     CHECK_EQ(item_store(it, STORE_SET, 0, NULL, 0), STORE_STORED);
     uint64_t c0 = it->cas, c1 = 0;
     item_release(it);
-    CHECK_EQ(item_add_delta("f", 1, true, 1, c0 + 1, out, &c1, 0),
+    CHECK_EQ(item_add_delta("f", 1, true, 1, c0 + 1, out, &c1, 0, NULL),
              DELTA_EXISTS);
-    CHECK_EQ(item_add_delta("f", 1, true, 1, c0, out, &c1, 0), DELTA_OK);
+    CHECK_EQ(item_add_delta("f", 1, true, 1, c0, out, &c1, 0, NULL), DELTA_OK);
     CHECK(c1 > c0);
     it = item_get("f", 1, NULL, false);
     CHECK_UEQ(it->flags, 9);
@@ -805,7 +805,7 @@ static void mt_counter(struct mt_arg *a, uint64_t *expect)
     char key[32], out[32];
     snprintf(key, sizeof(key), "ctr%d", a->id);
     enum delta_result r = item_add_delta(key, strlen(key), true, 1, 0, out,
-                                         NULL, a->id);
+                                         NULL, a->id, NULL);
     if (r == DELTA_OK) {
         CHECK_UEQ(strtoull(out, NULL, 10), *expect + 1);
         (*expect)++;
