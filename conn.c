@@ -385,6 +385,20 @@ void out_errstring(conn *c, const char *str)
     out_line(c, str);
 }
 
+/* ---- Protocols ---------------------------------------------------------- */
+
+static const struct conn_protocol_ops *protocols[PROTO_BINARY + 1];
+
+void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops)
+{
+    protocols[p] = ops;
+}
+
+static void conn_complete_nread(conn *c, enum conn_protocol p)
+{
+    protocols[p == PROTO_BINARY ? PROTO_BINARY : PROTO_TEXT]->complete_nread(c);
+}
+
 /* ---- Lifecycle ---------------------------------------------------------- */
 
 /* ---- Parked responses --------------------------------------------------- */
@@ -633,10 +647,7 @@ static void nread_retry_run(conn *c, void *args)
     c->item = a->it;                /* complete_nread releases it */
     c->nr = a->nr;
     c->bin = a->bin;
-    if (a->protocol == PROTO_BINARY)
-        proto_bin_complete_nread(c);
-    else
-        proto_text_complete_nread(c);
+    conn_complete_nread(c, a->protocol);
     if (c->state == conn_closing)
         c->close_after_write = true;
     c->item = item;
@@ -914,7 +925,9 @@ void conn_close(conn *c)
         item_release(c->item);
         c->item = NULL;
     }
-    proto_text_conn_cleanup(c);
+    for (size_t i = 0; i < sizeof(protocols) / sizeof(protocols[0]); i++)
+        if (protocols[i] != NULL && protocols[i]->cleanup != NULL)
+            protocols[i]->cleanup(c);
     /* Reads still in flight complete into nothing. */
     for (struct parked *p = c->parked; p != NULL; p = p->next)
         p->c = NULL;
@@ -1243,7 +1256,7 @@ static void udp_parse(conn *c)
         if (c->state == conn_nread) {
             conn_read_value(c, false);
             if (c->state == conn_nread && c->rlbytes == 0)
-                proto_text_complete_nread(c);
+                conn_complete_nread(c, PROTO_TEXT);
             continue;
         }
         if (c->state == conn_swallow) {
@@ -1252,7 +1265,7 @@ static void udp_parse(conn *c)
         }
         c->noreply = false;
         conn_set_state(c, conn_parse_cmd);
-        if (proto_text_try_command(c) == PROTO_NEED_MORE) {
+        if (protocols[PROTO_TEXT]->try_command(c) == PROTO_NEED_MORE) {
             c->rbytes = 0;              /* a request must fit its datagram */
             break;
         }
@@ -1316,9 +1329,8 @@ static void conn_drive_udp(conn *c)
 
 static enum proto_result conn_try_command(conn *c)
 {
-    if (c->protocol == PROTO_BINARY)
-        return proto_bin_try_command(c);
-    return proto_text_try_command(c);
+    return protocols[c->protocol == PROTO_BINARY ? PROTO_BINARY : PROTO_TEXT]
+        ->try_command(c);
 }
 
 /* After the queue is flushed: parse more if bytes are buffered, else wait. */
@@ -1425,10 +1437,7 @@ void conn_drive(conn *c)
 
         case conn_nread:
             if (c->rlbytes == 0) {
-                if (c->protocol == PROTO_BINARY)
-                    proto_bin_complete_nread(c);
-                else
-                    proto_text_complete_nread(c);
+                conn_complete_nread(c, c->protocol);
                 if (c->state == conn_nread)
                     conn_set_state(c, conn_new_cmd);
                 break;

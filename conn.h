@@ -29,7 +29,7 @@
 #include <sys/uio.h>
 
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 
 struct item;
 struct worker;
@@ -293,17 +293,23 @@ void conn_mem_close_marked(struct worker *w);
 /* For the `shutdown` command: stop the server gracefully. */
 void server_request_shutdown(void);
 
-/* ---- Protocol hooks, implemented by proto_text.c -------------------- */
+/* ---- Protocols -------------------------------------------------------- */
 
-enum proto_result proto_text_try_command(conn *c);
-void proto_text_complete_nread(conn *c);
-/* Frees any proto-private state when a connection closes. */
-void proto_text_conn_cleanup(conn *c);
-
-/* ---- Protocol hooks, implemented by proto_bin.c --------------------- */
-
-enum proto_result proto_bin_try_command(conn *c);
-void proto_bin_complete_nread(conn *c);
+/*
+ * conn.c reads, frames values and writes; a protocol parses and answers.
+ * Each protocol (proto_text.c with proto_meta.c, proto_bin.c) offers these
+ * hooks, and main() registers them before any connection exists, so this
+ * layer calls up into no protocol file by name.
+ */
+struct conn_protocol_ops {
+    /* Parses and runs one command from c->rbuf (PROTO_NEED_MORE: read more). */
+    enum proto_result (*try_command)(conn *c);
+    /* The value of a storage command (c->item) has been read. */
+    void (*complete_nread)(conn *c);
+    /* Frees protocol state when any connection closes; may be NULL. */
+    void (*cleanup)(conn *c);
+};
+void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops);
 
 /* `stats conns` (main() registers it: conn.c has no init). */
 struct stat_sink;

@@ -53,7 +53,7 @@
 #include "hash.h"
 #include "items.h"
 #include "lazy_lru.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 

@@ -43,7 +43,7 @@
  * Level 3
  *   LRU lock        items.c lrus[tier][class][partition].lock: that LRU's
  *                   links, head, tail, count, and the crawler placeholder
- *   writer lock     tac/ssd.c struct writer: one SSD writer's open buf
+ *   writer lock     tac/ssd_tier.c struct writer: one SSD writer's open buf
  *                   and page
  *   reuse_lock      nvm/alloc.c: one page search or drain pick at a time
  *
@@ -52,7 +52,7 @@
  *                   end region                        -> drain.lock
  *   nvm partition   nvm/alloc.c classes[c].parts[p].lock: its slot stack
  *                   and end; also the drain bitmap of pages it owns
- *   sd.lock         tac/ssd.c: failed bufs, the write-failing state, the
+ *   sd.lock         tac/ssd_tier.c: failed bufs, the write-failing state, the
  *                   synchronous-read rings          -> defrag's bg lock
  *
  * Level 5: leaves (no lock is taken while one is held)
@@ -127,7 +127,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memcached.h"
+#include "settings.h"
 
 /* it_flags.  All updated under the item lock, except ITEM_SLABBED which
  * only slabs.c touches while the item is free. */

@@ -34,7 +34,9 @@
 #include "assoc.h"
 #include "conn.h"
 #include "items.h"
-#include "memcached.h"
+#include "proto_bin.h"
+#include "proto_text.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 #include "tac/tac.h"
@@ -535,9 +537,22 @@ static bool add_main_events(void)
     resume_ev = event_new(main_base, -1, 0, accept_resume, NULL);
     retry_ev = evtimer_new(main_base, accept_resume, NULL);
     conn_set_close_hook(on_conn_closed);
+    conn_set_protocol(PROTO_TEXT, &proto_text_ops);
+    conn_set_protocol(PROTO_BINARY, &proto_bin_ops);
     return clock_ev && term && intr && resume_ev && retry_ev &&
            event_add(clock_ev, &tick) == 0 &&
            event_add(term, NULL) == 0 && event_add(intr, NULL) == 0;
+}
+
+static void settings_stat_line(void *sink, const char *name, const char *value)
+{
+    stat_printf(sink, name, "%s", value);
+}
+
+/* `stats settings` */
+static void settings_section(struct stat_sink *sink)
+{
+    settings_each(settings_stat_line, sink);
 }
 
 int main(int argc, char **argv)
@@ -573,7 +588,7 @@ int main(int argc, char **argv)
     /* The sections of settings.c and conn.c (conn.c has no init; the
      * options are registered beside it).  `stats settings` lists the
      * options before the tiers' lines, which tac_init() adds. */
-    stats_register_section("settings", settings_stats);
+    stats_register_section("settings", settings_section);
     stats_register_section("conns", conn_stats);
     items_init();
     if (!tac_init())

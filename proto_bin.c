@@ -23,6 +23,7 @@
 
 #include "conn.h"
 #include "items.h"
+#include "proto_bin.h"
 #include "stats.h"
 #include "thread.h"
 
@@ -298,7 +299,7 @@ static void bin_update(conn *c, const char *key, uint16_t nkey,
     conn_set_state(c, conn_nread);
 }
 
-void proto_bin_complete_nread(conn *c)
+static void proto_bin_complete_nread(conn *c)
 {
     item *it = c->item;
     enum store_op op = (enum store_op)c->nr.cmd;
@@ -668,7 +669,7 @@ static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
     }
 }
 
-enum proto_result proto_bin_try_command(conn *c)
+static enum proto_result proto_bin_try_command(conn *c)
 {
     if (c->rbytes < BIN_HEADER_LEN)
         return PROTO_NEED_MORE;
@@ -711,3 +712,8 @@ enum proto_result proto_bin_try_command(conn *c)
     bin_dispatch(c, ext, key);
     return PROTO_DONE;
 }
+
+const struct conn_protocol_ops proto_bin_ops = {
+    .try_command = proto_bin_try_command,
+    .complete_nread = proto_bin_complete_nread,
+};

@@ -29,7 +29,7 @@
 
 #include "conn.h"
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "proto_text.h"
 #include "stats.h"
 #include "thread.h"

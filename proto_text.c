@@ -27,7 +27,7 @@
 
 #include "conn.h"
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "proto_text.h"
 #include "slabs.h"
 #include "stats.h"
@@ -363,7 +363,7 @@ static void pt_complete_classic(conn *c, item *it)
     }
 }
 
-void proto_text_complete_nread(conn *c)
+static void proto_text_complete_nread(conn *c)
 {
     item *it = c->item;
     if (it == NULL) {
@@ -380,7 +380,7 @@ void proto_text_complete_nread(conn *c)
         conn_set_state(c, conn_new_cmd);
 }
 
-void proto_text_conn_cleanup(conn *c)
+static void proto_text_conn_cleanup(conn *c)
 {
     if (c->item != NULL) {
         item_release(c->item);
@@ -840,7 +840,7 @@ static bool pt_is_long_get(const char *p, size_t len)
     return false;
 }
 
-enum proto_result proto_text_try_command(conn *c)
+static enum proto_result proto_text_try_command(conn *c)
 {
     if (c->rbytes == 0)
         return PROTO_NEED_MORE;
@@ -876,3 +876,9 @@ enum proto_result proto_text_try_command(conn *c)
     }
     return PROTO_DONE;
 }
+
+const struct conn_protocol_ops proto_text_ops = {
+    .try_command = proto_text_try_command,
+    .complete_nread = proto_text_complete_nread,
+    .cleanup = proto_text_conn_cleanup,
+};

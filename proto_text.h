@@ -1,7 +1,8 @@
 /*
- * proto_text.h - internals shared by proto_text.c (classic commands, line
- * framing, dispatch) and proto_meta.c (meta commands).  Not a public
- * interface: the network layer sees only the hooks declared in conn.h.
+ * proto_text.h - the text protocol's hooks for conn.c (proto_text_ops, which
+ * main() registers with conn_set_protocol), and the internals shared by
+ * proto_text.c (classic commands, line framing, dispatch) and proto_meta.c
+ * (meta commands).
  *
  * Threads: everything runs on the worker that owns the connection.
  */
@@ -15,6 +16,8 @@
 #include "conn.h"
 #include "items.h"
 #include "util.h"
+
+extern const struct conn_protocol_ops proto_text_ops;
 
 /* Tokens per tokenizer pass (util_tokenize); memcached's MAX_TOKENS - 1. */
 #define PT_MAX_TOKENS 23

@@ -21,8 +21,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "memcached.h"
-#include "stats.h"
+#include "settings.h"
 #include "util.h"
 
 struct settings settings;
@@ -876,55 +875,60 @@ const char *settings_choice(const char *name)
     return o->choices[*(int *)opt_field(o)];
 }
 
-void settings_stats(struct stat_sink *sink)
+void settings_each(void (*out)(void *ctx, const char *name, const char *value),
+                   void *ctx)
 {
+    char v[64];
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
         if (!o->stat_name)
             continue;
+        const char *str = v;
         switch (o->kind) {
         case OPT_INT:
         case OPT_SIZE:
         case OPT_VERBOSE:
-            stat_printf(sink, o->stat_name, "%d",
-                        __atomic_load_n((int *)opt_field(o), __ATOMIC_RELAXED));
+            snprintf(v, sizeof(v), "%d",
+                     __atomic_load_n((int *)opt_field(o), __ATOMIC_RELAXED));
             break;
         case OPT_OCTAL:
-            stat_printf(sink, o->stat_name, "%o", *(int *)opt_field(o));
+            snprintf(v, sizeof(v), "%o", *(int *)opt_field(o));
             break;
         case OPT_MEGABYTES:
         case OPT_BYTES:
-            stat_printf(sink, o->stat_name, "%zu", *(size_t *)opt_field(o));
+            snprintf(v, sizeof(v), "%zu", *(size_t *)opt_field(o));
             break;
         case OPT_DOUBLE:
-            stat_printf(sink, o->stat_name, "%.2f", *(double *)opt_field(o));
+            snprintf(v, sizeof(v), "%.2f", *(double *)opt_field(o));
             break;
-        case OPT_STRING: {
-            const char *s = *(char **)opt_field(o);
-            stat_printf(sink, o->stat_name, "%s", s ? s : "NULL");
+        case OPT_STRING:
+            str = *(char **)opt_field(o);
+            if (str == NULL)
+                str = "NULL";
             break;
-        }
         case OPT_CHAR:
-            stat_printf(sink, o->stat_name, "%c", *(char *)opt_field(o));
+            snprintf(v, sizeof(v), "%c", *(char *)opt_field(o));
             break;
         case OPT_CHOICE:
-            stat_printf(sink, o->stat_name, "%s", o->choices[*(int *)opt_field(o)]);
+            str = o->choices[*(int *)opt_field(o)];
             break;
         case OPT_SET:
-            stat_printf(sink, o->stat_name, "%s", *(bool *)opt_field(o) ? "yes" : "no");
+            str = *(bool *)opt_field(o) ? "yes" : "no";
             break;
         case OPT_CLEAR:
             /* Shown the way memcached shows them: "evictions on". */
             if (strcmp(o->stat_name, "evictions") == 0)
-                stat_printf(sink, o->stat_name, "%s", *(bool *)opt_field(o) ? "on" : "off");
+                str = *(bool *)opt_field(o) ? "on" : "off";
             else
-                stat_printf(sink, o->stat_name, "%s", *(bool *)opt_field(o) ? "yes" : "no");
+                str = *(bool *)opt_field(o) ? "yes" : "no";
             break;
         default:
-            break;
+            continue;
         }
+        out(ctx, o->stat_name, str);
     }
-    stat_printf(sink, "oldest", "0");
-    stat_printf(sink, "binding_protocol", "auto-negotiate");
-    stat_printf(sink, "slab_page_size", "%d", settings.slab_page_size);
+    out(ctx, "oldest", "0");
+    out(ctx, "binding_protocol", "auto-negotiate");
+    snprintf(v, sizeof(v), "%d", settings.slab_page_size);
+    out(ctx, "slab_page_size", v);
 }

@@ -73,7 +73,7 @@
 #include <string.h>
 
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 
@@ -1224,7 +1224,7 @@ static unsigned int automove_pick_donor(unsigned int dst)
  * a smaller class, cannot use; the drained page's meta tuples move to
  * other chunks of their class, which has room for them).  Without such a
  * class, the biggest data class gives a page.  Meta tuples take the
- * reserve; the items left in the drained page go through the evict hook.
+ * reserve; the items left in the drained page go to item_evict_chunk (a lower tier keeps them: item_tier_ops.demote).
  * run_lock held.
  */
 static bool automove_refill_reserve_locked(void)

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memcached.h"
+#include "settings.h"
 
 /* Per worker thread, reset by `stats reset`. */
 #define THREAD_STATS_FIELDS(X) \

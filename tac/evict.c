@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "bg.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "tac/internal.h"
 

@@ -91,7 +91,7 @@ extern struct tac_state tac;
  * tac_init); the evictors count them as used. */
 #define TAC_META_RESERVE_PAGES 2
 
-/* Moves a DRAM item one tier down, to NVM or else SSD (the evict hook and
+/* Moves a DRAM item one tier down, to NVM or else SSD (item_tier_ops.demote and
  * the evictors' demote function): item lock held, item pinned.  A meta
  * tuple is moved to another DRAM chunk instead (the page mover).  Returns
  * false when the lower tier or the meta tuple could not be had. */
@@ -172,7 +172,7 @@ size_t tac_ssd_buf_size(void);
  * Caller holds the key's item lock. */
 item *tac_transient_new(const item *meta);
 
-/* ---- SSD tier (ssd.c) ---- */
+/* ---- SSD tier (ssd_tier.c) ---- */
 
 /* Opens the SSD tier named by -o ssd_path; false (after printing why) on
  * failure.  Starts nothing. */

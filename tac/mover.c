@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memcached.h"
+#include "settings.h"
 #include "nvm/nvm.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"

@@ -5,7 +5,7 @@
  * Design.  An item leaves DRAM in one of two ways: an evictor demotes a
  * cold DRAM item (tac_demote), or a set arrives while DRAM is full and its
  * staging item is written straight to NVM (tier_stage, TaC 4.1); without
- * NVM, or with NVM full, both go to SSD instead (ssd.c).
+ * NVM, or with NVM full, both go to SSD instead (ssd_tier.c).
  * Either way the value goes into a 256 B-aligned NVM slot as a tuple
  * (tuple.h) and a DRAM meta tuple takes the item's place in the index,
  * published under the item lock.  A read of an NVM item copies the value
@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "lazy_lru.h"
-#include "memcached.h"
+#include "settings.h"
 #include "nvm/nvm.h"
 #include "slabs.h"
 #include "tac/internal.h"

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "memcached.h"
+#include "settings.h"
 #include "tac/tuple.h"
 #include "util.h"
 

@@ -72,7 +72,9 @@
 
 #include "conn.h"
 #include "items.h"
-#include "memcached.h"
+#include "proto_bin.h"
+#include "proto_text.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 #include "thread.h"
@@ -293,6 +295,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     clock_update();
     items_init();
+    conn_set_protocol(PROTO_TEXT, &proto_text_ops);
+    conn_set_protocol(PROTO_BINARY, &proto_bin_ops);
     w.id = 0;
     w.partition = 0;
     w.base = event_base_new();

@@ -9,7 +9,7 @@
 #include "assoc.h"
 #include "hash.h"
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "unit.h"
 
 static item *make(const char *key)

@@ -11,7 +11,7 @@
 #include "assoc.h"
 #include "items.h"
 #include "lazy_lru.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 #include "unit.h"

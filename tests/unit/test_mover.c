@@ -20,7 +20,7 @@
 #include <sched.h>
 
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 #include "unit.h"

@@ -8,7 +8,7 @@
 #include <pthread.h>
 
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 #include "unit.h"

@@ -9,7 +9,7 @@
 #include "config.h"
 
 #include "items.h"
-#include "memcached.h"
+#include "settings.h"
 #include "tac/tuple.h"
 #include "unit.h"
 #include "util.h"

@@ -1,5 +1,5 @@
 /*
- * memcached.h - process-wide settings, the server clock and shared constants.
+ * settings.h - process-wide settings, the server clock and shared constants.
  *
  * Owns: `settings` (written once by option parsing in settings.c before any
  * thread starts, read-only afterwards except the few fields marked "atomic"),
@@ -9,8 +9,8 @@
  * This is not a god header: it holds only what every module needs.  Item,
  * slab, hash, connection and stats state live behind their own headers.
  */
-#ifndef MEMCACHED_H
-#define MEMCACHED_H
+#ifndef SETTINGS_H
+#define SETTINGS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -144,9 +144,10 @@ const char *settings_choice(const char *name);
 /* Prints the -h text. */
 void settings_usage(void);
 
-struct stat_sink;
-/* `stats settings`. */
-void settings_stats(struct stat_sink *sink);
+/* `stats settings`: out(ctx, name, value) for each option shown there, in
+ * table order, then the fixed lines memcached also prints. */
+void settings_each(void (*out)(void *ctx, const char *name, const char *value),
+                   void *ctx);
 
 /* Advances current_time from the wall clock.  Listener thread only. */
 void clock_update(void);

@@ -1,5 +1,5 @@
 /*
- * tac/ssd.c - the SSD tier as the cache sees it: writing tuples into bufs,
+ * tac/ssd_tier.c - the SSD tier as the cache sees it: writing tuples into bufs,
  * asynchronous reads for the workers, page reclaim and defrag.
  *
  * Design (DESIGN.md 3 and 4, TaC 5.3 and 5.6).  An SSD-resident item is a
@@ -72,7 +72,7 @@
 
 #include "bg.h"
 #include "lazy_lru.h"
-#include "memcached.h"
+#include "settings.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
 #include "tac/internal.h"
