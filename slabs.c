@@ -1224,7 +1224,8 @@ static unsigned int automove_pick_donor(unsigned int dst)
  * a smaller class, cannot use; the drained page's meta tuples move to
  * other chunks of their class, which has room for them).  Without such a
  * class, the biggest data class gives a page.  Meta tuples take the
- * reserve; the items left in the drained page go to item_evict_chunk (a lower tier keeps them: item_tier_ops.demote).
+ * reserve; the items left in the drained page go to item_evict_chunk,
+ * which lets a lower tier keep them (item_tier_ops.demote).
  * run_lock held.
  */
 static bool automove_refill_reserve_locked(void)
