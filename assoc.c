@@ -47,7 +47,8 @@
 
 #include "assoc.h"
 #include "hash.h"
-#include "items.h"
+#include "item.h"
+#include "item_lock.h"
 #include "stats.h"
 
 #define ASSOC_MIN_POWER (ITEM_LOCK_POWER + 1)

@@ -50,15 +50,12 @@
 #include <unistd.h>
 
 #include "assoc.h"
-#include "hash.h"
 #include "items.h"
 #include "lazy_lru.h"
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"
 
-#define ITEM_LOCK_COUNT (1u << ITEM_LOCK_POWER)
-#define ITEM_LOCK_MASK (ITEM_LOCK_COUNT - 1)
 /* Items examined from each LRU tail per eviction attempt. */
 #define LRU_SEARCH_DEPTH 5
 /* Items a tail walk may spare (second chance) before it takes one. */
@@ -92,7 +89,6 @@ struct lru {
     uint64_t count;         /* lock; real items only */
 } __attribute__((aligned(64)));
 
-static pthread_mutex_t item_locks[ITEM_LOCK_COUNT];
 /* lrus[TIER_DRAM][slab class][partition] hold DRAM items; the lower tiers'
  * sets hold their meta tuples by the class of their lower-tier slot. */
 static struct lru lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
@@ -117,27 +113,7 @@ static bool crawler_in_lru;
 
 #define CLS_INCR(cls, field) STATS_INCR(&cls_stats[(cls)], field)
 
-/* ---- Locks, hash, CAS. --------------------------------------------- */
-
-uint32_t item_hash(const char *key, size_t nkey)
-{
-    return hash_key(key, nkey);
-}
-
-void item_lock(uint32_t hv)
-{
-    pthread_mutex_lock(&item_locks[hv & ITEM_LOCK_MASK]);
-}
-
-void item_unlock(uint32_t hv)
-{
-    pthread_mutex_unlock(&item_locks[hv & ITEM_LOCK_MASK]);
-}
-
-bool item_trylock(uint32_t hv)
-{
-    return pthread_mutex_trylock(&item_locks[hv & ITEM_LOCK_MASK]) == 0;
-}
+/* ---- CAS. ---------------------------------------------------------- */
 
 uint64_t item_next_cas(void)
 {
@@ -164,8 +140,7 @@ static inline int part_index(int partition)
 void items_init(void)
 {
     if (!locks_ready) {
-        for (unsigned int i = 0; i < ITEM_LOCK_COUNT; i++)
-            pthread_mutex_init(&item_locks[i], NULL);
+        item_locks_init();
         for (int t = 0; t < TIER_COUNT; t++)
             for (int c = 0; c < MAX_SLAB_CLASSES; c++)
                 for (int p = 0; p < MAX_PARTITIONS; p++)
@@ -194,6 +169,7 @@ void items_init(void)
 
     llru_init();
     slabs_init();
+    slabs_set_chunk_evictor(item_evict_chunk);
     assoc_init(settings.hashpower_init);
     npart = slabs_npartitions();
     stats_register_section("items", items_stats);

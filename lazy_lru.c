@@ -23,6 +23,7 @@
 
 #include "assoc.h"
 #include "bg.h"
+#include "item_lock.h"
 #include "lazy_lru.h"
 #include "stats.h"
 #include "util.h"

@@ -72,10 +72,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "items.h"
+#include "item.h"
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"
+
+/* items.c's item_evict_chunk (slabs_set_chunk_evictor). */
+static enum chunk_evict_result (*chunk_evictor)(void *chunk);
+
+void slabs_set_chunk_evictor(enum chunk_evict_result (*fn)(void *chunk))
+{
+    chunk_evictor = fn;
+}
 
 #define CHUNK_ALIGN 8
 
@@ -1071,7 +1079,8 @@ static int move_sweep(int budget)
         run.cursor++;
         if (w & ((uint64_t)1 << (i % 64)))
             continue;
-        switch (item_evict_chunk(base + (size_t)i * c->size)) {
+        void *chunk = base + (size_t)i * c->size;
+        switch (chunk_evictor != NULL ? chunk_evictor(chunk) : CHUNK_BUSY) {
         case CHUNK_EVICTED:
             STATS_INCR(&mstats, evictions);
             break;

@@ -88,10 +88,24 @@ void slabs_stats(struct stat_sink *sink);
  * One move at a time.  slabs_reassign_start(), slabs_reassign_step() and
  * slabs_automove_step() belong to the mover's thread (the maintainer): they
  * serialize on the mover's own lock, may take a while (bounded by their
- * budget) and call item_evict_chunk(), so no worker and no code holding an
+ * budget) and call the chunk evictor, so no worker and no code holding an
  * item, LRU or slab lock may call them.  slabs_reassign_request() and the
  * stats functions are cheap and callable from any thread.
  */
+
+/* What the chunk evictor did with one used chunk of a draining page. */
+enum chunk_evict_result {
+    CHUNK_FREE,     /* the chunk holds no item (free, or freed meanwhile) */
+    CHUNK_EVICTED,  /* its item was unlinked; the chunk is freed once the
+                       last reference goes */
+    CHUNK_BUSY,     /* allocated but not linked yet, referenced by a reader,
+                       or its stripe is busy: try again later */
+};
+
+/* The owner of the chunks' contents (items.c: item_evict_chunk) empties a
+ * chunk for the mover.  Set before the mover runs; without one every
+ * used chunk stays busy and moves are undone. */
+void slabs_set_chunk_evictor(enum chunk_evict_result (*fn)(void *chunk));
 
 /* Answers of slabs_reassign_request(), in `slabs reassign` terms. */
 enum slabs_reassign_result {
@@ -115,7 +129,7 @@ bool slabs_reassign_start(unsigned int src, unsigned int dst);
 /*
  * Advances the running move (starting a queued request first): visits at
  * most `budget` chunks of the draining page (a run of 64 already free
- * chunks costs 1), asking item_evict_chunk() to evict each one in use.
+ * chunks costs 1), asking the chunk evictor to evict each one in use.
  * Completes the move when every chunk is free; undoes it after
  * SLABS_MOVE_MAX_PASSES passes over the page (a pass ends a step, so that
  * is at least that many steps).  Returns the budget used, 0 when idle.

@@ -56,6 +56,7 @@ static void setup(size_t maxbytes, int partitions)
     settings.maxbytes = maxbytes;
     settings.partitions = partitions;
     slabs_init();
+    slabs_set_chunk_evictor(item_evict_chunk);     /* as items_init does */
 }
 
 static void test_class_sizes_default(void)
