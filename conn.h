@@ -1,7 +1,8 @@
 /*
  * conn.h - a client connection: its read buffer, its queue of responses and
  * the interface between the network layer (conn.c, thread.c) and the
- * protocol parsers (proto_text.c, later proto_bin.c).
+ * protocol parsers (proto_text.c with proto_meta.c, and proto_bin.c), which
+ * register their hooks (conn_set_protocol).
  *
  * Threads: a connection belongs to one worker thread for its whole life;
  * nothing here is locked.  The protocol code runs on that worker.
