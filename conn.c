@@ -51,7 +51,7 @@
 #include "conn.h"
 #include "items.h"
 #include "stats.h"
-#include "thread.h"
+#include "worker.h"
 #include "util.h"
 
 #define RBUF_INITIAL (16 * 1024)
@@ -117,7 +117,6 @@ static size_t conn_mem_holding(const conn *c)
 static void conn_mem_over(uint64_t used)
 {
     uint64_t limit = settings.conn_mem_limit;
-    bool any = false;
     pthread_mutex_lock(&conn_registry_lock);
     uint64_t marked = 0;
     for (int fd = 0; fd < conn_registry_size; fd++) {
@@ -142,13 +141,9 @@ static void conn_mem_over(uint64_t used)
             break;
         __atomic_store_n(&victim->mem_close, true, __ATOMIC_RELAXED);
         marked += most;
-        any = true;
+        worker_wake(victim->thread);    /* it closes its own marked ones */
     }
     pthread_mutex_unlock(&conn_registry_lock);
-    /* Rare: wake every worker rather than track whose connections these
-     * are; each closes its own marked ones. */
-    for (int i = 0; any && i < worker_count(); i++)
-        worker_wake(worker_get(i));
 }
 
 /* Brings c's share of conn_mem_bytes up to date. */

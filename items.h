@@ -107,7 +107,9 @@
  *     read_relookup in a read completion);
  *   - write(2) to a ring's non-blocking eventfd, under done_lock (a
  *     read served from a buf in memory) or alone (a failed submit), and
- *     under the item lock when tac_read_value started that read;
+ *     under the item lock when tac_read_value started that read; and to
+ *     a worker's (worker_wake) under conn_registry_lock, when the
+ *     connection-memory bound marks one of its connections;
  *   - fprintf(stderr) under sd.lock when writes start or stop failing,
  *     under a writer lock and an item lock when a submit fails at once;
  *     with -vv, under expand_lock;

@@ -25,7 +25,7 @@
 #include "items.h"
 #include "proto_bin.h"
 #include "stats.h"
-#include "thread.h"
+#include "worker.h"
 
 #define BIN_HEADER_LEN 24
 #define BIN_REQ_MAGIC 0x80

@@ -30,15 +30,16 @@
 #include "conn.h"
 #include "items.h"
 #include "settings.h"
-#include "proto_text.h"
+#include "proto_ascii.h"
+#include "proto_meta.h"
 #include "stats.h"
-#include "thread.h"
+#include "worker.h"
 #include "util.h"
 
 /* memcached's MFLAG_MAX_OPT_LENGTH: token count incl. its terminal token. */
 #define META_MAX_TOKENS 19
 
-struct meta_flags {
+struct meta_req {
     bool has_error;
     bool locked;        /* needs the item lock (N T R l h) */
     bool vivify;        /* N */
@@ -138,7 +139,7 @@ static bool meta_strtol_time(const char *s, rel_time_t *out)
 
 /* One flag; false stops parsing (an unknown flag). */
 static bool meta_parse_flag(struct util_token *key, const struct util_token *t,
-                            struct meta_flags *of, const char **errstr)
+                            struct meta_req *of, const char **errstr)
 {
     const char *arg = t->value + 1;
     const char *bad_token = "CLIENT_ERROR bad token in command line format";
@@ -241,7 +242,7 @@ static bool meta_parse_flag(struct util_token *key, const struct util_token *t,
  * errors memcached reports generically).
  */
 static bool meta_preparse(struct util_token *tok, size_t start, size_t ntok,
-                          struct meta_flags *of, const char **errstr)
+                          struct meta_req *of, const char **errstr)
 {
     unsigned char seen[127] = {0};
     for (size_t i = start; i < ntok; i++) {
@@ -307,7 +308,7 @@ static void meta_send(conn *c, struct meta_line *m, item *value_it,
 /* The item side of an mg: its flags that read or change the item, in
  * request order (items.c runs them under the item lock). */
 static void mg_ops(struct item_mg *mg, struct util_token *tok, size_t ntok,
-                   const struct meta_flags *of)
+                   const struct meta_req *of)
 {
     for (size_t i = 2; i < ntok && mg->nops < ITEM_MG_OPS; i++) {
         uint8_t op;
@@ -333,7 +334,7 @@ static void mg_ops(struct item_mg *mg, struct util_token *tok, size_t ntok,
 
 /* Hit: the flags of an mg reply, from what items.c answered. */
 static void mg_hit_flags(struct meta_line *m, struct util_token *tok,
-                         size_t ntok, const struct meta_flags *of,
+                         size_t ntok, const struct meta_req *of,
                          const struct item_mg *mg, const char *key,
                          size_t nkey)
 {
@@ -359,7 +360,7 @@ static void mg_hit_flags(struct meta_line *m, struct util_token *tok,
 /* The EN line of an mg miss. */
 static void mg_miss_line(struct meta_line *m, struct util_token *tok,
                          size_t ntok, const char *key, size_t nkey,
-                         const struct meta_flags *of)
+                         const struct meta_req *of)
 {
     ml_init(m, "EN");
     for (size_t i = 2; i < ntok; i++) {
@@ -395,7 +396,7 @@ static void mg_fill(conn *c, item *value, void *ctx)
 
 static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
 {
-    struct meta_flags of = {0};
+    struct meta_req of = {0};
     const char *errstr = "CLIENT_ERROR bad command line format";
 
     if (ntok < 2) {
@@ -517,7 +518,7 @@ static bool ms_mode_op(char mode, enum store_op *op)
 
 /* Remembers what the reply needs until the value has been read. */
 static void ms_stash(conn *c, struct util_token *tok, size_t ntok,
-                     const struct meta_flags *of, enum store_op op)
+                     const struct meta_req *of, enum store_op op)
 {
     memset(&c->nr, 0, sizeof(c->nr));
     c->nr.cmd = PT_NREAD_META | op;
@@ -545,7 +546,7 @@ static void ms_stash(conn *c, struct util_token *tok, size_t ntok,
 
 static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
 {
-    struct meta_flags of = {0};
+    struct meta_req of = {0};
     const char *errstr = "CLIENT_ERROR bad command line format";
     int32_t vlen;
 
@@ -690,7 +691,7 @@ void proto_meta_complete_set(conn *c)
 
 /* Appends the O and k flags a reply echoes regardless of the outcome. */
 static void meta_echo_flags(struct meta_line *m, struct util_token *tok,
-                            size_t ntok, const struct meta_flags *of)
+                            size_t ntok, const struct meta_req *of)
 {
     for (size_t i = 2; i < ntok; i++) {
         if (tok[i].value[0] == 'O')
@@ -702,7 +703,7 @@ static void meta_echo_flags(struct meta_line *m, struct util_token *tok,
 
 /* Shared front of md and ma: counts, flags, opaque.  False if answered. */
 static bool meta_front(conn *c, struct util_token *tok, size_t ntok,
-                       char *rest, struct meta_flags *of)
+                       char *rest, struct meta_req *of)
 {
     const char *errstr = "CLIENT_ERROR bad command line format";
     if (ntok < 2) {
@@ -728,7 +729,7 @@ static bool meta_front(conn *c, struct util_token *tok, size_t ntok,
 static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
                         char *rest)
 {
-    struct meta_flags of = {0};
+    struct meta_req of = {0};
     if (!meta_front(c, tok, ntok, rest, &of))
         return;
     if (!meta_opaque_ok(tok, 2, ntok)) {
@@ -790,7 +791,7 @@ static enum store_result ma_vivify(conn *c, const char *key, size_t nkey,
 
 /* Success reply of ma: flags in request order, then the value. */
 static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
-                     const struct meta_flags *of, const char *num,
+                     const struct meta_req *of, const char *num,
                      bool created, bool skip)
 {
     const char *key = tok[1].value;
@@ -902,7 +903,7 @@ static void ma_park(conn *c, struct util_token *tok, size_t ntok,
 static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
                        char *rest)
 {
-    struct meta_flags of = {0};
+    struct meta_req of = {0};
     of.delta = 1;
     if (!meta_front(c, tok, ntok, rest, &of))
         return;

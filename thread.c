@@ -105,14 +105,6 @@ static void worker_accept_queued(evutil_socket_t fd, short which, void *arg)
     conn_mem_close_marked(w);
 }
 
-void worker_wake(struct worker *w)
-{
-    uint64_t one = 1;
-    if (w != NULL && write(w->notify_fd, &one, sizeof(one)) < 0 &&
-        errno != EAGAIN)
-        perror("eventfd write");
-}
-
 static void worker_idle_tick(evutil_socket_t fd, short which, void *arg)
 {
     (void)fd;

@@ -8,32 +8,11 @@
 #ifndef THREAD_H
 #define THREAD_H
 
-#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "stats.h"
+#include "worker.h"
 
-struct event_base;
-struct conn_queue_item;
-struct resp;
-
-struct worker {
-    pthread_t tid;
-    int id;                     /* 0 .. num_threads-1 */
-    int partition;              /* id mod settings.partitions */
-    struct event_base *base;
-    int notify_fd;              /* eventfd: new connections queued */
-    struct event *notify_event;
-    pthread_mutex_t queue_lock; /* protects queue_head/tail */
-    struct conn_queue_item *queue_head, *queue_tail;
-    struct thread_stats stats;  /* written by this worker only */
-    struct resp *resp_cache;    /* free resps, this worker only */
-    int resp_cache_len;
-    struct conn *conns;         /* this worker's connections */
-    struct tac_reader *reader;  /* SSD reads; NULL without an SSD tier */
-    struct event *reader_event;
-    struct conn *ready;         /* conns with filled parked responses */
-};
 
 void workers_start(int nthreads, struct event_base *main_base);
 /* Hands an accepted socket to the next worker. */
@@ -45,10 +24,6 @@ uint64_t workers_conns_queued(void);
 void workers_add_udp(int sfd);
 /* Asks every worker to close its connections and exit; waits. */
 void workers_stop(void);
-
-/* Wakes a worker from any thread: it runs its hand-off queue and closes
- * connections marked by the connection-memory bound. */
-void worker_wake(struct worker *w);
 
 int worker_count(void);
 struct worker *worker_get(int i);

@@ -1,0 +1,74 @@
+/*
+ * proto_ascii.c - what the text protocol's two halves share: queueing a
+ * reply line, writing a key (raw or base64), a store with memcached's CAS
+ * rule, and the incr/decr hit counters.  proto_text.c (classic commands,
+ * framing, dispatch) and proto_meta.c (meta commands) both stand on it.
+ *
+ * Threads: all functions run on the worker that owns the connection.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto_ascii.h"
+#include "settings.h"
+#include "slabs.h"
+#include "stats.h"
+#include "worker.h"
+
+void pt_out_buf(conn *c, const char *buf, size_t len, bool skip)
+{
+    struct resp *r = resp_new(c);
+    if (r == NULL) {
+        conn_set_state(c, conn_closing);
+        return;
+    }
+    r->skip = skip;
+    if (resp_add_text(r, buf, len))
+        return;
+    char *copy = malloc(len);
+    if (copy == NULL || !resp_add_owned(r, copy, len)) {
+        free(copy);
+        r->skip = true;
+        conn_set_state(c, conn_closing);
+        return;
+    }
+    memcpy(copy, buf, len);
+}
+
+
+char *pt_put_key(char *p, const char *key, size_t nkey, bool binary)
+{
+    if (!binary) {
+        memcpy(p, key, nkey);
+        return p + nkey;
+    }
+    return p + base64_encode((const unsigned char *)key, nkey,
+                             (unsigned char *)p, BASE64_ENCODED_LEN(nkey));
+}
+
+
+enum store_result pt_store(conn *c, item *it, enum store_op op,
+                           uint64_t req_cas, uint64_t *cas_out)
+{
+    /* memcached: a cas whose unique is 0 (always, with -C) never matches;
+     * the answer is EXISTS, or NOT_FOUND if the key is missing. */
+    if (op == STORE_CAS && (req_cas == 0 || !settings.use_cas)) {
+        return item_exists(ITEM_key(it), it->nkey) ? STORE_EXISTS
+                                                   : STORE_NOT_FOUND;
+    }
+    return item_store_wait(it, op, req_cas, cas_out, c->thread->partition,
+                           c->prior);
+}
+
+void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)
+{
+    /* item_add_delta does not report the item's class; it is the class
+     * of an item holding the value just written. */
+    unsigned int cls = slabs_clsid(item_make_size(nkey, strlen(num) + 2));
+    if (incr)
+        SLAB_STATS_INCR(PT_STATS(c), cls, incr_hits);
+    else
+        SLAB_STATS_INCR(PT_STATS(c), cls, decr_hits);
+}

@@ -1,0 +1,61 @@
+/*
+ * proto_ascii.h - the text protocol's shared internals (proto_ascii.c):
+ * nread commands, ms flags, limits and the helpers that proto_text.c and
+ * proto_meta.c both use.  Not a public interface: conn.c sees only
+ * proto_text_ops (proto_text.h).
+ *
+ * Threads: everything runs on the worker that owns the connection.
+ */
+#ifndef PROTO_ASCII_H
+#define PROTO_ASCII_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "items.h"
+#include "util.h"
+
+/* Tokens per tokenizer pass (util_tokenize); memcached's MAX_TOKENS - 1. */
+#define PT_MAX_TOKENS 23
+
+/* What a pending value (conn_nread) is for: c->nr.cmd. */
+enum pt_nread_cmd {
+    PT_NREAD_CLASSIC = 0x100,   /* | enum store_op */
+    PT_NREAD_META    = 0x200,   /* | enum store_op */
+};
+#define PT_NREAD_OP(cmd) ((enum store_op)((cmd) & 0xff))
+
+/* Bits in c->nr.meta_flags for a pending ms. */
+#define PT_MS_NOREPLY   0x01    /* q */
+#define PT_MS_BINKEY    0x02    /* b: return the key base64-encoded */
+#define PT_MS_STALE     0x04    /* I with C: may store a stale value */
+#define PT_MS_EXPLICIT  0x08    /* E: explicit CAS in meta_arg[1] */
+/* c->nr.meta_arg[0] holds the return flags 'O','k','c' in request order,
+ * one per byte from the low end. */
+
+/* Meta opaque limit: the O token including its 'O'. */
+#define PT_OPAQUE_MAX 32
+
+/* Worker stats of the connection. */
+#define PT_STATS(c) (&(c)->thread->stats)
+
+/* Queues a copy of buf[0..len) as one response; errors close the conn. */
+void pt_out_buf(conn *c, const char *buf, size_t len, bool skip);
+
+/* Appends base64 or raw key to p, returns the new end. */
+char *pt_put_key(char *p, const char *key, size_t nkey, bool binary);
+
+/* item_store with memcached's rule that a zero or disabled CAS never
+ * matches (EXISTS / NOT_FOUND). */
+enum store_result pt_store(conn *c, item *it, enum store_op op,
+                           uint64_t req_cas, uint64_t *cas_out);
+
+/* Counts a successful incr/decr (incr_hits/decr_hits) for its class. */
+void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr);
+
+/* Debug-level gate for the "verbosity" setting. */
+#define PT_MAX_VERBOSITY 2
+
+#endif
