@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Long mode of the shapes stress test (tests/stress/test_stress_shapes.py): the full
 # product of its axes, 4 key lengths x 5 value sizes x 4 DRAM:NVM:SSD ratios x 2 update
-# shares x busy/quiet = 320 cases at -m 32 with 20 s of updates and reads each
-# (about 3 hours on 2 cores).  The default run of that file (short mode, 9 cases) is part
+# shares x busy/quiet = 320 cases at -m 12 with 8 s of updates and reads each
+# (about 48 minutes on 2 cores).  The default run of that file (short mode, 9 cases) is part
 # of scripts/test.sh.
 #
 #   bench/shapes-long.sh                          # all 320 cases against ./tac-memcached
