@@ -389,9 +389,16 @@ void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops
     protocols[p] = ops;
 }
 
+/* A connection still negotiating speaks text until its first byte says
+ * otherwise. */
+static const struct conn_protocol_ops *protocol_of(enum conn_protocol p)
+{
+    return protocols[p == PROTO_BINARY ? PROTO_BINARY : PROTO_TEXT];
+}
+
 static void conn_complete_nread(conn *c, enum conn_protocol p)
 {
-    protocols[p == PROTO_BINARY ? PROTO_BINARY : PROTO_TEXT]->complete_nread(c);
+    protocol_of(p)->complete_nread(c);
 }
 
 /* ---- Lifecycle ---------------------------------------------------------- */
@@ -403,7 +410,6 @@ struct parked {
     conn *c;                    /* NULL once the conn closed */
     struct resp *r;             /* the placeholder */
     conn_fill_fn fill;
-    got_fill_fn fill_got;       /* instead of fill: conn_retry's */
     void (*cleanup)(void *ctx); /* when fill will never run; may be NULL */
     _Alignas(max_align_t) char ctx[];
 };
@@ -435,11 +441,11 @@ static void park_done(void *arg, const struct item_got *got)
     } else {
         bool noreply = c->noreply;
         c->noreply = false;
+        const struct item_got *had = c->prior;
         c->resp_insert = p->r;
-        if (p->fill_got != NULL)
-            p->fill_got(c, got, p->ctx);
-        else
-            p->fill(c, value, p->ctx);
+        c->prior = got;
+        p->fill(c, value, p->ctx);
+        c->prior = had;
         c->resp_insert = NULL;
         c->noreply = noreply;
     }
@@ -457,8 +463,8 @@ static void park_done(void *arg, const struct item_got *got)
 /* A parked response not yet waiting on anything: its placeholder is
  * queued; park_link() makes it pending, or park_drop() gives it up. */
 static struct parked *park_new(conn *c, conn_fill_fn fill,
-                               got_fill_fn fill_got, void (*cleanup)(void *),
-                               const void *ctx, size_t ctxlen)
+                               void (*cleanup)(void *), const void *ctx,
+                               size_t ctxlen)
 {
     struct parked *p = malloc(sizeof(*p) + ctxlen);
     if (p == NULL)
@@ -471,7 +477,6 @@ static struct parked *park_new(conn *c, conn_fill_fn fill,
     p->c = c;
     p->r = r;
     p->fill = fill;
-    p->fill_got = fill_got;
     p->cleanup = cleanup;
     memcpy(p->ctx, ctx, ctxlen);
     return p;
@@ -495,7 +500,6 @@ static void park_drop(struct parked *p)
 struct park_req {
     conn *c;
     conn_fill_fn fill;
-    got_fill_fn fill_got;
     void (*cleanup)(void *);
     const void *ctx;
     size_t ctxlen;
@@ -505,8 +509,7 @@ struct park_req {
 static void *park_prepare(void *arg)
 {
     struct park_req *pr = arg;
-    pr->p = park_new(pr->c, pr->fill, pr->fill_got, pr->cleanup, pr->ctx,
-                     pr->ctxlen);
+    pr->p = park_new(pr->c, pr->fill, pr->cleanup, pr->ctx, pr->ctxlen);
     return pr->p;
 }
 
@@ -518,12 +521,11 @@ static void park_cancel(void *arg)
 /* item_read() with a parked response for a value that must come from SSD:
  * on ITEM_PENDING the placeholder is queued and fill runs later. */
 static enum item_answer read_parked(conn *c, struct item_read *rq,
-                                    conn_fill_fn fill, got_fill_fn fill_got,
-                                    void (*cleanup)(void *),
+                                    conn_fill_fn fill, void (*cleanup)(void *),
                                     const void *ctx, size_t ctxlen, item **out,
                                     enum item_miss *why, unsigned int *clsid)
 {
-    struct park_req pr = { c, fill, fill_got, cleanup, ctx, ctxlen, NULL };
+    struct park_req pr = { c, fill, cleanup, ctx, ctxlen, NULL };
     struct item_waiter w = { c->thread->reader, park_prepare, park_cancel,
                              park_done, &pr };
     rq->wait = c->thread->reader != NULL ? &w : NULL;
@@ -539,7 +541,7 @@ enum item_answer conn_read_item(conn *c, struct item_read *rq,
                                 size_t ctxlen, item **out,
                                 enum item_miss *why, unsigned int *clsid)
 {
-    return read_parked(c, rq, fill, NULL, NULL, ctx, ctxlen, out, why, clsid);
+    return read_parked(c, rq, fill, NULL, ctx, ctxlen, out, why, clsid);
 }
 
 void *conn_read_item_ctx(conn *c)
@@ -555,20 +557,18 @@ struct retry_ctx {
     _Alignas(max_align_t) char args[];
 };
 
-static void retry_fill(conn *c, const struct item_got *got, void *ctx)
+/* c->prior is what the read got (park_done, or conn_retry at once). */
+static void retry_fill(conn *c, struct item *value, void *ctx)
 {
     struct retry_ctx *r = ctx;
     if (r->parked)
         c->barriers--;
     int tries = c->redo_tries;
-    const struct item_got *had = c->prior;
     c->redo_tries = r->tries;
-    c->prior = got;
     r->fn(c, r->args);
-    c->prior = had;
     c->redo_tries = tries;
-    if (got->value != NULL)
-        item_release(got->value);
+    if (value != NULL)
+        item_release(value);
 }
 
 static void retry_cleanup(void *ctx)
@@ -601,8 +601,8 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
     item *value = NULL;
     enum item_miss why;
     unsigned int clsid;
-    switch (read_parked(c, &rq, NULL, retry_fill, retry_cleanup, r, len,
-                        &value, &why, &clsid)) {
+    switch (read_parked(c, &rq, retry_fill, retry_cleanup, r, len, &value,
+                        &why, &clsid)) {
     case ITEM_PENDING:
         c->barriers++;          /* a write: what follows must see its result */
         break;
@@ -615,8 +615,11 @@ void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
     case ITEM_MISS: {
         /* In memory now: the retry finds it there itself (no src). */
         struct item_got got = { value, NULL };
+        const struct item_got *had = c->prior;
         r->parked = false;
-        retry_fill(c, &got, r);
+        c->prior = &got;
+        retry_fill(c, value, r);
+        c->prior = had;
         break;
     }
     }
@@ -746,8 +749,7 @@ bool conn_wait_room(conn *c, enum store_result *res)
         .a = { .it = c->item, .nr = c->nr, .bin = c->bin,
                .protocol = c->protocol },
     };
-    struct parked *p = park_new(c, room_fill, NULL, room_cleanup, &rw,
-                                sizeof(rw));
+    struct parked *p = park_new(c, room_fill, room_cleanup, &rw, sizeof(rw));
     if (p == NULL)
         return false;
     struct room_wait *prw = (struct room_wait *)p->ctx;
@@ -1324,8 +1326,7 @@ static void conn_drive_udp(conn *c)
 
 static enum proto_result conn_try_command(conn *c)
 {
-    return protocols[c->protocol == PROTO_BINARY ? PROTO_BINARY : PROTO_TEXT]
-        ->try_command(c);
+    return protocol_of(c->protocol)->try_command(c);
 }
 
 /* After the queue is flushed: parse more if bytes are buffered, else wait. */

@@ -128,8 +128,8 @@ struct conn {
                                  tail, while a parked response is filled */
     bool ready;             /* on the worker's ready list */
     int redo_tries;         /* > 0 while conn_retry() runs a request again */
-    const struct item_got *prior; /* while conn_retry() runs a request
-                                      again: what the read of its old value
+    const struct item_got *prior; /* while a parked fill or conn_retry()'s
+                                      rerun of a request runs: what the read
                                       got (the items.c writes' `prior`);
                                       NULL otherwise */
     unsigned barriers;      /* conn_retry() requests waiting for a value:
@@ -220,7 +220,6 @@ void out_errstring(conn *c, const char *str);
  */
 #define CONN_PARK_MAX 64
 typedef void (*conn_fill_fn)(conn *c, struct item *value, void *ctx);
-typedef void (*got_fill_fn)(conn *c, const struct item_got *got, void *ctx);
 enum item_answer conn_read_item(conn *c, struct item_read *rq,
                                 conn_fill_fn fill, const void *ctx,
                                 size_t ctxlen, struct item **out,
