@@ -55,6 +55,9 @@
 #include "util.h"
 
 #define RBUF_INITIAL (16 * 1024)
+/* A value being read that fits in this much is part of the connection's
+ * fixed cost, like its read buffer, and is not counted in mem_held. */
+#define VALUE_ALLOWANCE RBUF_INITIAL
 #define RBUF_MAX CONN_RBUF_MAX
 #define RESP_CACHE_MAX 256
 #define WRITE_IOV_MAX 128
@@ -103,7 +106,8 @@ static size_t conn_mem_holding(const conn *c)
     if (c->transport == TRANSPORT_UDP)
         return 0;
     size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
-    if (c->item != NULL && c->state == conn_nread)
+    if (c->item != NULL && c->state == conn_nread &&
+        ITEM_ntotal(c->item) > VALUE_ALLOWANCE)
         n += ITEM_ntotal(c->item);
     return n + c->room_held;
 }
@@ -794,7 +798,11 @@ void conn_set_state(conn *c, enum conn_state state)
 {
     enum conn_state was = c->state;
     __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
-    if (was == conn_nread || state == conn_nread)
+    /* Entering or leaving nread changes the share only by a value past
+     * the allowance: with nothing held, a small one changes nothing. */
+    if ((was == conn_nread || state == conn_nread) &&
+        (c->mem_held != 0 ||
+         (c->item != NULL && ITEM_ntotal(c->item) > VALUE_ALLOWANCE)))
         conn_mem_sync(c);
 }
 
@@ -1347,11 +1355,14 @@ void conn_drive(conn *c)
         conn_drive_udp(c);
         return;
     }
+    /* Marked while this worker was busy elsewhere.  A mark set during this
+     * call is this connection's own growth, which conn_read_network turns
+     * into a close. */
+    if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+        conn_close_for_memory(c);
+        return;
+    }
     for (;;) {
-        if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
-            conn_close_for_memory(c);
-            return;
-        }
         switch (c->state) {
         case conn_new_cmd: {
             c->noreply = false;

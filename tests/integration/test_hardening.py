@@ -186,3 +186,45 @@ def test_conn_mem_limit_bounds_long_get_lines(server):
     while int(srv.connect().stats()["conn_mem_bytes"]) != 0:
         assert time.time() < deadline, "connection memory not given back"
         time.sleep(0.1)
+
+
+@pytest.mark.tac_only
+def test_conn_mem_counts_values_past_the_allowance(server):
+    """A value still being read counts in conn_mem_bytes once it is past the
+    16 KB the connection is allowed, like its read buffer; a smaller one does
+    not.  Both are given back when the value is complete or the connection
+    closes, and the stored values read back whole."""
+    srv = server(["-m", "64", "-I", "2m"])
+    watcher = srv.connect()
+
+    def held():
+        return int(watcher.stats()["conn_mem_bytes"])
+
+    def wait_held(pred, what):
+        deadline = time.time() + 5
+        while not pred(held()):
+            assert time.time() < deadline, "%s: conn_mem_bytes %d" % (what, held())
+            time.sleep(0.05)
+
+    for size, counted in ((1_000_000, True), (8_000, False)):
+        key = b"partial-value-%d" % size
+        value = os.urandom(size // 2).hex().encode()
+        s = socket.create_connection((srv.host, srv.port), timeout=10)
+        s.sendall(b"set %s 0 0 %d\r\n" % (key, size) + value[:100])
+        if counted:
+            wait_held(lambda n: n >= size, "1 MB value being read")
+        else:
+            time.sleep(0.3)
+            assert held() == 0
+        s.sendall(value[100:] + b"\r\n")
+        assert recv_exact(s, 8) == b"STORED\r\n"
+        wait_held(lambda n: n == 0, "value complete")
+        assert watcher.get(b"get %s\r\n" % key) == \
+            b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, size, value)
+        # An incomplete one given up by its client is given back too.
+        s.sendall(b"set %s-2 0 0 %d\r\n" % (key, size) + value[:100])
+        if counted:
+            wait_held(lambda n: n >= size, "second value being read")
+        s.close()
+        wait_held(lambda n: n == 0, "connection closed")
+    assert srv.alive()
