@@ -48,6 +48,7 @@ struct evictor {
 static struct evictor *evictors;
 static int nevictors;
 static int backlog;             /* atomic: classes short of free chunks */
+static uint64_t backlog_bytes;  /* atomic: their chunks missing, in bytes */
 
 /* True while the unassigned page budget is below the watermark. */
 static bool dram_tight(void)
@@ -90,6 +91,7 @@ static int evict_round(struct evictor *e)
         nvm_moved += tac_nvm_mover_step();
     if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&backlog_bytes, 0, __ATOMIC_RELAXED);
         return nvm_moved;
     }
     unsigned int ncls = slabs_nclasses();
@@ -100,6 +102,7 @@ static int evict_round(struct evictor *e)
         total_pages += ci.total_pages;
     }
     int moved = 0, short_classes = 0;
+    uint64_t short_bytes = 0;
     for (unsigned int c = 1; c <= ncls; c++) {
         struct slabs_class_info ci;
         slabs_class_info(c, &ci);
@@ -112,11 +115,14 @@ static int evict_round(struct evictor *e)
                                          : item_compact_size(1)) >= c)
             continue;
         short_classes++;
+        short_bytes += (reserve - free_now) * ci.chunk_size;
         for (int p = e->id; p < settings.partitions; p += nevictors)
             moved += items_demote_tail(TIER_DRAM, c, p, EVICT_BATCH, tac_demote);
     }
-    if (e->id == 0)
+    if (e->id == 0) {
         __atomic_store_n(&backlog, short_classes, __ATOMIC_RELAXED);
+        __atomic_store_n(&backlog_bytes, short_bytes, __ATOMIC_RELAXED);
+    }
     return moved + nvm_moved;
 }
 
@@ -144,6 +150,11 @@ void tac_evictors_wake(int partition)
 int tac_evict_backlog(void)
 {
     return __atomic_load_n(&backlog, __ATOMIC_RELAXED);
+}
+
+uint64_t tac_evict_backlog_bytes(void)
+{
+    return __atomic_load_n(&backlog_bytes, __ATOMIC_RELAXED);
 }
 
 void tac_evictors_start(void)

@@ -213,5 +213,6 @@ void tac_evictors_stop(void);
 void tac_evictors_wake(int partition);
 /* Partitions (DRAM) whose classes are short of free chunks right now. */
 int tac_evict_backlog(void);
+uint64_t tac_evict_backlog_bytes(void);
 
 #endif

@@ -689,6 +689,8 @@ static void tac_stats_tiers(struct stat_sink *s)
     TAC_STATS_FIELDS(TAC_PRINT)
     stat_printf(s, "evictor_threads", "%d", tac.evict_threads);
     stat_printf(s, "evictor_backlog", "%d", tac_evict_backlog());
+    stat_printf(s, "evictor_backlog_bytes", "%llu",
+                (unsigned long long)tac_evict_backlog_bytes());
 }
 
 static void tac_stats_settings(struct stat_sink *s)
