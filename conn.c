@@ -16,7 +16,7 @@
  * Connection memory.  One bound, settings.conn_mem_limit, covers what
  * connections hold beyond their fixed RBUF_INITIAL read buffer: read
  * buffers grown for long request lines or pipelined bytes, and the values
- * of stores still being read.  Each connection's share is c->mem_held;
+ * of stores still being read when past VALUE_ALLOWANCE.  Each connection's share is c->mem_held;
  * the sum is the gauge conn_mem_bytes.  A growth that takes the sum past
  * the bound marks the connections holding the most (an incomplete request
  * by construction: a complete one is parsed before the buffer grows) for

@@ -312,9 +312,9 @@ static const struct option_def options[] = {
       "pages, at least 3)") },
     { OPT(0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
       "conn_mem_limit", "<bytes>", "memory all connections may hold beyond "
-      "their first 16k read buffer (long request lines, values being read); "
-      "past it the connection holding the most is closed (default: the larger "
-      "of 64m and -m/8, and at least twice -I plus 16m)") },
+      "their first 16k read buffer (long request lines, values over 16k being "
+      "read); past it the connection holding the most is closed (default: the "
+      "larger of 64m and -m/8, and at least twice -I plus 16m)") },
     { OPT(0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
       "store_wait_ms", "<ms>", "longest a store waits, parked on its "
       "connection, for a lower tier to make room before it is answered "
