@@ -16,8 +16,9 @@
  * Connection memory.  One bound, settings.conn_mem_limit, covers what
  * connections hold beyond their fixed RBUF_INITIAL read buffer: read
  * buffers grown for long request lines or pipelined bytes, and the values
- * of stores still being read when past VALUE_ALLOWANCE.  Each connection's share is c->mem_held;
- * the sum is the gauge conn_mem_bytes.  A growth that takes the sum past
+ * of stores still being read when past CONN_VALUE_ALLOWANCE (conn.h).
+ * Each connection's share is c->mem_held; the sum is the gauge
+ * conn_mem_bytes.  A growth that takes the sum past
  * the bound marks the connections holding the most (an incomplete request
  * by construction: a complete one is parsed before the buffer grows) for
  * closing until the marked bytes cover the excess; their workers close
@@ -55,9 +56,6 @@
 #include "util.h"
 
 #define RBUF_INITIAL (16 * 1024)
-/* A value being read that fits in this much is part of the connection's
- * fixed cost, like its read buffer, and is not counted in mem_held. */
-#define VALUE_ALLOWANCE RBUF_INITIAL
 #define RBUF_MAX CONN_RBUF_MAX
 #define RESP_CACHE_MAX 256
 #define WRITE_IOV_MAX 128
@@ -107,7 +105,7 @@ static size_t conn_mem_holding(const conn *c)
         return 0;
     size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
     if (c->item != NULL && c->state == conn_nread &&
-        ITEM_ntotal(c->item) > VALUE_ALLOWANCE)
+        ITEM_ntotal(c->item) > CONN_VALUE_ALLOWANCE)
         n += ITEM_ntotal(c->item);
     return n + c->room_held;
 }
@@ -151,7 +149,7 @@ static void conn_mem_over(uint64_t used)
 }
 
 /* Brings c's share of conn_mem_bytes up to date. */
-static void conn_mem_sync(conn *c)
+void conn_mem_sync(conn *c)
 {
     size_t now = conn_mem_holding(c);
     size_t was = c->mem_held;
@@ -794,17 +792,7 @@ void conn_run_ready(struct worker *w)
     }
 }
 
-void conn_set_state(conn *c, enum conn_state state)
-{
-    enum conn_state was = c->state;
-    __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
-    /* Entering or leaving nread changes the share only by a value past
-     * the allowance: with nothing held, a small one changes nothing. */
-    if ((was == conn_nread || state == conn_nread) &&
-        (c->mem_held != 0 ||
-         (c->item != NULL && ITEM_ntotal(c->item) > VALUE_ALLOWANCE)))
-        conn_mem_sync(c);
-}
+
 
 static void conn_event_handler(evutil_socket_t fd, short which, void *arg);
 

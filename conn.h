@@ -271,7 +271,25 @@ void conn_run_ready(struct worker *w);
 
 /* ---- Connection control ---------------------------------------------- */
 
-void conn_set_state(conn *c, enum conn_state state);
+/* A value being read that fits in this much is part of a connection's
+ * fixed cost, like its read buffer, and is not counted in mem_held. */
+#define CONN_VALUE_ALLOWANCE (16 * 1024)
+
+/* conn.c: brings c's memory share up to date. */
+void conn_mem_sync(conn *c);
+
+/* Inline: every request passes through it several times.  Entering or
+ * leaving nread changes c's memory share only by a value past the
+ * allowance: with nothing held, a small one changes nothing. */
+static inline void conn_set_state(conn *c, enum conn_state state)
+{
+    enum conn_state was = c->state;
+    __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
+    if ((was == conn_nread || state == conn_nread) &&
+        (c->mem_held != 0 ||
+         (c->item != NULL && ITEM_ntotal(c->item) > CONN_VALUE_ALLOWANCE)))
+        conn_mem_sync(c);
+}
 
 /* ---- Network side (conn.c), called by thread.c ----------------------- */
 

@@ -916,12 +916,19 @@ item *item_get(const char *key, size_t nkey, enum item_miss *why,
 /* The value of `it` (whose reference this takes over) into *out: HIT, or
  * MISS when the copy found the tuple damaged (it is unlinked then), or
  * NOMEM.  Item lock held. */
-static enum item_answer value_of(item *it, item **out)
+static enum item_answer value_of_meta(item *it, item **out);
+
+static inline enum item_answer value_of(item *it, item **out)
 {
     if (!(it->it_flags & ITEM_META)) {     /* a DRAM item is its own value */
         *out = it;
         return ITEM_HIT;
     }
+    return value_of_meta(it, out);
+}
+
+static enum item_answer value_of_meta(item *it, item **out)
+{
     refcount_incr(it);
     *out = item_value_take(it);
     bool gone = !(it->it_flags & ITEM_LINKED);

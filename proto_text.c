@@ -85,7 +85,8 @@ static bool pt_send_value(conn *c, item *it, bool return_cas,
     char hdr[KEY_MAX_LENGTH + 80];
     char *p = hdr;
     memcpy(p, "VALUE ", 6);
-    p = pt_put_key(p + 6, ITEM_key(it), it->nkey, false);
+    memcpy(p + 6, ITEM_key(it), it->nkey);
+    p += 6 + it->nkey;
     *p++ = ' ';
     p = util_u64toa(it->flags, p);
     *p++ = ' ';
