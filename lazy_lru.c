@@ -412,8 +412,9 @@ static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
             continue;
         }
         /* Nothing queued: back off up to 10 ms, so an idle server costs
-         * ~100 wakeups a second per lane. */
-        bg_wait(g, (uint64_t)idle_us * 1000u);
+         * ~100 wakeups a second per lane.  Nobody wakes a lane, and a nap
+         * costs one system call where a timed wait costs two. */
+        bg_nap(g, (uint64_t)idle_us * 1000u);
         if (idle_us < LRU_IDLE_MAX_US)
             idle_us *= 2;
     }
