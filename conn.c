@@ -18,8 +18,8 @@
  * buffers grown for long request lines or pipelined bytes, and the values
  * of stores still being read when past CONN_VALUE_ALLOWANCE (conn.h).
  * Each connection's share is c->mem_held; the sum is the gauge
- * conn_mem_bytes.  A growth that takes the sum past
- * the bound marks the connections holding the most (an incomplete request
+ * conn_mem_bytes.  A growth that takes the sum past the bound marks the
+ * connections holding the most (an incomplete request
  * by construction: a complete one is parsed before the buffer grows) for
  * closing until the marked bytes cover the excess; their workers close
  * them (conn_mem_close_marked) and count conn_mem_closed.  The bound is
@@ -104,8 +104,7 @@ static size_t conn_mem_holding(const conn *c)
     if (c->transport == TRANSPORT_UDP)
         return 0;
     size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
-    if (c->item != NULL && c->state == conn_nread &&
-        ITEM_ntotal(c->item) > CONN_VALUE_ALLOWANCE)
+    if (c->state == conn_nread && conn_value_counted(c))
         n += ITEM_ntotal(c->item);
     return n + c->room_held;
 }
@@ -791,8 +790,6 @@ void conn_run_ready(struct worker *w)
         }
     }
 }
-
-
 
 static void conn_event_handler(evutil_socket_t fd, short which, void *arg);
 

@@ -278,6 +278,12 @@ void conn_run_ready(struct worker *w);
 /* conn.c: brings c's memory share up to date. */
 void conn_mem_sync(conn *c);
 
+/* True if c's item counts in its memory share while being read. */
+static inline bool conn_value_counted(const conn *c)
+{
+    return c->item != NULL && ITEM_ntotal(c->item) > CONN_VALUE_ALLOWANCE;
+}
+
 /* Inline: every request passes through it several times.  Entering or
  * leaving nread changes c's memory share only by a value past the
  * allowance: with nothing held, a small one changes nothing. */
@@ -286,8 +292,7 @@ static inline void conn_set_state(conn *c, enum conn_state state)
     enum conn_state was = c->state;
     __atomic_store_n(&c->state, state, __ATOMIC_RELAXED);
     if ((was == conn_nread || state == conn_nread) &&
-        (c->mem_held != 0 ||
-         (c->item != NULL && ITEM_ntotal(c->item) > CONN_VALUE_ALLOWANCE)))
+        (c->mem_held != 0 || conn_value_counted(c)))
         conn_mem_sync(c);
 }
 
