@@ -526,10 +526,14 @@ static enum item_answer read_parked(conn *c, struct item_read *rq,
                                     const void *ctx, size_t ctxlen, item **out,
                                     enum item_miss *why, unsigned int *clsid)
 {
+    if (c->thread->reader == NULL) {    /* no SSD tier: never pending */
+        rq->wait = NULL;
+        return item_read(rq, out, why, clsid);
+    }
     struct park_req pr = { c, fill, cleanup, ctx, ctxlen, NULL };
     struct item_waiter w = { c->thread->reader, park_prepare, park_cancel,
                              park_done, &pr };
-    rq->wait = c->thread->reader != NULL ? &w : NULL;
+    rq->wait = &w;
     enum item_answer a = item_read(rq, out, why, clsid);
     rq->wait = NULL;
     if (a == ITEM_PENDING)
@@ -726,10 +730,8 @@ static void room_timer(evutil_socket_t fd, short which, void *arg)
     conn_run_ready(w);
 }
 
-bool conn_wait_room(conn *c, enum store_result *res)
+bool conn_park_for_room(conn *c, enum store_result *res)
 {
-    if (*res != STORE_NEED_ROOM)
-        return false;
     int64_t now = (int64_t)(util_now_ns() / 1000);
     int64_t start = c->room_wait_start != 0 ? c->room_wait_start : now;
     if (now - start >= (int64_t)settings.store_wait_ms * 1000 &&

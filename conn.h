@@ -263,7 +263,11 @@ void conn_retry_nread(conn *c);
  * wait (counted in store_wait_timeouts), or STORE_NO_MEMORY when it
  * cannot park (UDP, store_wait_ms 0, out of memory).
  */
-bool conn_wait_room(conn *c, enum store_result *res);
+bool conn_park_for_room(conn *c, enum store_result *res);  /* the NEED_ROOM case */
+static inline bool conn_wait_room(conn *c, enum store_result *res)
+{
+    return *res == STORE_NEED_ROOM && conn_park_for_room(c, res);
+}
 
 /* Drives the connections whose parked responses were filled (thread.c,
  * after reaping the worker's reads). */

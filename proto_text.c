@@ -667,32 +667,35 @@ static void pt_process_slabs(conn *c, struct util_token *tok, size_t ntok)
 #define PT_ANY 255
 static const struct pt_cmd_def {
     const char *name;
+    unsigned char len;      /* strlen(name) */
     enum pt_cmd cmd;
     unsigned char min, max;
 } pt_cmds[] = {
-    { "get",            CMD_GET,       2, PT_ANY },
-    { "gets",           CMD_GETS,      2, PT_ANY },
-    { "gat",            CMD_GAT,       2, PT_ANY },
-    { "gats",           CMD_GATS,      2, PT_ANY },
-    { "bget",           CMD_BGET,      2, PT_ANY },
-    { "set",            CMD_SET,       5, 6 },
-    { "add",            CMD_ADD,       5, 6 },
-    { "replace",        CMD_REPLACE,   5, 6 },
-    { "append",         CMD_APPEND,    5, 6 },
-    { "prepend",        CMD_PREPEND,   5, 6 },
-    { "cas",            CMD_CAS,       6, 7 },
-    { "incr",           CMD_INCR,      3, 4 },
-    { "decr",           CMD_DECR,      3, 4 },
-    { "delete",         CMD_DELETE,    2, 4 },
-    { "touch",          CMD_TOUCH,     3, 4 },
-    { "flush_all",      CMD_FLUSH_ALL, 1, 3 },
-    { "version",        CMD_VERSION,   1, PT_ANY },
-    { "quit",           CMD_QUIT,      1, PT_ANY },
-    { "shutdown",       CMD_SHUTDOWN,  1, PT_ANY },
-    { "stats",          CMD_STATS,     1, PT_ANY },
-    { "verbosity",      CMD_VERBOSITY, 2, 3 },
-    { "cache_memlimit", CMD_MEMLIMIT,  2, 3 },
-    { "slabs",          CMD_SLABS,     3, 4 },
+#define PT_CMD(name, cmd, min, max) { name, sizeof(name) - 1, cmd, min, max }
+    PT_CMD("get",            CMD_GET,       2, PT_ANY),
+    PT_CMD("gets",           CMD_GETS,      2, PT_ANY),
+    PT_CMD("gat",            CMD_GAT,       2, PT_ANY),
+    PT_CMD("gats",           CMD_GATS,      2, PT_ANY),
+    PT_CMD("bget",           CMD_BGET,      2, PT_ANY),
+    PT_CMD("set",            CMD_SET,       5, 6),
+    PT_CMD("add",            CMD_ADD,       5, 6),
+    PT_CMD("replace",        CMD_REPLACE,   5, 6),
+    PT_CMD("append",         CMD_APPEND,    5, 6),
+    PT_CMD("prepend",        CMD_PREPEND,   5, 6),
+    PT_CMD("cas",            CMD_CAS,       6, 7),
+    PT_CMD("incr",           CMD_INCR,      3, 4),
+    PT_CMD("decr",           CMD_DECR,      3, 4),
+    PT_CMD("delete",         CMD_DELETE,    2, 4),
+    PT_CMD("touch",          CMD_TOUCH,     3, 4),
+    PT_CMD("flush_all",      CMD_FLUSH_ALL, 1, 3),
+    PT_CMD("version",        CMD_VERSION,   1, PT_ANY),
+    PT_CMD("quit",           CMD_QUIT,      1, PT_ANY),
+    PT_CMD("shutdown",       CMD_SHUTDOWN,  1, PT_ANY),
+    PT_CMD("stats",          CMD_STATS,     1, PT_ANY),
+    PT_CMD("verbosity",      CMD_VERBOSITY, 2, 3),
+    PT_CMD("cache_memlimit", CMD_MEMLIMIT,  2, 3),
+    PT_CMD("slabs",          CMD_SLABS,     3, 4),
+#undef PT_CMD
 };
 
 static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
@@ -746,7 +749,8 @@ static void pt_process_line(conn *c, char *line)
     }
     for (size_t i = 0; i < sizeof(pt_cmds) / sizeof(pt_cmds[0]); i++) {
         const struct pt_cmd_def *d = &pt_cmds[i];
-        if (strcmp(tok[0].value, d->name) != 0)
+        if (d->len != tok[0].length || d->name[0] != tok[0].value[0] ||
+            memcmp(tok[0].value, d->name, d->len) != 0)
             continue;
         c->last_cmd = d->name;
         /* More tokens than one tokenizer pass holds: memcached's count. */

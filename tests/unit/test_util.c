@@ -5,7 +5,10 @@
  * Randomized base64 round trips print their seed (unit_seed_init); rerun
  * with UNIT_SEED=<n> to replay.
  */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -61,6 +64,41 @@ static void test_strtoul_strtol(void)
     CHECK(safe_strtol("4294967297", &l) && l == 1);
     CHECK(!safe_strtol("abc", &l) && l == 0);
     CHECK(!safe_strtol("99999999999999999999", &l));
+}
+
+/* Plain digit tokens of every length from 1 to 21, each with each end
+ * the parsers accept or refuse, give exactly what strtoull/strtoll give:
+ * the short ones take a path of their own (util.c, plain_digits). */
+static void test_digit_lengths(void)
+{
+    static const char *const ends[] = { "", " ", "\t", "\r", "x", "-", "." };
+    for (int len = 1; len <= 21; len++) {
+        for (int round = 0; round < 50; round++) {
+            char tok[40];
+            for (int i = 0; i < len; i++)
+                tok[i] = (char)('0' + (round == 0 ? 9 : unit_rand() % 10));
+            for (size_t e = 0; e < sizeof(ends) / sizeof(ends[0]); e++) {
+                strcpy(tok + len, ends[e]);
+                bool end_ok = ends[e][0] == '\0' || ends[e][0] == ' ' ||
+                              ends[e][0] == '\t' || ends[e][0] == '\r';
+                char *end;
+                errno = 0;
+                unsigned long long ru = strtoull(tok, &end, 10);
+                bool ok_u = errno != ERANGE && end_ok;
+                uint64_t u = 0;
+                CHECK(safe_strtoull(tok, &u) == ok_u);
+                if (ok_u)
+                    CHECK(u == ru);
+                errno = 0;
+                long long rl = strtoll(tok, &end, 10);
+                bool ok_l = errno != ERANGE && end_ok;
+                int64_t l = 0;
+                CHECK(safe_strtoll(tok, &l) == ok_l);
+                if (ok_l)
+                    CHECK(l == rl);
+            }
+        }
+    }
 }
 
 static void check_b64(const char *plain, const char *enc)
@@ -240,6 +278,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_strtoull);
     RUN_TEST(test_strtoll);
     RUN_TEST(test_strtoul_strtol);
+    RUN_TEST(test_digit_lengths);
     RUN_TEST(test_parse_size);
     RUN_TEST(test_base64_vectors);
     RUN_TEST(test_base64_invalid);
