@@ -163,7 +163,7 @@ static void worker_loop(struct worker *w)
         uint64_t now = util_now_ns();
         if (now - turn >= WORKER_TURN_NS) {
             sched_yield();
-            turn = now;
+            turn = util_now_ns();       /* the core is ours again */
         }
     }
 }
