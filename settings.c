@@ -144,6 +144,7 @@ static const char *const ssd_engines[] = {
     [SSD_ENGINE_THREADS] = "threads",
     NULL
 };
+static const char *const no_yes[] = { "no", "yes", NULL };
 
 /* The fields every row sets, in order; the rest are set by name. */
 #define OPT(flag, nm, k, off, lo, hi, ext, stat, a, h)                      \
@@ -310,6 +311,12 @@ static const struct option_def options[] = {
     { OPT(0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
       "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the "
       "pages, at least 3)") },
+    { OPT(0, "tier_reformat", OPT_CHOICE, S(tier_reformat), 0, 0, true,
+      "tier_reformat", "<no|yes>", "format the NVM and SSD tier files even when "
+      "they hold something else: another format version or size, a damaged "
+      "header, or data that is not a tier (an extstore file, a mistyped path); "
+      "what they hold is lost. Without it such a file stops the start"),
+      .def = "no", .choices = no_yes },
     { OPT(0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
       "conn_mem_limit", "<bytes>", "memory all connections may hold beyond "
       "their first 16k read buffer (long request lines, values over 16k being "

@@ -107,6 +107,8 @@ struct settings {
     int ssd_buf_size;       /* -o ssd_buf_size, bytes */
     int ssd_io_engine;      /* -o ssd_io_engine: enum settings_ssd_engine */
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
+    int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
+                               hold something else */
     int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
     size_t conn_mem_limit;  /* -o conn_mem_limit, bytes (0 = auto until

@@ -8,6 +8,9 @@
  * are this server's own format.  Base64 is a straightforward table codec,
  * strict on input.  No state; any thread.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE             /* SEEK_DATA */
+#endif
 #include "util.h"
 
 #include <ctype.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -360,4 +364,42 @@ uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len)
         return crc32c_hw(crc, buf, len);
 #endif
     return util_crc32c_sw(crc, buf, len);
+}
+
+bool util_file_blank(int fd, uint64_t from, uint64_t size)
+{
+    enum { CHUNK = 64 * 1024 };
+    void *buf;
+    if (posix_memalign(&buf, 4096, CHUNK) != 0)
+        return false;
+    bool blank = true;
+    uint64_t off = from & ~(uint64_t)4095, probed = 0;
+    while (blank && off < size && probed < UTIL_BLANK_PROBE) {
+        off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+        if (d < 0 && errno == ENXIO)
+            break;                          /* nothing but holes from here */
+        if (d >= 0)
+            off = (uint64_t)d & ~(uint64_t)4095;
+        if (off >= size)
+            break;
+        size_t n = size - off < CHUNK ? (size_t)(size - off + 4095) & ~(size_t)4095
+                                      : CHUNK;
+        ssize_t got = pread(fd, buf, n, (off_t)off);
+        if (got < 0) {
+            blank = false;
+            break;
+        }
+        if (got == 0)
+            break;
+        const unsigned char *b = buf;
+        for (ssize_t i = 0; i < got; i++)
+            if (b[i] != 0) {
+                blank = false;
+                break;
+            }
+        off += (uint64_t)got;
+        probed += (uint64_t)got;
+    }
+    free(buf);
+    return blank;
 }

@@ -93,6 +93,17 @@ uint64_t util_now_ns(void);
  * util_crc32c(0, "123456789", 9) == 0xE3069283.
  */
 uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/*
+ * True when the bytes of fd from `from` to `size` look unused: no data
+ * (holes or unwritten extents, found with SEEK_DATA where the file system
+ * has it), or only zeros in the first UTIL_BLANK_PROBE bytes of data found.
+ * Reads with a 4 KiB-aligned buffer at 4 KiB-aligned offsets, so fd may be
+ * O_DIRECT.  A read error counts as not blank.  The tier libraries use it
+ * to tell an empty file, which they format, from one that holds something.
+ */
+#define UTIL_BLANK_PROBE (1u << 20)
+bool util_file_blank(int fd, uint64_t from, uint64_t size);
 /* The table implementation alone, for tests. */
 uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 

@@ -5,17 +5,20 @@
  * Page p starts at NVM_DATA_OFFSET + p * page_size; a page of class c holds
  * floor(page_size / slot_size[c]) slots from its first byte.
  *
- * The header lets a future restart trust or reject a region:
+ * The header lets a restart trust or reject a region:
  *   - magic and version name the format; header_size guards growth;
  *   - the geometry (sizes, page size, class table) says how to cut pages;
  *   - checksum (FNV-1a 64) covers every byte of the header except the
  *     flags word and itself, so it is written once per open;
  *   - flags carries NVM_HDR_DIRTY from open until a clean close.  It is one
- *     aligned 8-byte word, so setting or clearing it is failure-atomic.
- * Formatting writes flags = DIRTY (persisted) before any other field, so a
- * crash in the middle of formatting leaves a region that reads as dirty or
- * as invalid, never as clean.
- *
+ *     aligned 8-byte word, so setting or clearing it is failure-atomic;
+ *   - open_count grows by one at each open: of two valid copies, the one
+ *     with the higher count is the newer.
+ * The header is kept twice, copy i at NVM_HDR_COPY_STRIDE * i, and every
+ * change goes to copy 0, is persisted, then to copy 1: a crash tears at
+ * most one copy, and the other still passes its checksum.  Version 1 had
+ * one copy; its magic and version sit at the same offsets, so it is
+ * recognized as another format version.
  * Which page belongs to which class is kept in DRAM only (see nvm.h), so a
  * restart must rebuild it from the tuples; the format version will change
  * when that is implemented.  All fields are little-endian (host order on
@@ -30,8 +33,10 @@
 #include "nvm/nvm.h"
 
 #define NVM_MAGIC "TACNVM\r\n"        /* 8 bytes, no NUL */
-#define NVM_FORMAT_VERSION 1u
-#define NVM_DATA_OFFSET 4096u         /* header area; page 0 starts here */
+#define NVM_FORMAT_VERSION 2u         /* 2: two copies */
+#define NVM_HDR_COPIES 2u
+#define NVM_HDR_COPY_STRIDE 4096u     /* copy i starts at i * stride */
+#define NVM_DATA_OFFSET (NVM_HDR_COPIES * NVM_HDR_COPY_STRIDE)  /* page 0 */
 #define NVM_HDR_DIRTY 1ull
 
 struct nvm_header {
@@ -50,8 +55,8 @@ struct nvm_header {
     uint64_t checksum;                /* see above */
 };
 
-_Static_assert(sizeof(struct nvm_header) <= NVM_DATA_OFFSET,
-               "the header must fit in front of page 0");
+_Static_assert(sizeof(struct nvm_header) <= NVM_HDR_COPY_STRIDE,
+               "each header copy must fit in its stride");
 _Static_assert(NVM_DATA_OFFSET % NVM_SLOT_ALIGN == 0,
                "pages must start 256 B-aligned");
 

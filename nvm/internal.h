@@ -61,6 +61,7 @@ struct nvm_region {
                                    open removes it */
     int numa_node;
     enum nvm_prev_state prev_state;
+    uint64_t open_count;        /* of the header found (0: none), then written */
     unsigned read_ns, write_ns;
 
     /* Geometry; set at open. */

@@ -49,6 +49,8 @@ enum nvm_status {
     NVM_ERR_NUMA,    /* NUMA node missing, without memory, or mbind failed */
     NVM_ERR_NOMEM,   /* DRAM for the allocator metadata, or space for the file */
     NVM_ERR_FORMAT,  /* the mapped region cannot hold a header and one page */
+    NVM_ERR_NOT_OURS,/* the path holds data that is not a region of this
+                        format and geometry (nvm_refusal says why) */
 };
 
 /* Static text for st; never NULL. */
@@ -68,17 +70,27 @@ struct nvm_config {
     size_t slot_max;     /* largest slot needed; 0 = page_size */
     double factor;       /* slot size growth, > 1.0; 0 = 1.25 */
     size_t page_size;    /* multiple of 256; 0 = 1 MB; raised to fit slot_max */
+    /* Format the path even when it holds something else: another format
+     * version, another geometry, a damaged header or foreign data. */
+    bool reformat;
 };
 
 /*
- * Maps cfg->path and formats a fresh region (nothing stored before is kept:
- * restart recovery is not implemented, but the old header is inspected and
- * reported as nvm_info.prev_state).  The header is marked dirty until
- * nvm_close.  cfg and cfg->path are copied; the caller may free them.
- * On success *out owns the region; on failure *out is NULL and errno holds
- * the cause of the failing system call, if any.
+ * Reads the header area of cfg->path before it changes a byte.  A path
+ * that holds anything but a new file, zeros or a region of this format and
+ * geometry (size, page size, class table) is refused with NVM_ERR_NOT_OURS,
+ * unless cfg->reformat.  Then it maps the path and formats a fresh region
+ * (nothing stored before is kept: restart recovery is not implemented; the
+ * old header is reported as nvm_info.prev_state).  The header is marked
+ * dirty until nvm_close.  cfg and cfg->path are copied; the caller may
+ * free them.  On success *out owns the region; on failure *out is NULL and
+ * errno holds the cause of the failing system call, if any.
  */
 enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out);
+
+/* After NVM_ERR_NOT_OURS on this thread: what the path holds, as a phrase
+ * that follows the path ("holds data that is not ..."). */
+const char *nvm_refusal(void);
 
 /*
  * Makes every write durable (pmem_drain when is_pmem, msync for a non-pmem
@@ -195,9 +207,10 @@ void nvm_charge_write(struct nvm_region *r, uint64_t ref, size_t off, size_t len
 
 /* What the header at offset 0 said before nvm_open reformatted it. */
 enum nvm_prev_state {
-    NVM_PREV_NONE = 0,   /* no valid header: new, foreign or another version */
+    NVM_PREV_NONE = 0,   /* new, anonymous, or only zeros in the header area */
     NVM_PREV_CLEAN,      /* closed cleanly by nvm_close */
     NVM_PREV_DIRTY,      /* still marked open: the previous owner crashed */
+    NVM_PREV_OTHER,      /* anything else; formatted only with reformat */
 };
 
 struct nvm_info {

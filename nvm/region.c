@@ -1,12 +1,15 @@
 /*
  * region.c - opening, formatting and closing an NVM region; info.
  *
- * Owns: the mapping of the backing store and the header at offset 0.
+ * Owns: the mapping of the backing store and the two header copies.
  *
  * Design.  nvm_open validates the configuration, computes the class table
- * (alloc.c), maps the backing store, inspects the old header (reported as
- * prev_state, then overwritten), formats a fresh header marked dirty, and
- * builds the DRAM allocator metadata.  Backings:
+ * (alloc.c), reads the old header area of an existing file before mapping
+ * it (mapping with a size resizes the file) and refuses a path that holds
+ * anything but zeros or a region of this format and geometry unless told
+ * to reformat, maps the backing store, formats a fresh header marked dirty
+ * (prev_state reports the old one), and builds the DRAM allocator
+ * metadata.  Backings:
  *   - "numa:N": anonymous memory, mbind(MPOL_BIND) to node N, which must
  *     be listed in /sys/devices/system/node/has_memory;
  *   - a character device: device-dax, mapped whole with pmem_map_file;
@@ -23,6 +26,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libpmem.h>
 #include <limits.h>
 #include <numaif.h>
@@ -35,6 +39,7 @@
 #include <sys/statfs.h>
 
 #include "nvm/internal.h"
+#include "util.h"
 
 #define NVM_NUMA_MAX_NODE 1023
 #define TMPFS_MAGIC_VALUE 0x01021994
@@ -49,6 +54,7 @@ const char *nvm_strerror(enum nvm_status st)
     case NVM_ERR_NUMA: return "NUMA node unavailable or mbind failed";
     case NVM_ERR_NOMEM: return "out of memory or space for the NVM region";
     case NVM_ERR_FORMAT: return "NVM region too small to format";
+    case NVM_ERR_NOT_OURS: return "the NVM path holds other data";
     }
     return "unknown NVM status";
 }
@@ -266,21 +272,131 @@ bool nvm_header_valid(const struct nvm_header *h)
            h->checksum == header_checksum(h);
 }
 
+static _Thread_local char refusal[256];
+
+const char *nvm_refusal(void)
+{
+    return refusal;
+}
+
+static struct nvm_header *header_copy(const struct nvm_region *r, unsigned i)
+{
+    return (struct nvm_header *)(r->base + (size_t)i * NVM_HDR_COPY_STRIDE);
+}
+
+/* Whether the bytes after the header area look unused: read from fd when
+ * it is open (a file, before mapping), else from the mapping at area. */
+static bool rest_blank(const unsigned char *area, uint64_t capacity, int fd)
+{
+    if (fd >= 0)
+        return util_file_blank(fd, NVM_DATA_OFFSET, capacity);
+    uint64_t end = capacity < NVM_DATA_OFFSET + UTIL_BLANK_PROBE
+                   ? capacity : NVM_DATA_OFFSET + UTIL_BLANK_PROBE;
+    for (uint64_t i = NVM_DATA_OFFSET; i < end; i++)
+        if (area[i] != 0)
+            return false;
+    return true;
+}
+
+/* What a header area (NVM_DATA_OFFSET bytes) says against the geometry r
+ * will have at capacity bytes (r's classes and page size are set); fd is
+ * the file, or -1 when area is the mapping itself.  Sets r->prev_state and
+ * r->open_count and, for NVM_PREV_OTHER, the refusal. */
+static void classify_header(struct nvm_region *r, const unsigned char *area,
+                            uint64_t capacity, int fd)
+{
+    const struct nvm_header *best = NULL;
+    bool magic = false;
+    uint32_t other_version = 0;
+    for (unsigned i = 0; i < NVM_HDR_COPIES; i++) {
+        const struct nvm_header *h =
+            (const void *)(area + (size_t)i * NVM_HDR_COPY_STRIDE);
+        if (memcmp(h->magic, NVM_MAGIC, sizeof(h->magic)) != 0)
+            continue;
+        magic = true;
+        if (h->version != NVM_FORMAT_VERSION)
+            other_version = h->version;
+        else if (nvm_header_valid(h) &&
+                 (best == NULL || h->open_count > best->open_count))
+            best = h;
+    }
+    r->prev_state = NVM_PREV_OTHER;
+    if (best != NULL) {
+        uint64_t npages = capacity >= NVM_DATA_OFFSET
+                          ? (capacity - NVM_DATA_OFFSET) / r->page_size : 0;
+        bool fits = best->region_size == capacity &&
+                    best->data_offset == NVM_DATA_OFFSET &&
+                    best->page_size == r->page_size &&
+                    best->npages == npages &&
+                    best->slot_align == NVM_SLOT_ALIGN &&
+                    best->nclasses == r->nclasses;
+        for (unsigned c = 1; fits && c <= r->nclasses; c++)
+            fits = best->slot_size[c] == r->classes[c].slot_size;
+        if (fits) {
+            r->prev_state = (best->flags & NVM_HDR_DIRTY) ? NVM_PREV_DIRTY
+                                                          : NVM_PREV_CLEAN;
+            r->open_count = best->open_count;
+            return;
+        }
+        snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier of "
+                 "another geometry (size %llu, page %llu bytes, %u slot "
+                 "classes; these options ask for %llu, %zu, %u)",
+                 (unsigned long long)best->region_size,
+                 (unsigned long long)best->page_size, best->nclasses,
+                 (unsigned long long)capacity, r->page_size, r->nclasses);
+    } else if (other_version != 0) {
+        snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier of "
+                 "format version %u (this build reads version %u)",
+                 other_version, NVM_FORMAT_VERSION);
+    } else if (magic) {
+        snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier "
+                 "whose header is damaged (no copy passes its checksum)");
+    } else {
+        size_t i = 0;
+        while (i < NVM_DATA_OFFSET && area[i] == 0)
+            i++;
+        if (i == NVM_DATA_OFFSET && rest_blank(area, capacity, fd)) {
+            r->prev_state = NVM_PREV_NONE;
+            return;
+        }
+        snprintf(refusal, sizeof(refusal),
+                 "holds data that is not a tac-memcached NVM tier");
+    }
+}
+
+/* Classifies an existing regular file from its first bytes, before it is
+ * mapped (mapping with a size would resize it).  A file that does not
+ * exist, a device and numa:N are left to inspect_mapped. */
+static enum nvm_status inspect_file(struct nvm_region *r, const char *path,
+                                    size_t size, bool *done)
+{
+    struct stat st;
+    *done = false;
+    if (strncmp(path, "numa:", 5) == 0 || stat(path, &st) != 0 ||
+        !S_ISREG(st.st_mode))
+        return NVM_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return status_of_errno(errno);
+    unsigned char *area = calloc(1, NVM_DATA_OFFSET);
+    ssize_t n = area != NULL ? pread(fd, area, NVM_DATA_OFFSET, 0) : -1;
+    int err = errno;
+    if (n >= 0)
+        classify_header(r, area, size != 0 ? size : (uint64_t)st.st_size, fd);
+    close(fd);
+    free(area);
+    if (n < 0) {
+        errno = err;
+        return area == NULL ? NVM_ERR_NOMEM : NVM_ERR_OPEN;
+    }
+    *done = true;
+    return NVM_OK;
+}
+
+/* Formats the header: both copies in turn, each persisted before the next. */
 static enum nvm_status header_format(struct nvm_region *r)
 {
-    struct nvm_header *h = (struct nvm_header *)r->base;
     struct nvm_header n;
-    uint64_t opens = 0;
-
-    r->prev_state = NVM_PREV_NONE;
-    if (!r->is_anon && nvm_header_valid(h)) {
-        r->prev_state = (h->flags & NVM_HDR_DIRTY) ? NVM_PREV_DIRTY
-                                                    : NVM_PREV_CLEAN;
-        opens = h->open_count;
-    }
-    h->flags = NVM_HDR_DIRTY;       /* first, so a torn format reads dirty */
-    if (!region_persist(r, &h->flags, sizeof(h->flags)))
-        return NVM_ERR_MAP;
     memset(&n, 0, sizeof(n));
     memcpy(n.magic, NVM_MAGIC, sizeof(n.magic));
     n.version = NVM_FORMAT_VERSION;
@@ -290,14 +406,19 @@ static enum nvm_status header_format(struct nvm_region *r)
     n.data_offset = NVM_DATA_OFFSET;
     n.page_size = r->page_size;
     n.npages = r->npages;
-    n.open_count = opens + 1;
+    n.open_count = r->open_count + 1;
     n.slot_align = NVM_SLOT_ALIGN;
     n.nclasses = r->nclasses;
     for (unsigned c = 1; c <= r->nclasses; c++)
         n.slot_size[c] = r->classes[c].slot_size;
     n.checksum = header_checksum(&n);
-    memcpy(h, &n, sizeof(n));
-    return region_persist(r, h, sizeof(n)) ? NVM_OK : NVM_ERR_MAP;
+    for (unsigned i = 0; i < NVM_HDR_COPIES; i++) {
+        struct nvm_header *h = header_copy(r, i);
+        memcpy(h, &n, sizeof(n));
+        if (!region_persist(r, h, sizeof(n)))
+            return NVM_ERR_MAP;
+    }
+    return NVM_OK;
 }
 
 /* ---- Open / close ------------------------------------------------------- */
@@ -328,6 +449,13 @@ enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out)
     r->write_ns = cfg->write_ns;
     if ((st = nvm_classes_init(r, rv.factor, rv.slot_max)) != NVM_OK)
         goto fail;
+    bool inspected;
+    if ((st = inspect_file(r, cfg->path, cfg->size, &inspected)) != NVM_OK)
+        goto fail;
+    if (inspected && r->prev_state == NVM_PREV_OTHER && !cfg->reformat) {
+        st = NVM_ERR_NOT_OURS;
+        goto fail;
+    }
     if ((st = region_map(r, cfg->path, cfg->size)) != NVM_OK)
         goto fail;
     if (r->capacity < NVM_DATA_OFFSET + r->page_size) {
@@ -336,6 +464,13 @@ enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out)
         goto fail;
     }
     r->npages = (r->capacity - NVM_DATA_OFFSET) / r->page_size;
+    if (!inspected && !r->is_anon && !r->created) {     /* a device */
+        classify_header(r, (const unsigned char *)r->base, r->capacity, -1);
+        if (r->prev_state == NVM_PREV_OTHER && !cfg->reformat) {
+            st = NVM_ERR_NOT_OURS;
+            goto fail;
+        }
+    }
     if ((st = header_format(r)) != NVM_OK)
         goto fail;
     r->numa_node = query_numa_node(r->base);
@@ -368,15 +503,15 @@ void nvm_close(struct nvm_region *r)
     if (r == NULL)
         return;
     if (!r->is_anon) {
-        struct nvm_header *h = (struct nvm_header *)r->base;
         bool durable = true;
         if (r->is_pmem)
             pmem_drain();
         else
             durable = pmem_msync(r->base, r->capacity) == 0;
-        if (durable) {
+        for (unsigned i = 0; durable && i < NVM_HDR_COPIES; i++) {
+            struct nvm_header *h = header_copy(r, i);
             h->flags = 0;
-            (void)region_persist(r, &h->flags, sizeof(h->flags));
+            durable = region_persist(r, &h->flags, sizeof(h->flags));
         }
     }
     nvm_alloc_destroy(r);

@@ -156,7 +156,7 @@ else
             ssd_size=$(blockdev --getsize64 "$ssd_file" 2>/dev/null) \
                 || ssd_size=$(( $(cat "/sys/class/block/$(basename "$(readlink -f "$ssd_file")")/size") * 512 ))
         fi
-        how="block device, its contents are overwritten"
+        how="block device; one that holds other data needs -o tier_reformat=yes once"
     else
         case "$(fs_type "$ssd_file")" in
             tmpfs|ramfs) die "SSD: $ssd_file is on $(fs_type "$ssd_file"), which cannot do O_DIRECT; set TAC_DATA_DIR or TAC_SSD_PATH to a place on a disk file system" ;;

@@ -18,20 +18,31 @@
 #include "ssd/ssd.h"
 
 #define SSD_MAGIC "TACSSD\x00\x01"
-#define SSD_FORMAT_VERSION 1u
-#define SSD_DATA_OFF ((uint64_t)SSD_BLOCK)  /* pages start after the header */
+#define SSD_FORMAT_VERSION 2u        /* 2: two header copies, generation, CRC32C */
+#define SSD_HDR_COPIES 2u            /* copy i in block i */
+#define SSD_DATA_OFF ((uint64_t)SSD_HDR_COPIES * SSD_BLOCK)  /* pages follow */
 
-/* On-device header block at offset 0 (little-endian host layout). */
+/*
+ * On-device header (little-endian host layout), written whole in each of
+ * the first SSD_HDR_COPIES blocks: copy 0, fdatasync, copy 1, fdatasync.
+ * A crash tears at most the copy being written, and the other one still
+ * passes its checksum.  Of two valid copies the higher generation wins.
+ * Version 1 had one copy and no checksum; its magic and version sit at the
+ * same offsets, so it is recognized as another format version.
+ */
 struct ssd_disk_header {
     char magic[8];
     uint32_t version;
-    uint32_t dirty;          /* 1 while open; 0 after a clean ssd_close */
+    uint32_t header_size;    /* sizeof(struct ssd_disk_header) */
+    uint64_t generation;     /* one more at each header write */
     uint64_t size;
     uint64_t page_size;
     uint64_t buf_size;
     uint64_t data_off;
     uint32_t npages;
-    uint32_t reserved;
+    uint32_t dirty;          /* 1 while open; 0 after a clean ssd_close */
+    uint32_t checksum;       /* CRC32C of every byte before it */
+    uint32_t reserved;       /* 0 */
 };
 
 enum page_state { PAGE_FREE = 0, PAGE_OPEN, PAGE_SEALED };
@@ -110,6 +121,7 @@ struct ssd_store {
     unsigned queue_depth, nthreads;
     enum ssd_engine engine;
     enum ssd_prev_state prev_state;
+    uint64_t generation;        /* of the last header written (open, close) */
 
     pthread_mutex_t lock;
     struct ssd_page *pages;       /* npages */

@@ -3,8 +3,10 @@
  * device opened O_DIRECT, written in whole bufs and read asynchronously.
  * This header is the whole interface.
  *
- * Layout.  Offset 0 holds a 4 KiB self-describing header block (magic,
- * format version, sizes, dirty flag; see ssd/internal.h).  Pages follow it,
+ * Layout.  The first two 4 KiB blocks each hold a copy of the
+ * self-describing header (magic, format version, generation, sizes, dirty
+ * flag, checksum; see ssd/internal.h), so that a crash while one is
+ * written leaves the other.  Pages follow them,
  * each page_size bytes, each cut into page_size / buf_size bufs.  A buf is
  * the unit of writing (one write per buf) and of whole-buf fetches.
  *
@@ -75,6 +77,8 @@ enum ssd_status {
     SSD_ERR_FULL,    /* no free page */
     SSD_ERR_NOSPACE, /* the tuple does not fit in the rest of the buf */
     SSD_ERR_STALE,   /* the reference's page was reclaimed (version changed) */
+    SSD_ERR_NOT_OURS,/* the path holds data that is not a store of this
+                        format and geometry (ssd_refusal says why) */
 };
 
 /* Static text for st; never NULL. */
@@ -97,12 +101,16 @@ struct ssd_config {
     enum ssd_engine engine;
     unsigned queue_depth; /* io_uring entries per ring; 0 = 64 */
     unsigned threads;     /* pool size for SSD_IO_THREADS; 0 = 4 */
+    /* Format the path even when it holds something else: another format
+     * version, another geometry, a damaged header or foreign data. */
+    bool reformat;
 };
 
 enum ssd_prev_state {
-    SSD_PREV_NONE = 0,   /* no header: new file or foreign contents */
+    SSD_PREV_NONE = 0,   /* new, or only zeros where the header goes */
     SSD_PREV_CLEAN,      /* our header, closed cleanly */
     SSD_PREV_DIRTY,      /* our header, not closed (crash) */
+    SSD_PREV_OTHER,      /* anything else; formatted only with reformat */
 };
 
 struct ssd_info {
@@ -114,13 +122,20 @@ struct ssd_info {
 };
 
 /*
- * Opens cfg->path O_DIRECT, sizes it, and formats a fresh store (nothing
- * stored before is kept; the old header is only reported as prev_state).
- * The header is marked dirty until ssd_close.  cfg and cfg->path are
- * copied.  On success *out owns the store; on failure *out is NULL and
- * errno holds the cause of the failing system call, if any.
+ * Opens cfg->path O_DIRECT and reads the header area before it changes a
+ * byte.  A path that holds something other than a new file, zeros or a
+ * store of this format and geometry (size, page and buf size) is refused
+ * with SSD_ERR_NOT_OURS, unless cfg->reformat.  Then it sizes the file and
+ * formats a fresh store (nothing stored before is kept; the old header is
+ * reported as prev_state), marked dirty until ssd_close.  cfg and
+ * cfg->path are copied.  On success *out owns the store; on failure *out
+ * is NULL and errno holds the cause of the failing system call, if any.
  */
 enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out);
+
+/* After SSD_ERR_NOT_OURS on this thread: what the path holds, as a phrase
+ * that follows the path ("holds data that is not ..."). */
+const char *ssd_refusal(void);
 
 /*
  * Waits for buf writes in flight, syncs, clears the dirty flag, closes

@@ -1,14 +1,16 @@
 /*
  * store.c - opening, formatting and closing an SSD store; the page table.
  *
- * Owns: the file descriptor, the header block at offset 0, and the DRAM
+ * Owns: the file descriptor, the two header blocks at offset 0, and the DRAM
  * page table (version, state, live bytes, free list) plus counters.
  *
  * Design.  ssd_open validates the configuration, opens the path O_DIRECT
  * (a refusal is reported as SSD_ERR_DIRECT, never silently buffered),
+ * reads the old header area and refuses a path that holds anything but
+ * zeros or a store of this format and geometry (unless told to reformat),
  * preallocates a file with fallocate (ftruncate when the file system cannot
- * fallocate), inspects the old header (reported as prev_state), writes a
- * fresh header marked dirty, and starts the I/O engine: the uring write
+ * fallocate), writes a fresh header marked dirty (prev_state reports the
+ * old one), and starts the I/O engine: the uring write
  * reaper, or the thread pool when io_uring is refused or not wanted.
  * ssd_close drains buf writes, fdatasyncs, and writes the header clean.
  *
@@ -26,6 +28,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,7 @@
 #include <unistd.h>
 
 #include "ssd/internal.h"
+#include "util.h"
 
 const char *ssd_strerror(enum ssd_status st)
 {
@@ -48,6 +53,7 @@ const char *ssd_strerror(enum ssd_status st)
     case SSD_ERR_FULL: return "no free SSD page";
     case SSD_ERR_NOSPACE: return "tuple does not fit in the buf";
     case SSD_ERR_STALE: return "stale SSD reference";
+    case SSD_ERR_NOT_OURS: return "the path holds other data";
     }
     return "unknown ssd status";
 }
@@ -73,14 +79,15 @@ static enum ssd_status check_config(const struct ssd_config *c,
     return SSD_OK;
 }
 
-/* Opens and sizes the backing path; *size in/out.  A file this call
- * creates is removed again if sizing it fails (a failed start must not
- * leave a file that fills the file system); *created says whether it did,
- * so that a later failure of ssd_open removes it too. */
+/* Opens the backing path (creating a file) and finds the size the store
+ * will have; *size in/out.  Nothing is written: the header is read first.
+ * *created says whether this call created the file, so that a failed
+ * start removes it again. */
 static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
-                                    bool *created)
+                                    bool *created, bool *resize)
 {
     *created = false;
+    *resize = false;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0644);
     if (fd >= 0)
         *created = true;
@@ -104,12 +111,8 @@ static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
             *size = dev;
     } else if (*size == 0) {
         *size = (uint64_t)st.st_size;
-    } else if ((uint64_t)st.st_size != *size) {
-        if (ftruncate(fd, (off_t)*size) != 0)
-            goto fail;
-        int rc = fallocate(fd, 0, 0, (off_t)*size);
-        if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
-            goto fail;
+    } else {
+        *resize = (uint64_t)st.st_size != *size;
     }
     *fdp = fd;
     return SSD_OK;
@@ -125,7 +128,31 @@ fail: {
     }
 }
 
-/* Writes the header block; O_DIRECT needs an aligned 4 KiB buffer. */
+/* Preallocates the file to size (fallocate, else ftruncate). */
+static enum ssd_status size_backing(int fd, uint64_t size)
+{
+    if (ftruncate(fd, (off_t)size) != 0)
+        return SSD_ERR_OPEN;
+    int rc = fallocate(fd, 0, 0, (off_t)size);
+    if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+        return SSD_ERR_OPEN;
+    return SSD_OK;
+}
+
+static _Thread_local char refusal[256];
+
+const char *ssd_refusal(void)
+{
+    return refusal;
+}
+
+static uint32_t header_crc(const struct ssd_disk_header *h)
+{
+    return util_crc32c(0, h, offsetof(struct ssd_disk_header, checksum));
+}
+
+/* Writes the header, both copies in turn, each made durable before the
+ * next; O_DIRECT needs aligned 4 KiB buffers. */
 static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
 {
     void *blk;
@@ -135,41 +162,107 @@ static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
     struct ssd_disk_header *h = blk;
     memcpy(h->magic, SSD_MAGIC, sizeof h->magic);
     h->version = SSD_FORMAT_VERSION;
+    h->header_size = sizeof *h;
+    h->generation = ++s->generation;
     h->dirty = dirty;
     h->size = s->size;
     h->page_size = s->page_size;
     h->buf_size = s->buf_size;
     h->data_off = SSD_DATA_OFF;
     h->npages = s->npages;
-    ssize_t n = pwrite(s->fd, blk, SSD_BLOCK, 0);
-    int e = errno;
+    h->checksum = header_crc(h);
+    enum ssd_status st = SSD_OK;
+    for (unsigned i = 0; i < SSD_HDR_COPIES && st == SSD_OK; i++) {
+        ssize_t n = pwrite(s->fd, blk, SSD_BLOCK, (off_t)i * SSD_BLOCK);
+        int e = errno;
+        if (n != (ssize_t)SSD_BLOCK) {
+            ST_ADD(s, io_errors, 1);
+            errno = n < 0 ? e : EIO;
+            /* Some file systems accept O_DIRECT at open and refuse the I/O. */
+            st = n < 0 && e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
+        } else if (fdatasync(s->fd) != 0) {
+            ST_ADD(s, io_errors, 1);
+            st = SSD_ERR_IO;
+        }
+    }
     free(blk);
-    if (n != (ssize_t)SSD_BLOCK) {
-        ST_ADD(s, io_errors, 1);
-        errno = n < 0 ? e : EIO;
-        /* Some file systems accept O_DIRECT at open and refuse the I/O. */
-        return n < 0 && e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
+    return st;
+}
+
+static bool copy_valid(const struct ssd_disk_header *h)
+{
+    return memcmp(h->magic, SSD_MAGIC, sizeof h->magic) == 0 &&
+           h->version == SSD_FORMAT_VERSION && h->header_size == sizeof *h &&
+           h->checksum == header_crc(h);
+}
+
+/* What the header area (SSD_DATA_OFF bytes, zeros past the end of a short
+ * file) says, against the geometry s will have.  Sets s->prev_state and,
+ * for SSD_PREV_OTHER, the refusal phrase. */
+static void classify_header(struct ssd_store *s, const unsigned char *area)
+{
+    const struct ssd_disk_header *best = NULL;
+    bool magic = false;
+    uint32_t other_version = 0;
+    for (unsigned i = 0; i < SSD_HDR_COPIES; i++) {
+        const struct ssd_disk_header *h =
+            (const void *)(area + (size_t)i * SSD_BLOCK);
+        if (memcmp(h->magic, SSD_MAGIC, sizeof h->magic) != 0)
+            continue;
+        magic = true;
+        if (h->version != SSD_FORMAT_VERSION)
+            other_version = h->version;
+        else if (copy_valid(h) && (best == NULL || h->generation > best->generation))
+            best = h;
     }
-    if (fdatasync(s->fd) != 0) {
-        ST_ADD(s, io_errors, 1);
-        return SSD_ERR_IO;
+    if (best != NULL) {
+        if (best->size == s->size && best->page_size == s->page_size &&
+            best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
+            best->npages == s->npages) {
+            s->prev_state = best->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
+            s->generation = best->generation;
+            return;
+        }
+        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier of "
+                 "another geometry (size %llu, page %llu, buf %llu bytes; "
+                 "these options ask for %llu, %llu, %llu)",
+                 (unsigned long long)best->size,
+                 (unsigned long long)best->page_size,
+                 (unsigned long long)best->buf_size,
+                 (unsigned long long)s->size, (unsigned long long)s->page_size,
+                 (unsigned long long)s->buf_size);
+    } else if (other_version != 0) {
+        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier of "
+                 "format version %u (this build reads version %u)",
+                 other_version, SSD_FORMAT_VERSION);
+    } else if (magic) {
+        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier "
+                 "whose header is damaged (no copy passes its checksum)");
+    } else {
+        size_t i = 0;
+        while (i < SSD_DATA_OFF && area[i] == 0)
+            i++;
+        if (i == SSD_DATA_OFF && util_file_blank(s->fd, SSD_DATA_OFF, s->size)) {
+            s->prev_state = SSD_PREV_NONE;
+            return;
+        }
+        snprintf(refusal, sizeof refusal,
+                 "holds data that is not a tac-memcached SSD tier");
     }
-    return SSD_OK;
+    s->prev_state = SSD_PREV_OTHER;
 }
 
 static enum ssd_status read_prev_header(struct ssd_store *s)
 {
-    void *blk;
-    if (posix_memalign(&blk, SSD_BLOCK, SSD_BLOCK) != 0)
+    void *area;
+    if (posix_memalign(&area, SSD_BLOCK, SSD_DATA_OFF) != 0)
         return SSD_ERR_NOMEM;
-    ssize_t n = pread(s->fd, blk, SSD_BLOCK, 0);
+    memset(area, 0, SSD_DATA_OFF);
+    ssize_t n = pread(s->fd, area, SSD_DATA_OFF, 0);
     int e = errno;
-    const struct ssd_disk_header *h = blk;
-    s->prev_state = SSD_PREV_NONE;
-    if (n == (ssize_t)SSD_BLOCK && memcmp(h->magic, SSD_MAGIC, 8) == 0 &&
-        h->version == SSD_FORMAT_VERSION)
-        s->prev_state = h->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
-    free(blk);
+    if (n >= 0)
+        classify_header(s, area);
+    free(area);
     if (n < 0) {
         ST_ADD(s, io_errors, 1);
         errno = e;
@@ -252,7 +345,8 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
         st = SSD_ERR_NOMEM;
         goto fail;
     }
-    st = open_backing(s->path, &s->size, &s->fd, &created);
+    bool resize;
+    st = open_backing(s->path, &s->size, &s->fd, &created, &resize);
     if (st != SSD_OK)
         goto fail;
     if (s->size < SSD_DATA_OFF + page_size) {
@@ -261,8 +355,14 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     }
     uint64_t np = (s->size - SSD_DATA_OFF) / page_size;
     s->npages = np > SSD_MAX_PAGES ? SSD_MAX_PAGES : (unsigned)np;
-    if ((st = init_pages(s)) != SSD_OK ||
-        (st = read_prev_header(s)) != SSD_OK ||
+    if ((st = read_prev_header(s)) != SSD_OK)
+        goto fail;
+    if (s->prev_state == SSD_PREV_OTHER && !cfg->reformat) {
+        st = SSD_ERR_NOT_OURS;
+        goto fail;
+    }
+    if ((resize && (st = size_backing(s->fd, s->size)) != SSD_OK) ||
+        (st = init_pages(s)) != SSD_OK ||
         (st = write_header(s, 1)) != SSD_OK)
         goto fail;
 

@@ -177,6 +177,9 @@ item *tac_transient_new(const item *meta);
 /* Opens the SSD tier named by -o ssd_path; false (after printing why) on
  * failure.  Starts nothing. */
 bool tac_ssd_open(void);
+/* Prints why a tier file was refused at start (its option, path, and what
+ * nvm_refusal/ssd_refusal said) and the way out, -o tier_reformat=yes. */
+void tac_refuse_tier_file(const char *option, const char *path, const char *why);
 void tac_ssd_start(void);
 void tac_ssd_stop(void);
 void tac_ssd_close(void);

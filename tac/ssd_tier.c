@@ -1206,7 +1206,12 @@ bool tac_ssd_open(void)
                 cfg.page_size, need, (size_t)settings.item_size_max);
         cfg.page_size = need;
     }
+    cfg.reformat = settings.tier_reformat != 0;
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
+    if (st == SSD_ERR_NOT_OURS) {
+        tac_refuse_tier_file("ssd_path", path, ssd_refusal());
+        return false;
+    }
     if (st != SSD_OK) {
         fprintf(stderr, "cannot open the SSD tier at %s: %s", path, ssd_strerror(st));
         if (st == SSD_ERR_DIRECT)

@@ -467,6 +467,13 @@ static const char *policy_name(void)
 
 static void tac_stats_register(void);
 
+void tac_refuse_tier_file(const char *option, const char *path, const char *why)
+{
+    fprintf(stderr, "cannot open the tier file %s (-o %s): it %s. Nothing was "
+            "written to it. To discard what it holds and format it afresh, "
+            "start once with -o tier_reformat=yes.\n", path, option, why);
+}
+
 /* Opens the tiers the settings name (settings.c checked and parsed the
  * options); tac_init() without the stats. */
 static bool tac_open(void)
@@ -489,7 +496,12 @@ static bool tac_open(void)
     cfg.write_ns = settings.nvm_write_ns;
     cfg.partitions = settings.partitions;
     cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max);
+    cfg.reformat = settings.tier_reformat != 0;
     enum nvm_status st = nvm_open(&cfg, &tac.nvm);
+    if (st == NVM_ERR_NOT_OURS) {
+        tac_refuse_tier_file("nvm_path", cfg.path, nvm_refusal());
+        return false;
+    }
     if (st != NVM_OK) {
         fprintf(stderr, "cannot open the NVM tier at %s: %s (%s)\n", cfg.path,
                 nvm_strerror(st), strerror(errno));

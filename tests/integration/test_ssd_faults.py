@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")]
 
 MB = 1 << 20
-HEADER = 4096           # the SSD file's header block; pages follow it
+HEADER = 8192           # the SSD file's two header blocks; pages follow them
 PAGE = 1 * MB
 
 

@@ -35,6 +35,8 @@ static struct nvm_config base_cfg(const char *path, size_t size)
     c.slot_max = 64 * KB;
     c.factor = 1.25;
     c.page_size = 256 * KB;
+    c.reformat = true;      /* tests reuse paths with other geometries;
+                               test_refusals checks the refusals */
     return c;
 }
 
@@ -162,6 +164,167 @@ static void test_header_and_dirty_flag(void)
     nvm_get_info(r, &in);
     CHECK_UEQ(in.capacity, 8 * MB);
     nvm_close(r);
+    unlink(shm_path);
+}
+
+static struct nvm_header read_copy(const char *path, unsigned i)
+{
+    struct nvm_header h;
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pread(fd, &h, sizeof(h), (off_t)i * NVM_HDR_COPY_STRIDE),
+             (ssize_t)sizeof(h));
+    close(fd);
+    return h;
+}
+
+static void write_at(const char *path, off_t off, const void *b, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pwrite(fd, b, n, off), (ssize_t)n);
+    close(fd);
+}
+
+/* Opens c: NVM_OK (then closes it and checks prev_state), or the refusal,
+ * whose phrase must hold want, with the file's size and header area as
+ * they were. */
+static void nvm_expect(const struct nvm_config *c, enum nvm_status want_st,
+                       enum nvm_prev_state want_prev, const char *want)
+{
+    struct stat st0, st1;
+    static unsigned char a0[NVM_DATA_OFFSET], a1[NVM_DATA_OFFSET];
+    bool existed = stat(c->path, &st0) == 0;
+    int fd = existed ? open(c->path, O_RDONLY) : -1;
+    memset(a0, 0, sizeof(a0));
+    if (fd >= 0) {
+        CHECK(pread(fd, a0, sizeof(a0), 0) >= 0);
+        close(fd);
+    }
+    struct nvm_region *r = NULL;
+    CHECK_EQ(nvm_open(c, &r), want_st);
+    if (want_st == NVM_OK) {
+        struct nvm_info in;
+        nvm_get_info(r, &in);
+        CHECK_EQ(in.prev_state, want_prev);
+        nvm_close(r);
+        return;
+    }
+    CHECK(r == NULL);
+    if (strstr(nvm_refusal(), want) == NULL)
+        fprintf(stderr, "    refusal \"%s\" lacks \"%s\"\n", nvm_refusal(), want);
+    CHECK(strstr(nvm_refusal(), want) != NULL);
+    CHECK(existed && stat(c->path, &st1) == 0 && st1.st_size == st0.st_size);
+    memset(a1, 0, sizeof(a1));
+    fd = open(c->path, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, a1, sizeof(a1), 0) >= 0);
+    close(fd);
+    CHECK_MEM_EQ(a0, a1, sizeof(a0));
+}
+
+static void test_refusals(void)
+{
+    struct nvm_config c = base_cfg(shm_path, 8 * MB);
+    c.reformat = false;
+    unlink(shm_path);
+
+    /* A file of zeros is formatted; then it is ours and fits. */
+    int fd = open(shm_path, O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 8 * MB) == 0);
+    close(fd);
+    nvm_expect(&c, NVM_OK, NVM_PREV_NONE, NULL);
+    nvm_expect(&c, NVM_OK, NVM_PREV_CLEAN, NULL);
+
+    /* Another geometry: size (the file is not resized), page size, and
+     * the class table (another slot_max). */
+    struct nvm_config g = c;
+    g.size = 16 * MB;
+    nvm_expect(&g, NVM_ERR_NOT_OURS, 0, "another geometry");
+    g = c;
+    g.page_size = 512 * KB;
+    nvm_expect(&g, NVM_ERR_NOT_OURS, 0, "another geometry");
+    g = c;
+    g.slot_max = 128 * KB;
+    nvm_expect(&g, NVM_ERR_NOT_OURS, 0, "slot classes");
+    g = c;
+    g.size = 0;                             /* as it is: fits */
+    nvm_expect(&g, NVM_OK, NVM_PREV_CLEAN, NULL);
+
+    /* One torn copy: the other serves, either way round; of two valid
+     * copies the higher open count wins. */
+    for (unsigned torn = 0; torn < 2; torn++) {
+        struct nvm_header h = read_copy(shm_path, torn);
+        h.npages ^= 4;
+        write_at(shm_path, (off_t)torn * NVM_HDR_COPY_STRIDE, &h, sizeof(h));
+        nvm_expect(&c, NVM_OK, NVM_PREV_CLEAN, NULL);
+    }
+    /* A copy from a later open (higher count) wins over an older one,
+     * whichever slot holds it: here the later one says dirty. */
+    struct nvm_header older = read_copy(shm_path, 0), newer;
+    struct nvm_region *r = open_ok(&c);
+    newer = read_copy(shm_path, 0);
+    nvm_close(r);
+    CHECK_UEQ(newer.open_count, older.open_count + 1);
+    CHECK_UEQ(newer.flags & NVM_HDR_DIRTY, NVM_HDR_DIRTY);
+    for (unsigned slot = 0; slot < 2; slot++) {
+        write_at(shm_path, (off_t)slot * NVM_HDR_COPY_STRIDE, &newer, sizeof(newer));
+        write_at(shm_path, (off_t)(1 - slot) * NVM_HDR_COPY_STRIDE, &older,
+                 sizeof(older));
+        nvm_expect(&c, NVM_OK, NVM_PREV_DIRTY, NULL);
+        CHECK_UEQ(read_copy(shm_path, 1 - slot).open_count, newer.open_count + 1);
+    }
+    struct nvm_header h;
+
+    /* Both copies damaged. */
+    for (unsigned i = 0; i < 2; i++) {
+        h = read_copy(shm_path, i);
+        h.page_size ^= 256;
+        write_at(shm_path, (off_t)i * NVM_HDR_COPY_STRIDE, &h, sizeof(h));
+    }
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "damaged");
+    g = c;
+    g.reformat = true;
+    nvm_expect(&g, NVM_OK, NVM_PREV_OTHER, NULL);
+
+    /* Another format version (version 1 had one copy at offset 0). */
+    h = read_copy(shm_path, 0);
+    h.version = 1;
+    write_at(shm_path, 0, &h, sizeof(h));
+    static const unsigned char zero[NVM_HDR_COPY_STRIDE];
+    write_at(shm_path, NVM_HDR_COPY_STRIDE, zero, sizeof(zero));
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "format version 1");
+
+    /* Foreign data anywhere in the header area. */
+    unsigned char junk[NVM_HDR_COPY_STRIDE];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (unsigned char)unit_rand();
+    write_at(shm_path, 0, junk, sizeof(junk));
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "not a tac-memcached NVM tier");
+    write_at(shm_path, 0, zero, sizeof(zero));
+    write_at(shm_path, NVM_DATA_OFFSET - 9, "extstore", 8);
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "not a tac-memcached NVM tier");
+    nvm_expect(&g, NVM_OK, NVM_PREV_OTHER, NULL);
+    nvm_expect(&c, NVM_OK, NVM_PREV_CLEAN, NULL);
+
+    /* Zeros in the header area but data further on: refused.  Zeros
+     * throughout: formatted. */
+    unlink(shm_path);
+    fd = open(shm_path, O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 8 * MB) == 0);
+    CHECK(pwrite(fd, "x", 1, NVM_DATA_OFFSET + 300 * KB) == 1);
+    close(fd);
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "not a tac-memcached NVM tier");
+    fd = open(shm_path, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, "\0", 1, NVM_DATA_OFFSET + 300 * KB) == 1);
+    close(fd);
+    nvm_expect(&c, NVM_OK, NVM_PREV_NONE, NULL);
+
+    /* A short foreign file: refused, not resized. */
+    unlink(shm_path);
+    fd = open(shm_path, O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0 && write(fd, "hello\n", 6) == 6);
+    close(fd);
+    nvm_expect(&c, NVM_ERR_NOT_OURS, 0, "not a tac-memcached NVM tier");
     unlink(shm_path);
 }
 
@@ -943,6 +1106,7 @@ int main(int argc, char **argv)
     snprintf(tmp_path, sizeof(tmp_path), "/tmp/test_nvm.%d", (int)getpid());
     atexit(remove_test_files);
     RUN_TEST(test_header_and_dirty_flag);
+    RUN_TEST(test_refusals);
     RUN_TEST(test_tmp_file_backing);
     RUN_TEST(test_numa_backing);
     RUN_TEST(test_class_sizes);

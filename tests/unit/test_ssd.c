@@ -18,11 +18,14 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "ssd/internal.h"
 #include "ssd/ssd.h"
+#include "util.h"
 #include "unit.h"
 
 #define KB 1024u
 #define MB (1024u * 1024u)
+#define HDR ((unsigned)SSD_DATA_OFF)   /* the header copies in front of page 0 */
 
 static char dir[256];
 static enum ssd_engine engine;
@@ -143,7 +146,7 @@ static void test_bad_inputs(void)
     char p[512];
     path_of(p, sizeof p, "small");
     c.path = p;
-    c.size = 4096 + 4 * MB;            /* less than one 8 MB page */
+    c.size = HDR + 4 * MB;            /* less than one 8 MB page */
     CHECK_EQ(ssd_open(&c, &s), SSD_ERR_ARG);
     c.size = 64 * MB;
     c.buf_size = 1000;                 /* not a multiple of 4 KiB */
@@ -164,7 +167,7 @@ static void test_bad_inputs(void)
         int refused = fd < 0 && errno == EINVAL;
         if (fd >= 0)
             close(fd);
-        c.size = 4096 + 8 * MB;
+        c.size = HDR + 8 * MB;
         enum ssd_status want = refused ? SSD_ERR_DIRECT : SSD_OK;
         CHECK_EQ(ssd_open(&c, &s), want);
         fprintf(stderr, "    /dev/shm O_DIRECT: %s\n",
@@ -188,27 +191,27 @@ static void test_ref_pack(void)
     CHECK_UEQ(ssd_ref_offset(r), 0);
 }
 
-static void read_header(const char *p, char *magic, uint32_t *ver,
-                        uint32_t *dirty, uint64_t *ps, uint64_t *bs)
+static void read_copy(const char *p, unsigned copy, struct ssd_disk_header *h)
 {
     int fd = open(p, O_RDONLY);
     CHECK(fd >= 0);
-    char h[64];
-    CHECK_EQ(pread(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+    CHECK_EQ(pread(fd, h, sizeof *h, (off_t)copy * SSD_BLOCK), (ssize_t)sizeof *h);
     close(fd);
-    memcpy(magic, h, 8);
-    memcpy(ver, h + 8, 4);
-    memcpy(dirty, h + 12, 4);
-    memcpy(ps, h + 24, 8);
-    memcpy(bs, h + 32, 8);
+}
+
+static void write_at(const char *p, off_t off, const void *b, size_t n)
+{
+    int fd = open(p, O_WRONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(pwrite(fd, b, n, off), (ssize_t)n);
+    close(fd);
 }
 
 static void test_open_header(void)
 {
-    char p[512], magic[8];
-    uint32_t ver, dirty;
-    uint64_t ps, bs;
-    struct ssd_store *s = open_store("hdr", 4096 + 4 * MB, MB, 64 * KB);
+    char p[512];
+    struct ssd_disk_header h[2];
+    struct ssd_store *s = open_store("hdr", HDR + 4 * MB, MB, 64 * KB);
     path_of(p, sizeof p, "hdr");
     struct ssd_info in;
     ssd_get_info(s, &in);
@@ -217,28 +220,177 @@ static void test_open_header(void)
     CHECK_EQ(in.prev_state, SSD_PREV_NONE);
     struct stat st;
     CHECK_EQ(stat(p, &st), 0);
-    CHECK_EQ(st.st_size, 4096 + 4 * MB);
-    read_header(p, magic, &ver, &dirty, &ps, &bs);
-    CHECK_MEM_EQ(magic, "TACSSD\0\1", 8);
-    CHECK_EQ(ver, 1);
-    CHECK_EQ(dirty, 1);
-    CHECK_UEQ(ps, MB);
-    CHECK_UEQ(bs, 64 * KB);
+    CHECK_EQ(st.st_size, HDR + 4 * MB);
+    for (unsigned i = 0; i < 2; i++) {
+        read_copy(p, i, &h[i]);
+        CHECK_MEM_EQ(h[i].magic, "TACSSD\0\1", 8);
+        CHECK_EQ(h[i].version, SSD_FORMAT_VERSION);
+        CHECK_EQ(h[i].dirty, 1);
+        CHECK_UEQ(h[i].page_size, MB);
+        CHECK_UEQ(h[i].buf_size, 64 * KB);
+        CHECK_UEQ(h[i].generation, 1);
+    }
     struct ssd_stats sst;
     ssd_get_stats(s, &sst);
     CHECK_UEQ(sst.pages_free, 4);
     CHECK_UEQ(sst.pages_used, 0);
     ssd_close(s);
-    read_header(p, magic, &ver, &dirty, &ps, &bs);
-    CHECK_EQ(dirty, 0);
+    for (unsigned i = 0; i < 2; i++) {
+        read_copy(p, i, &h[i]);
+        CHECK_EQ(h[i].dirty, 0);
+        CHECK_UEQ(h[i].generation, 2);
+    }
     /* Reopen the existing file with size 0: keeps its size, sees clean. */
     struct ssd_config c = { .path = p, .page_size = MB, .buf_size = 64 * KB,
                             .engine = engine };
     CHECK_EQ(ssd_open(&c, &s), SSD_OK);
     ssd_get_info(s, &in);
     CHECK_EQ(in.prev_state, SSD_PREV_CLEAN);
-    CHECK_UEQ(in.size, 4096 + 4 * MB);
+    CHECK_UEQ(in.size, HDR + 4 * MB);
+    read_copy(p, 1, &h[1]);
+    CHECK_UEQ(h[1].generation, 3);
     ssd_close(s);
+    unlink(p);
+}
+
+/* Opens p with the geometry of test_refusals' store: SSD_OK (then closes
+ * it and checks prev_state) or the refusal, whose phrase must hold want. */
+static void open_expect(const char *p, uint64_t size, size_t page, bool reformat,
+                        enum ssd_status want_st, enum ssd_prev_state want_prev,
+                        const char *want)
+{
+    struct ssd_config c = { .path = p, .size = size, .page_size = page,
+                            .buf_size = 64 * KB, .engine = engine,
+                            .reformat = reformat };
+    struct ssd_store *s = NULL;
+    CHECK_EQ(ssd_open(&c, &s), want_st);
+    if (want_st == SSD_OK) {
+        struct ssd_info in;
+        ssd_get_info(s, &in);
+        CHECK_EQ(in.prev_state, want_prev);
+        ssd_close(s);
+    } else {
+        CHECK(s == NULL);
+        if (strstr(ssd_refusal(), want) == NULL)
+            fprintf(stderr, "    refusal \"%s\" lacks \"%s\"\n", ssd_refusal(), want);
+        CHECK(strstr(ssd_refusal(), want) != NULL);
+    }
+}
+
+/* The file's first HDR bytes and its size, to show a refusal wrote nothing. */
+static uint64_t file_sig(const char *p, off_t *size)
+{
+    unsigned char b[HDR];
+    int fd = open(p, O_RDONLY);
+    CHECK(fd >= 0);
+    memset(b, 0, sizeof b);
+    CHECK(pread(fd, b, sizeof b, 0) >= 0);
+    struct stat st;
+    CHECK_EQ(fstat(fd, &st), 0);
+    close(fd);
+    *size = st.st_size;
+    return util_crc32c(0, b, sizeof b);
+}
+
+static void refused_untouched(const char *p, uint64_t size, size_t page,
+                              const char *want)
+{
+    off_t sz0, sz1;
+    uint64_t sig = file_sig(p, &sz0);
+    open_expect(p, size, page, false, SSD_ERR_NOT_OURS, 0, want);
+    CHECK_UEQ(file_sig(p, &sz1), sig);
+    CHECK_EQ(sz1, sz0);
+}
+
+static void test_refusals(void)
+{
+    char p[512];
+    path_of(p, sizeof p, "refuse");
+    const uint64_t size = HDR + 4 * MB;
+    struct ssd_disk_header h;
+    unlink(p);
+
+    /* A file of zeros (fallocated, never written) is formatted. */
+    int fd = open(p, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0);
+    close(fd);
+    open_expect(p, size, MB, false, SSD_OK, SSD_PREV_NONE, NULL);
+
+    /* Ours and fitting: opened, clean. */
+    open_expect(p, size, MB, false, SSD_OK, SSD_PREV_CLEAN, NULL);
+
+    /* Another geometry: page size, then file size (never resized). */
+    refused_untouched(p, size, 2 * MB, "another geometry");
+    refused_untouched(p, size + 4 * MB, MB, "another geometry");
+    refused_untouched(p, 0, 512 * KB, "page 1048576");
+
+    /* One torn copy: the other one serves, either way round; a copy of
+     * a higher generation wins (here one that says dirty). */
+    for (unsigned torn = 0; torn < 2; torn++) {
+        read_copy(p, torn, &h);
+        h.page_size ^= 1;                   /* checksum no longer matches */
+        write_at(p, (off_t)torn * SSD_BLOCK, &h, sizeof h);
+        open_expect(p, size, MB, false, SSD_OK, SSD_PREV_CLEAN, NULL);
+    }
+    read_copy(p, 0, &h);
+    h.generation += 5;
+    h.dirty = 1;
+    h.checksum = util_crc32c(0, &h, offsetof(struct ssd_disk_header, checksum));
+    write_at(p, 0, &h, sizeof h);
+    uint64_t gen = h.generation;
+    open_expect(p, size, MB, false, SSD_OK, SSD_PREV_DIRTY, NULL);
+    read_copy(p, 1, &h);
+    CHECK_UEQ(h.generation, gen + 2);       /* open and close went on from it */
+
+    /* Both copies damaged. */
+    for (unsigned i = 0; i < 2; i++) {
+        read_copy(p, i, &h);
+        h.npages ^= 0x10;
+        write_at(p, (off_t)i * SSD_BLOCK, &h, sizeof h);
+    }
+    refused_untouched(p, size, MB, "damaged");
+    open_expect(p, size, MB, true, SSD_OK, SSD_PREV_OTHER, NULL);
+
+    /* Another format version (version 1 had one copy at offset 0). */
+    read_copy(p, 0, &h);
+    h.version = 1;
+    write_at(p, 0, &h, sizeof h);
+    unsigned char zero[SSD_BLOCK] = { 0 };
+    write_at(p, SSD_BLOCK, zero, sizeof zero);
+    refused_untouched(p, size, MB, "format version 1");
+
+    /* Foreign data, at the start or only further into the header area. */
+    unsigned char junk[SSD_BLOCK];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (unsigned char)unit_rand();
+    write_at(p, 0, junk, sizeof junk);
+    refused_untouched(p, size, MB, "not a tac-memcached SSD tier");
+    write_at(p, 0, zero, sizeof zero);
+    write_at(p, SSD_BLOCK + 100, "extstore?", 9);
+    refused_untouched(p, size, MB, "not a tac-memcached SSD tier");
+    /* reformat formats it; what it held is gone. */
+    open_expect(p, size, MB, true, SSD_OK, SSD_PREV_OTHER, NULL);
+    open_expect(p, size, MB, false, SSD_OK, SSD_PREV_CLEAN, NULL);
+
+    /* Zeros in the header area but data further on (an extstore file
+     * leaves its first page empty): refused.  Zeros throughout: formatted. */
+    unlink(p);
+    fd = open(p, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0);
+    CHECK(pwrite(fd, "x", 1, (off_t)(HDR + MB + 123)) == 1);
+    close(fd);
+    refused_untouched(p, size, MB, "not a tac-memcached SSD tier");
+    fd = open(p, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, "\0", 1, (off_t)(HDR + MB + 123)) == 1);
+    close(fd);
+    open_expect(p, size, MB, false, SSD_OK, SSD_PREV_NONE, NULL);
+
+    /* A short foreign file is refused too, and not resized. */
+    unlink(p);
+    fd = open(p, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && write(fd, "#!/bin/sh\n", 10) == 10);
+    close(fd);
+    refused_untouched(p, size, MB, "not a tac-memcached SSD tier");
     unlink(p);
 }
 
@@ -274,7 +426,7 @@ static size_t write_bufs(struct ssd_store *s, int nbufs, struct tup *t,
 
 static void test_write_read(void)
 {
-    struct ssd_store *s = open_store("rw", 4096 + 4 * MB, MB, 64 * KB);
+    struct ssd_store *s = open_store("rw", HDR + 4 * MB, MB, 64 * KB);
     static struct tup t[4096];
     struct wstate w = { 0, 0 };
     size_t n = write_bufs(s, 20, t, 4096, &w, 1000);   /* spans 2 pages */
@@ -342,7 +494,7 @@ static void on_read_buf(void *arg, enum ssd_status st, const char *data,
 
 static void test_read_buf(void)
 {
-    struct ssd_store *s = open_store("rb", 4096 + 2 * MB, MB, 64 * KB);
+    struct ssd_store *s = open_store("rb", HDR + 2 * MB, MB, 64 * KB);
     static struct tup t[2048];
     struct wstate w = { 0, 0 };
     size_t n = write_bufs(s, 3, t, 2048, &w, 50);
@@ -366,7 +518,7 @@ static void test_read_buf(void)
 
 static void test_mem_reads(void)
 {
-    struct ssd_store *s = open_store("mem", 4096 + 2 * MB, MB, 64 * KB);
+    struct ssd_store *s = open_store("mem", HDR + 2 * MB, MB, 64 * KB);
     struct ssd_ring *r = ssd_ring_create(s);
     CHECK(r != NULL);
     struct ssd_buf *b;
@@ -439,7 +591,7 @@ static void test_mem_reads(void)
 static void test_reclaim(void)
 {
     /* 2 pages of 4 bufs. */
-    struct ssd_store *s = open_store("recl", 4096 + 2 * 256 * KB, 256 * KB,
+    struct ssd_store *s = open_store("recl", HDR + 2 * 256 * KB, 256 * KB,
                                      64 * KB);
     static struct tup t[1024];
     struct wstate w = { 0, 0 };
@@ -502,7 +654,7 @@ static void test_reclaim(void)
 
 static void test_full(void)
 {
-    struct ssd_store *s = open_store("full", 4096 + 2 * 128 * KB, 128 * KB,
+    struct ssd_store *s = open_store("full", HDR + 2 * 128 * KB, 128 * KB,
                                      64 * KB);
     struct wstate w = { 0, 0 };
     struct ssd_buf *b[4];
@@ -606,7 +758,7 @@ static void *mt_reader(void *arg)
 
 static void test_threads(void)
 {
-    struct ssd_store *s = open_store("mt", 4096 + 4 * MB, MB, 64 * KB);
+    struct ssd_store *s = open_store("mt", HDR + 4 * MB, MB, 64 * KB);
     atomic_store(&mt_n, 0);
     atomic_store(&mt_writer_done, 0);
     pthread_t w, r1, r2;
@@ -640,7 +792,7 @@ static void test_uring_fallback(void)
     queue_depth = 1u << 20;
     char p[512];
     path_of(p, sizeof p, "fb");
-    struct ssd_config c = { .path = p, .size = 4096 + 2 * MB, .page_size = MB,
+    struct ssd_config c = { .path = p, .size = HDR + 2 * MB, .page_size = MB,
                             .buf_size = 64 * KB, .engine = SSD_IO_URING,
                             .queue_depth = queue_depth };
     struct ssd_store *s;
@@ -673,13 +825,13 @@ static void test_uring_fallback(void)
  * tuples stay readable from memory until ssd_buf_release. */
 static void test_write_error(void)
 {
-    struct ssd_store *s = open_store("werr", 4096 + 2 * 128 * KB, 128 * KB,
+    struct ssd_store *s = open_store("werr", HDR + 2 * 128 * KB, 128 * KB,
                                      64 * KB);
     struct rlimit old, lim;
     CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, SIG_IGN);
     lim = old;
-    lim.rlim_cur = 4096 + 128 * KB;     /* page 0 writable, page 1 not */
+    lim.rlim_cur = HDR + 128 * KB;     /* page 0 writable, page 1 not */
     CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
     struct ssd_buf *b[4];
     uint64_t ref[4];
@@ -747,7 +899,7 @@ static void test_write_error(void)
 /* A file cut short under the store: the read fails cleanly. */
 static void test_read_error(void)
 {
-    struct ssd_store *s = open_store("rerr", 4096 + 2 * 128 * KB, 128 * KB,
+    struct ssd_store *s = open_store("rerr", HDR + 2 * 128 * KB, 128 * KB,
                                      64 * KB);
     static struct tup t[256];
     struct wstate w = { 0, 0 };
@@ -755,7 +907,7 @@ static void test_read_error(void)
     wait_writes(&w, 4);
     char p[512];
     path_of(p, sizeof p, "rerr");
-    CHECK_EQ(truncate(p, 4096 + 128 * KB), 0);   /* page 1 is gone */
+    CHECK_EQ(truncate(p, HDR + 128 * KB), 0);   /* page 1 is gone */
     struct ssd_ring *r = ssd_ring_create(s);
     CHECK(r != NULL);
     struct rexp e = { t[n - 1].key, 7, t[n - 1].len, 0, 0, -1 };
@@ -775,7 +927,7 @@ static void test_read_error(void)
 static void test_pages(void)
 {
     /* 3 pages of 2 bufs. */
-    struct ssd_store *s = open_store("pg", 4096 + 3 * 128 * KB, 128 * KB,
+    struct ssd_store *s = open_store("pg", HDR + 3 * 128 * KB, 128 * KB,
                                      64 * KB);
     struct wstate w = { 0, 0 };
     CHECK_EQ(ssd_page_oldest(s, NULL), -1);
@@ -831,7 +983,7 @@ static void test_pages(void)
 static void test_large_bufs(void)
 {
     /* 4 pages of 1 MB, 16 bufs of 64 KB each. */
-    struct ssd_store *s = open_store("big", 4096 + 4 * MB, MB, 64 * KB);
+    struct ssd_store *s = open_store("big", HDR + 4 * MB, MB, 64 * KB);
     struct ssd_ring *r = ssd_ring_create(s);
     CHECK(r != NULL);
     static char big[MB];
@@ -937,6 +1089,7 @@ static void run_all(void)
 {
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_open_header);
+    RUN_TEST(test_refusals);
     RUN_TEST(test_write_read);
     RUN_TEST(test_read_buf);
     RUN_TEST(test_mem_reads);
