@@ -147,15 +147,21 @@ static void worker_setup_reader(struct worker *w)
  * ready never sleeps, and the kernel takes a core from a task that does
  * not sleep only at a scheduler tick: 4 ms at HZ=250.  Another worker on
  * the same core waits that long, and so do its clients and the SSD
- * completions that only it can collect (its ring's).  So a worker offers
- * the core (sched_yield) after each event loop pass once WORKER_TURN_NS
- * have passed since its last offer; when nothing else is runnable there,
- * that costs one short system call.
+ * completions that only it can collect (its ring's).  So with more than
+ * one worker, a worker offers the core (sched_yield) after an event loop
+ * pass once it has held the core for WORKER_TURN_NS; when nothing else is
+ * runnable there, that costs one short system call.  A lone worker keeps
+ * its core: turns would only hand it to the background threads more often
+ * (with emulated NVM latency they spin), which cost it 10% of YCSB-A.
  */
 #define WORKER_TURN_NS 100000u
 
 static void worker_loop(struct worker *w)
 {
+    if (settings.num_threads < 2) {
+        event_base_dispatch(w->base);
+        return;
+    }
     uint64_t turn = util_now_ns();
     while (!event_base_got_break(w->base)) {
         if (event_base_loop(w->base, EVLOOP_ONCE) != 0)
