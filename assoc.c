@@ -180,6 +180,21 @@ void assoc_delete(const char *key, size_t nkey, uint32_t hv)
     }
 }
 
+void assoc_each(void (*fn)(item *it, void *arg), void *arg)
+{
+    struct assoc_table *t = table_state();
+    uint64_t n = HASHSIZE(t->hashpower);
+    for (uint64_t b = 0; b < n; b++)
+        for (item *it = t->primary[b]; it != NULL; it = it->h_next)
+            fn(it, arg);
+    if (!t->expanding)
+        return;
+    uint64_t from = __atomic_load_n(&expand_bucket, __ATOMIC_ACQUIRE);
+    for (uint64_t b = from; b < HASHSIZE(t->hashpower - 1); b++)
+        for (item *it = t->old[b]; it != NULL; it = it->h_next)
+            fn(it, arg);
+}
+
 uint64_t assoc_count(void)
 {
     return __atomic_load_n(&hash_items, __ATOMIC_RELAXED);

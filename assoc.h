@@ -36,6 +36,12 @@ void assoc_delete(const char *key, size_t nkey, uint32_t hv);
  */
 bool assoc_expand_step(int budget);
 
+/* Calls fn on every item of the index, bucket by bucket (both tables
+ * while a resize is half done).  Only for a quiescent server: no other
+ * thread may touch the index meanwhile (a graceful stop saving it); fn
+ * must not change the index. */
+void assoc_each(void (*fn)(struct item *it, void *arg), void *arg);
+
 /* Items in the index. */
 uint64_t assoc_count(void);
 /* Current log2 of the bucket count (the new table's while expanding). */

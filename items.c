@@ -122,6 +122,55 @@ uint64_t item_next_cas(void)
     return __atomic_add_fetch(&cas_id, 1, __ATOMIC_RELAXED);
 }
 
+uint64_t item_last_cas(void)
+{
+    return __atomic_load_n(&cas_id, __ATOMIC_RELAXED);
+}
+
+void item_cas_floor(uint64_t cas)
+{
+    uint64_t cur = __atomic_load_n(&cas_id, __ATOMIC_RELAXED);
+    while (cur < cas &&
+           !__atomic_compare_exchange_n(&cas_id, &cur, cas, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* ---- Writes while a restart recovers (items.h). -------------------- */
+
+#define REC_MARK_BITS 26
+static uint64_t rec_marks[(1u << REC_MARK_BITS) / 64];   /* atomic words */
+static bool rec_active;             /* atomic */
+static bool rec_flushed;            /* atomic */
+
+void items_recovery_begin(void)
+{
+    memset(rec_marks, 0, sizeof(rec_marks));
+    __atomic_store_n(&rec_flushed, false, __ATOMIC_RELAXED);
+    __atomic_store_n(&rec_active, true, __ATOMIC_RELEASE);
+}
+
+void items_recovery_end(void)
+{
+    __atomic_store_n(&rec_active, false, __ATOMIC_RELEASE);
+}
+
+/* A write of hv's key: a new version linked, or a delete.  Item lock held. */
+static inline void rec_mark(uint32_t hv)
+{
+    if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0)) {
+        uint32_t b = hv & ((1u << REC_MARK_BITS) - 1);
+        __atomic_fetch_or(&rec_marks[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
+    }
+}
+
+bool do_item_recovery_written(uint32_t hv)
+{
+    uint32_t b = hv & ((1u << REC_MARK_BITS) - 1);
+    return __atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
+           (__atomic_load_n(&rec_marks[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+}
+
 static inline void refcount_incr(item *it)
 {
     __atomic_add_fetch(&it->refcount, 1, __ATOMIC_RELAXED);
@@ -307,6 +356,8 @@ void item_flush(rel_time_t when)
             __atomic_store_n(&oldest_cas, item_next_cas(), __ATOMIC_RELAXED);
     }
     __atomic_store_n(&oldest_live, mark, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&rec_active, __ATOMIC_RELAXED))
+        __atomic_store_n(&rec_flushed, true, __ATOMIC_RELAXED);
 }
 
 /* ---- Link / unlink. ------------------------------------------------- */
@@ -322,6 +373,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     assert((it->it_flags & (ITEM_LINKED | ITEM_SLABBED)) == 0);
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
+        rec_mark(hv);
         /* A new version; a tier move (keep_cas) keeps time and CAS. */
         if (!item_compact(it))
             it->time = mc_now();
@@ -1417,6 +1469,7 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     item_lock(hv);
+    rec_mark(hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
     if (clsid != NULL)
         *clsid = it != NULL ? it->slabs_clsid : 0;
@@ -1441,6 +1494,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     enum delete_result res = DELETE_OK;
     enum item_miss why;
     item_lock(hv);
+    rec_mark(hv);
     item *it = do_item_get(key, nkey, hv, &why, false);
     *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {

@@ -146,6 +146,24 @@ void items_init(void);
 /* Next CAS id (never 0).  Returns 0 when CAS is disabled. */
 uint64_t item_next_cas(void);
 
+/* The last CAS id handed out; item_cas_floor makes the next ones larger
+ * than cas (a restart continues above what it recovered). */
+uint64_t item_last_cas(void);
+void item_cas_floor(uint64_t cas);
+
+/*
+ * While a restart brings items back in the background (tac/restart.c),
+ * every write must beat the copy it finds later.  Between begin and end,
+ * items.c marks each key hash that gets a new version linked or a delete
+ * (found or not), and notes any flush_all; do_item_recovery_written(hv),
+ * under hv's item lock, then says whether the recovered copy must be
+ * skipped.  Marks are kept per hash bit (2^26 of them): another key of the
+ * same bits skips a recovered copy too, which only costs a miss.
+ */
+void items_recovery_begin(void);
+void items_recovery_end(void);
+bool do_item_recovery_written(uint32_t hv);
+
 /* True if an item of this size can ever be stored (fits -I and the
  * largest slab class). */
 bool item_size_ok(size_t nkey, size_t nbytes);

@@ -4,8 +4,10 @@
  * The main thread parses options (settings.c), initialises the storage
  * engine, starts the workers (thread.c) and then runs the listener loop:
  * it accepts TCP and unix-socket connections and hands each to a worker,
- * advances the server clock, and turns SIGTERM/SIGINT into a clean
- * shutdown (stop accepting, stop the workers, remove the pid file, exit 0).
+ * advances the server clock, and turns SIGTERM, SIGINT and SIGUSR1 (and
+ * the `shutdown` command, which raises SIGINT) into a graceful stop: stop
+ * accepting, stop the workers and background threads, save the restart
+ * state and close the tiers clean (tac_close), remove the pid file, exit 0.
  */
 #include "config.h"
 
@@ -534,14 +536,15 @@ static bool add_main_events(void)
     struct event *clock_ev = event_new(main_base, -1, EV_PERSIST, clock_tick, NULL);
     struct event *term = evsignal_new(main_base, SIGTERM, on_signal, NULL);
     struct event *intr = evsignal_new(main_base, SIGINT, on_signal, NULL);
+    struct event *usr1 = evsignal_new(main_base, SIGUSR1, on_signal, NULL);
     resume_ev = event_new(main_base, -1, 0, accept_resume, NULL);
     retry_ev = evtimer_new(main_base, accept_resume, NULL);
     conn_set_close_hook(on_conn_closed);
     conn_set_protocol(PROTO_TEXT, &proto_text_ops);
     conn_set_protocol(PROTO_BINARY, &proto_bin_ops);
-    return clock_ev && term && intr && resume_ev && retry_ev &&
-           event_add(clock_ev, &tick) == 0 &&
-           event_add(term, NULL) == 0 && event_add(intr, NULL) == 0;
+    return clock_ev && term && intr && usr1 && resume_ev && retry_ev &&
+           event_add(clock_ev, &tick) == 0 && event_add(term, NULL) == 0 &&
+           event_add(intr, NULL) == 0 && event_add(usr1, NULL) == 0;
 }
 
 static void settings_stat_line(void *sink, const char *name, const char *value)
@@ -609,6 +612,7 @@ int main(int argc, char **argv)
         exit(EX_OSERR);
     }
     pidfile_write();
+    tac_recover();
     if (settings.verbose)
         fprintf(stderr, "tac-memcached %s ready: %d worker threads, %zu MB\n",
                 PACKAGE_VERSION, settings.num_threads, settings.maxbytes >> 20);

@@ -145,6 +145,7 @@ static const char *const ssd_engines[] = {
     NULL
 };
 static const char *const no_yes[] = { "no", "yes", NULL };
+static const char *const off_on[] = { "off", "on", NULL };
 
 /* The fields every row sets, in order; the rest are set by name. */
 #define OPT(flag, nm, k, off, lo, hi, ext, stat, a, h)                      \
@@ -194,6 +195,10 @@ static const struct option_def options[] = {
       "print version and exit") },
     { OPT('P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
       "save PID in <file>, only used with -d option") },
+    { OPT('e', "memory-file", OPT_STRING, S(memory_file), 0, 0, false,
+      "memory_file", "<file>", "where a graceful stop saves the restart state "
+      "(DRAM items, the lower tiers' index) and the next start reads it; "
+      "default: <ssd file>.state, else <nvm file>.state, else none") },
     { OPT('f', "slab-growth-factor", OPT_DOUBLE, S(factor), 1.01, 100, false,
       "growth_factor", "<num>", "chunk size growth factor"), .def = "1.25" },
     /* With a lower tier settings_finalize lowers it unless given. */
@@ -317,6 +322,10 @@ static const struct option_def options[] = {
       "header, or data that is not a tier (an extstore file, a mistyped path); "
       "what they hold is lost. Without it such a file stops the start"),
       .def = "no", .choices = no_yes },
+    { OPT(0, "recovery", OPT_CHOICE, S(recovery), 0, 0, true,
+      "recovery", "<on|off>", "on: bring back what a graceful stop saved "
+      "(see README, Restart); off: start empty and format tier files of this "
+      "format"), .def = "on", .choices = off_on },
     { OPT(0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
       "conn_mem_limit", "<bytes>", "memory all connections may hold beyond "
       "their first 16k read buffer (long request lines, values over 16k being "

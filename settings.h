@@ -109,6 +109,8 @@ struct settings {
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
+    int recovery;           /* -o recovery: 1 = on (default), 0 = off */
+    char *memory_file;      /* -e: the restart state file (NULL = default) */
     int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
     size_t conn_mem_limit;  /* -o conn_mem_limit, bytes (0 = auto until

@@ -460,6 +460,22 @@ static const struct stat_row general_stats[] = {
     ROW("curr_items", GAUGE, GSTATS(curr_items),
         "items in the index (DRAM items + meta tuples of lower tiers)"),
     ROW("total_items", COUNTER, GSTATS(total_items), "items ever stored"),
+    ROW("recovery_state", STRING, MODULE,
+        "restart recovery: off (`-o recovery=off`), none (nothing to bring "
+        "back), running, done or failed (see README, Restart)"),
+    ROW("recovery_items", GAUGE, MODULE,
+        "items the restart brought back so far"),
+    ROW("recovery_bytes", GAUGE, MODULE,
+        "value bytes of those items"),
+    ROW("recovery_dropped", GAUGE, MODULE,
+        "saved items or tuples dropped as damaged or unplaceable (no DRAM "
+        "for them, a tier that no longer matches)"),
+    ROW("recovery_stale", GAUGE, MODULE,
+        "recovered copies skipped because their key was written, deleted or "
+        "flushed during recovery, or because they expired while the server "
+        "was down"),
+    ROW("recovery_seconds", GAUGE, MODULE,
+        "seconds the restart's recovery took (so far, while running)"),
     ROW("expired_unfetched", COUNTER, GSTATS(expired_unfetched),
         "items reclaimed after expiring without a read"),
     ROW("evicted_unfetched", COUNTER, GSTATS(evicted_unfetched),
@@ -552,6 +568,7 @@ static const struct stat_row general_stats[] = {
 static struct {
     uint64_t (*fn)(void);
     const uint64_t *counter;
+    const char *(*text)(void);
 } provided[NGENERAL];
 
 static size_t module_row(const char *name)
@@ -569,6 +586,15 @@ void stats_provide(const char *name, uint64_t (*fn)(void))
     size_t i = module_row(name);
     provided[i].fn = fn;
     provided[i].counter = NULL;
+    provided[i].text = NULL;
+}
+
+void stats_provide_text(const char *name, const char *(*fn)(void))
+{
+    size_t i = module_row(name);
+    provided[i].fn = NULL;
+    provided[i].counter = NULL;
+    provided[i].text = fn;
 }
 
 void stats_provide_counter(const char *name, const uint64_t *counter)
@@ -576,6 +602,7 @@ void stats_provide_counter(const char *name, const uint64_t *counter)
     size_t i = module_row(name);
     provided[i].fn = NULL;
     provided[i].counter = counter;
+    provided[i].text = NULL;
 }
 
 static uint64_t field_at(const void *base, size_t off)
@@ -609,7 +636,10 @@ static void stats_general(struct stat_sink *s)
                 v = __atomic_load_n(provided[i].counter, __ATOMIC_RELAXED);
             else if (provided[i].fn != NULL)
                 v = provided[i].fn();
-            else
+            else if (provided[i].text != NULL) {
+                s->emit(s->ctx, r->name, provided[i].text());
+                continue;
+            } else
                 continue;           /* its tier is not configured */
             break;
         case SRC_LOCAL: {

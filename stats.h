@@ -178,6 +178,8 @@ void stats_register_reset(void (*fn)(void));
  */
 void stats_provide(const char *name, uint64_t (*fn)(void));
 void stats_provide_counter(const char *name, const uint64_t *counter);
+/* A STRING row's text (a static string). */
+void stats_provide_text(const char *name, const char *(*fn)(void));
 /* A worker's counters, summed by stats_aggregate() and cleared by `stats
  * reset`.  The worker must outlive every later `stats`. */
 void stats_add_worker(struct thread_stats *ts);

@@ -125,6 +125,8 @@ void nvm_alloc_destroy(struct nvm_region *r)
     r->reuse_count = NULL;
     free(r->drain_free);
     r->drain_free = NULL;
+    free(r->adopted);
+    r->adopted = NULL;
 }
 
 /* ---- Partition internals: do_ = caller holds p->lock -------------------- */
@@ -180,7 +182,7 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
                       uint64_t *page)
 {
     uint64_t n = NVM_LOAD(&r->next_page);
-    do {
+    for (;;) {
         if (n >= r->npages) {
             if (!ready_take(r, &n))
                 return false;
@@ -189,12 +191,96 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
             *page = n;
             return true;
         }
-    } while (!__atomic_compare_exchange_n(&r->next_page, &n, n + 1, false,
-                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+        if (!__atomic_compare_exchange_n(&r->next_page, &n, n + 1, false,
+                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            continue;
+        if (NVM_LOAD(&r->page_class[n]) == 0)
+            break;
+        /* Adopted at a restart (nvm_adopt): already some class's. */
+        NVM_SUB(&r->adopted_ahead, 1);
+        n++;
+    }
     NVM_STORE(&r->page_owner[n], (uint8_t)part);
     NVM_STORE(&r->page_class[n], (uint8_t)cls);
     *page = n;
     return true;
+}
+
+/* ---- Adopting slots at a restart ------------------------------------------
+ * A restart that trusts a saved index hands its slots back before anything
+ * is allocated: nvm_adopt marks each slot in a scratch bitmap (one bit per
+ * NVM_SLOT_ALIGN bytes) and gives its page the slot's class; nvm_adopt_done
+ * cuts each adopted page into its class's slots, round-robin over the
+ * partitions, and puts every slot not adopted on the owner's stack.  Pages
+ * never adopted stay with page_take, which skips the adopted ones.
+ */
+
+static bool bit_get(const uint64_t *map, uint64_t i);
+static void bit_set(uint64_t *map, uint64_t i);
+static uint64_t page_of(const struct nvm_region *r, uint64_t ref);
+
+bool nvm_adopt(struct nvm_region *r, uint64_t ref, unsigned cls)
+{
+    if (cls == 0 || cls > r->nclasses || ref < NVM_DATA_OFFSET ||
+        (ref - NVM_DATA_OFFSET) % NVM_SLOT_ALIGN != 0)
+        return false;
+    uint64_t page = page_of(r, ref);
+    if (page >= r->npages)
+        return false;
+    struct nvm_class *c = &r->classes[cls];
+    uint64_t in_page = ref - nvm_page_ref(r, page);
+    if (in_page % c->slot_size != 0 || in_page / c->slot_size >= c->per_page)
+        return false;
+    if (r->adopted == NULL) {
+        uint64_t bits = r->npages * (r->page_size / NVM_SLOT_ALIGN);
+        r->adopted = calloc((bits + 63) / 64, sizeof(uint64_t));
+        if (r->adopted == NULL)
+            return false;
+    }
+    if (r->page_class[page] != 0 && r->page_class[page] != cls)
+        return false;
+    uint64_t bit = (ref - NVM_DATA_OFFSET) / NVM_SLOT_ALIGN;
+    if (bit_get(r->adopted, bit))
+        return false;
+    bit_set(r->adopted, bit);
+    r->page_class[page] = (uint8_t)cls;
+    c->used++;
+    r->bytes_used += c->slot_size;
+    return true;
+}
+
+bool nvm_adopt_done(struct nvm_region *r)
+{
+    bool ok = true;
+    int next_part = 0;
+    for (uint64_t page = 0; page < r->npages && r->adopted != NULL; page++) {
+        unsigned cls = r->page_class[page];
+        if (cls == 0)
+            continue;
+        struct nvm_class *c = &r->classes[cls];
+        int part = next_part;
+        next_part = (next_part + 1) % r->nparts;
+        struct nvm_part *p = &c->parts[part];
+        if (!do_stack_reserve(r, p, p->owned + c->per_page,
+                              r->npages * c->per_page)) {
+            ok = false;         /* out of DRAM: its free slots stay unused */
+        }
+        r->page_owner[page] = (uint8_t)part;
+        p->owned += c->per_page;
+        c->pages++;
+        if (page >= r->next_page)
+            r->adopted_ahead++;
+        uint64_t base = nvm_page_ref(r, page);
+        for (uint32_t i = 0; i < c->per_page; i++) {
+            uint64_t ref = base + (uint64_t)i * c->slot_size;
+            if (!bit_get(r->adopted, (ref - NVM_DATA_OFFSET) / NVM_SLOT_ALIGN) &&
+                p->nfree < p->cap)
+                p->stack[p->nfree++] = ref;
+        }
+    }
+    free(r->adopted);
+    r->adopted = NULL;
+    return ok;
 }
 
 /* ---- Reuse of wholly free pages ------------------------------------------
@@ -713,7 +799,7 @@ bool nvm_page_reusable(const struct nvm_region *r, unsigned cls)
 
 uint64_t nvm_free_pages(const struct nvm_region *r)
 {
-    uint64_t used = NVM_LOAD(&r->next_page);
+    uint64_t used = NVM_LOAD(&r->next_page) + NVM_LOAD(&r->adopted_ahead);
     return (used < r->npages ? r->npages - used : 0) +
            (NVM_LOAD(&r->ready_page) != NVM_NO_PAGE);
 }

@@ -19,9 +19,9 @@
  * most one copy, and the other still passes its checksum.  Version 1 had
  * one copy; its magic and version sit at the same offsets, so it is
  * recognized as another format version.
- * Which page belongs to which class is kept in DRAM only (see nvm.h), so a
- * restart must rebuild it from the tuples; the format version will change
- * when that is implemented.  All fields are little-endian (host order on
+ * Which page belongs to which class is kept in DRAM only (see nvm.h): a
+ * graceful restart gets it back from its saved state (nvm_adopt); a crash
+ * scan will need it on the media, and the format version will change then.  All fields are little-endian (host order on
  * every platform libpmem supports).
  */
 #ifndef NVM_FORMAT_H

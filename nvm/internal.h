@@ -75,6 +75,8 @@ struct nvm_region {
     uint64_t next_page;     /* atomic: pages [0, next_page) are handed out */
     uint8_t *page_class;    /* [npages]; atomic; 0 = not handed out */
     uint8_t *page_owner;    /* [npages]; atomic; owning partition */
+    uint64_t adopted_ahead; /* atomic: adopted pages at or past next_page */
+    uint64_t *adopted;      /* nvm_adopt's slot bitmap until nvm_adopt_done */
 
     /* Reuse of wholly free pages by another class (alloc.c, page_reuse). */
     pthread_mutex_t reuse_lock;     /* trylock: one search at a time */

@@ -79,9 +79,10 @@ struct nvm_config {
  * Reads the header area of cfg->path before it changes a byte.  A path
  * that holds anything but a new file, zeros or a region of this format and
  * geometry (size, page size, class table) is refused with NVM_ERR_NOT_OURS,
- * unless cfg->reformat.  Then it maps the path and formats a fresh region
- * (nothing stored before is kept: restart recovery is not implemented; the
- * old header is reported as nvm_info.prev_state).  The header is marked
+ * unless cfg->reformat.  Then it maps the path and writes a new header; the
+ * slots' bytes are left as they were, and the allocator starts with every
+ * slot free until the caller adopts the ones it still trusts (nvm_adopt;
+ * the old header is reported as nvm_info.prev_state and prev_open_count).  The header is marked
  * dirty until nvm_close.  cfg and cfg->path are copied; the caller may
  * free them.  On success *out owns the region; on failure *out is NULL and
  * errno holds the cause of the failing system call, if any.
@@ -97,9 +98,12 @@ const char *nvm_refusal(void);
  * file), clears the dirty flag, unmaps and frees r.  On pmem, writes made
  * by other threads must have been drained by those threads (nvm_drain).  If msync fails the
  * dirty flag stays set, so a future restart will reject the contents.
- * Every reference and pointer into r dies with it.  NULL is a no-op.
+ * Every reference and pointer into r dies with it.  True when the region
+ * was closed clean (its open count, nvm_info.open_count, is then what the
+ * next open reports as prev_open_count); false for anonymous memory, a
+ * failed msync and NULL (a no-op).
  */
-void nvm_close(struct nvm_region *r);
+bool nvm_close(struct nvm_region *r);
 
 /* Closes r after a failed start: unmaps it and removes the file if
  * nvm_open created it, so that a start that fails leaves nothing behind. */
@@ -132,6 +136,20 @@ uint64_t nvm_alloc_free_slot(struct nvm_region *r, unsigned cls, int partition);
  * Writes nothing to the mapping.  ref 0 is a no-op; ref must otherwise come
  * from nvm_alloc on r and not be freed twice. */
 void nvm_free(struct nvm_region *r, uint64_t ref);
+
+/* ---- Adopting slots (a restart) -----------------------------------------
+ * A region opened on a cleanly closed file keeps its bytes, but the
+ * allocator starts empty.  A restart that trusts a saved list of live
+ * slots calls nvm_adopt for each (ref must be the start of a slot of class
+ * cls: a page holds one class), then nvm_adopt_done once, which hands the
+ * adopted pages' other slots to the free lists.  Both before any other
+ * allocator call, on one thread.  nvm_adopt is false (and marks nothing)
+ * for a ref that cannot be such a slot, was adopted already, or lies in a
+ * page adopted for another class; nvm_adopt_done is false when DRAM for
+ * the free lists ran out (those slots stay unused until a restart).
+ */
+bool nvm_adopt(struct nvm_region *r, uint64_t ref, unsigned cls);
+bool nvm_adopt_done(struct nvm_region *r);
 
 /* ---- Draining a page (the caller's page mover) --------------------------
  * When a class needs a page and none is free while other classes hold many
@@ -220,6 +238,8 @@ struct nvm_info {
     bool is_pmem;          /* pmem_is_pmem() over the whole mapping */
     int numa_node;         /* node of the first page; -1 if unknown */
     enum nvm_prev_state prev_state;
+    uint64_t prev_open_count;   /* the header found: its open count (0: none) */
+    uint64_t open_count;        /* this open's (written in the header) */
     size_t capacity;       /* mapped bytes, header included */
     size_t page_size;
     size_t data_offset;    /* offset of page 0 */

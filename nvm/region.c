@@ -498,12 +498,13 @@ void nvm_abandon(struct nvm_region *r)
     free(r);
 }
 
-void nvm_close(struct nvm_region *r)
+bool nvm_close(struct nvm_region *r)
 {
     if (r == NULL)
-        return;
+        return false;
+    bool durable = false;
     if (!r->is_anon) {
-        bool durable = true;
+        durable = true;
         if (r->is_pmem)
             pmem_drain();
         else
@@ -518,6 +519,7 @@ void nvm_close(struct nvm_region *r)
     region_unmap(r);
     free(r->path);
     free(r);
+    return durable;
 }
 
 void nvm_get_info(const struct nvm_region *r, struct nvm_info *out)
@@ -528,6 +530,8 @@ void nvm_get_info(const struct nvm_region *r, struct nvm_info *out)
     out->is_pmem = r->is_pmem;
     out->numa_node = r->numa_node;
     out->prev_state = r->prev_state;
+    out->prev_open_count = r->open_count;
+    out->open_count = r->open_count + 1;
     out->capacity = r->capacity;
     out->page_size = r->page_size;
     out->data_offset = NVM_DATA_OFFSET;

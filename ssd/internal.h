@@ -122,6 +122,7 @@ struct ssd_store {
     enum ssd_engine engine;
     enum ssd_prev_state prev_state;
     uint64_t generation;        /* of the last header written (open, close) */
+    uint64_t prev_generation;   /* of the header found at open (0: none) */
 
     pthread_mutex_t lock;
     struct ssd_page *pages;       /* npages */

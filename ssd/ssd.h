@@ -119,6 +119,7 @@ struct ssd_info {
     size_t page_size, buf_size;
     unsigned npages, bufs_per_page;
     enum ssd_prev_state prev_state;
+    uint64_t prev_generation;      /* of the header found (0: none) */
 };
 
 /*
@@ -126,8 +127,10 @@ struct ssd_info {
  * byte.  A path that holds something other than a new file, zeros or a
  * store of this format and geometry (size, page and buf size) is refused
  * with SSD_ERR_NOT_OURS, unless cfg->reformat.  Then it sizes the file and
- * formats a fresh store (nothing stored before is kept; the old header is
- * reported as prev_state), marked dirty until ssd_close.  cfg and
+ * writes a new header, marked dirty until ssd_close; the pages' bytes are
+ * left as they were, and every page starts free until the caller adopts
+ * the ones it still trusts (ssd_adopt_page; the old header is reported as
+ * prev_state and prev_generation).  cfg and
  * cfg->path are copied.  On success *out owns the store; on failure *out
  * is NULL and errno holds the cause of the failing system call, if any.
  */
@@ -140,9 +143,12 @@ const char *ssd_refusal(void);
 /*
  * Waits for buf writes in flight, syncs, clears the dirty flag, closes
  * and frees s.  Every ring must have been destroyed and every buf
- * submitted (and, if its write failed, released) before.  NULL is a no-op.
+ * submitted (and, if its write failed, released) before.  Returns the
+ * generation of the clean header written (what the next ssd_open reports
+ * as prev_generation), or 0 when the header stays dirty (a failed sync or
+ * write).  NULL is a no-op (0).
  */
-void ssd_close(struct ssd_store *s);
+uint64_t ssd_close(struct ssd_store *s);
 
 void ssd_get_info(const struct ssd_store *s, struct ssd_info *out);
 
@@ -203,6 +209,33 @@ bool ssd_page_drop(struct ssd_store *s, int page, uint16_t version);
  * live bytes reach 0 is reclaimed at once: version bumped, page freed.
  * Returns false (and changes nothing) when ref is stale. */
 bool ssd_mark_dead(struct ssd_store *s, uint64_t ref, size_t len);
+
+/* ---- Export and adoption (a restart) -------------------------------------
+ * A graceful stop saves, for each page in use, its version, seq and bufs
+ * (ssd_page_export, on a quiescent store), and the live bytes its saved
+ * index accounts for, each tuple counted as ssd_live_len(len).  The next
+ * open on the cleanly closed file hands them back (ssd_adopt_page, as
+ * SEALED pages, before any other call but ssd_get_info), then
+ * ssd_adopt_done frees every page not adopted or adopted with no live
+ * bytes.  buf_used and buf_first have bufs_per_page entries each.
+ */
+struct ssd_page_state {
+    uint32_t page;
+    uint16_t version;
+    uint64_t seq;
+    uint64_t live;
+};
+size_t ssd_live_len(const struct ssd_store *s, size_t len);
+bool ssd_page_export(struct ssd_store *s, unsigned page,
+                     struct ssd_page_state *out, uint32_t *buf_used,
+                     uint32_t *buf_first);
+/* False for a bad page, version, live count or buf table, or a page
+ * adopted already. */
+bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
+                    const uint32_t *buf_used, const uint32_t *buf_first);
+void ssd_adopt_done(struct ssd_store *s);
+/* Waits until no buf write or device read is in flight. */
+void ssd_wait_idle(struct ssd_store *s);
 
 /* ---- Write bufs ----------------------------------------------------------
  * Life of a buf: open -> append* -> submit -> callback.  On success the

@@ -220,7 +220,7 @@ static void classify_header(struct ssd_store *s, const unsigned char *area)
             best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
             best->npages == s->npages) {
             s->prev_state = best->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
-            s->generation = best->generation;
+            s->generation = s->prev_generation = best->generation;
             return;
         }
         snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier of "
@@ -401,15 +401,20 @@ void ssd_inflight_done(struct ssd_store *s)
     pthread_mutex_unlock(&s->idle_lock);
 }
 
-void ssd_close(struct ssd_store *s)
+void ssd_wait_idle(struct ssd_store *s)
 {
-    if (s == NULL)
-        return;
-    /* Buf writes in flight finish first; their callbacks may still run. */
     pthread_mutex_lock(&s->idle_lock);
     while (atomic_load(&s->st_inflight) != 0)
         pthread_cond_wait(&s->idle_cond, &s->idle_lock);
     pthread_mutex_unlock(&s->idle_lock);
+}
+
+uint64_t ssd_close(struct ssd_store *s)
+{
+    if (s == NULL)
+        return 0;
+    /* Buf writes in flight finish first; their callbacks may still run. */
+    ssd_wait_idle(s);
     ssd_delay_stop(s);
     if (s->wuring)
         ssd_wuring_stop(s);
@@ -422,9 +427,11 @@ void ssd_close(struct ssd_store *s)
         free(b);
     }
     pthread_mutex_unlock(&s->lock);
-    if (fdatasync(s->fd) == 0)
-        (void)write_header(s, 0);      /* a failure leaves it dirty */
+    uint64_t clean = 0;
+    if (fdatasync(s->fd) == 0 && write_header(s, 0) == SSD_OK)
+        clean = s->generation;         /* a failure leaves it dirty */
     free_store(s);
+    return clean;
 }
 
 void ssd_get_info(const struct ssd_store *s, struct ssd_info *out)
@@ -436,6 +443,7 @@ void ssd_get_info(const struct ssd_store *s, struct ssd_info *out)
     out->npages = s->npages;
     out->bufs_per_page = s->bufs_per_page;
     out->prev_state = s->prev_state;
+    out->prev_generation = s->prev_generation;
 }
 
 void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out)
@@ -684,4 +692,97 @@ bool ssd_page_drop(struct ssd_store *s, int page, uint16_t version)
     }
     pthread_mutex_unlock(&s->lock);
     return ok;
+}
+
+/* ---- Export and adoption (a restart) ------------------------------------ */
+
+size_t ssd_live_len(const struct ssd_store *s, size_t len)
+{
+    if (len > s->buf_size)
+        len = (len + s->buf_size - 1) / s->buf_size * s->buf_size;
+    return len;
+}
+
+bool ssd_page_export(struct ssd_store *s, unsigned page,
+                     struct ssd_page_state *out, uint32_t *buf_used,
+                     uint32_t *buf_first)
+{
+    if (page >= s->npages)
+        return false;
+    pthread_mutex_lock(&s->lock);
+    const struct ssd_page *p = &s->pages[page];
+    bool used = p->state != PAGE_FREE;
+    if (used) {
+        out->page = page;
+        out->version = (uint16_t)atomic_load(&p->version);
+        out->seq = p->seq;
+        out->live = p->live;
+        size_t base = (size_t)page * s->bufs_per_page;
+        memcpy(buf_used, &s->buf_used[base], s->bufs_per_page * sizeof(*buf_used));
+        memcpy(buf_first, &s->buf_first[base], s->bufs_per_page * sizeof(*buf_first));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return used;
+}
+
+bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
+                    const uint32_t *buf_used, const uint32_t *buf_first)
+{
+    if (st->page >= s->npages || st->version == 0 ||
+        st->live > s->page_size)
+        return false;
+    for (unsigned i = 0; i < s->bufs_per_page; i++) {
+        unsigned first = buf_first[i];
+        /* A buf starts at its first slot and holds at most the slots
+         * from there to the end of the page. */
+        if (first > i ||
+            buf_used[i] > (uint64_t)(s->bufs_per_page - first) * s->buf_size ||
+            (first != i && buf_used[i] != 0))
+            return false;
+    }
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[st->page];
+    bool ok = p->state == PAGE_FREE;
+    if (ok) {
+        atomic_store(&p->version, st->version);
+        p->state = PAGE_SEALED;
+        p->next_slot = s->bufs_per_page;
+        p->bufs_out = 0;
+        p->live = st->live;
+        p->seq = st->seq;
+        p->next_free = -1;
+        if (st->seq > s->page_seq)
+            s->page_seq = st->seq;
+        size_t base = (size_t)st->page * s->bufs_per_page;
+        memcpy(&s->buf_used[base], buf_used, s->bufs_per_page * sizeof(*buf_used));
+        memcpy(&s->buf_first[base], buf_first, s->bufs_per_page * sizeof(*buf_first));
+        ST_ADD(s, live_bytes, st->live);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+void ssd_adopt_done(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int head = -1;
+    unsigned nfree = 0;
+    for (unsigned i = s->npages; i-- > 0;) {
+        struct ssd_page *p = &s->pages[i];
+        if (p->state == PAGE_SEALED && p->live == 0) {
+            /* Nothing of it is kept: its references die with a new version. */
+            uint32_t v = atomic_load(&p->version);
+            atomic_store(&p->version, v == UINT16_MAX ? 1 : v + 1);
+            p->state = PAGE_FREE;
+        }
+        if (p->state == PAGE_FREE) {
+            p->next_free = head;
+            head = (int)i;
+            nfree++;
+        }
+    }
+    s->free_head = head;
+    atomic_store(&s->st_pages_free, nfree);
+    atomic_store(&s->st_pages_used, s->npages - nfree);
+    pthread_mutex_unlock(&s->lock);
 }

@@ -182,7 +182,8 @@ bool tac_ssd_open(void);
 void tac_refuse_tier_file(const char *option, const char *path, const char *why);
 void tac_ssd_start(void);
 void tac_ssd_stop(void);
-void tac_ssd_close(void);
+/* Returns the SSD file's clean header generation, 0 if left dirty. */
+uint64_t tac_ssd_close(void);
 /* Writer slots: evictor e uses slot e; every other thread shares one. */
 void tac_ssd_set_writer(int evictor_id);
 /* Writes the value of `it` (a DRAM or staging item) to SSD and returns its
@@ -209,6 +210,30 @@ unsigned long long tac_ssd_items(void);
 bool tac_ssd_full(void);
 void tac_ssd_stats_tiers(struct stat_sink *s);
 void tac_ssd_stats_settings(struct stat_sink *s);
+
+/* A restart (restart.c).  tac_ssd_flush submits every writer's open buf
+ * and waits for all writes (a graceful stop, threads stopped).
+ * tac_ssd_written: true when ref's tuple (len bytes) is on the device, not
+ * in a buf whose write failed or never ran.  tac_ssd_meta_adopt: an
+ * unlinked meta tuple (refcount 1) for src whose tuple is at ref, counted
+ * as an SSD item; NULL when DRAM has no chunk (no slab reserve). */
+void tac_ssd_flush(void);
+bool tac_ssd_written(uint64_t ref, size_t len);
+item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition);
+
+/* Graceful restart (restart.c), called by tier.c.  tac_restart_prepare,
+ * once the tiers are open and before anything is allocated in them: reads
+ * the state a graceful stop saved, hands the lower tiers back the space
+ * it names, and sets CAS and the write sequence above the saved ones.
+ * tac_restart_run starts bringing the items back in the background (the
+ * server serves meanwhile).  tac_restart_save, at a stop with every other
+ * thread stopped: writes the state file but its header, which
+ * tac_restart_commit writes once the tiers are closed clean. */
+void tac_restart_prepare(void);
+void tac_restart_run(void);
+void tac_restart_wait(void);
+bool tac_restart_save(void);
+void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation);
 
 /* Evictor threads (evict.c). */
 void tac_evictors_start(void);

@@ -448,6 +448,41 @@ bool tac_ssd_full(void)
            page_nearly_full(&pi);
 }
 
+/* ---- A restart (tac/restart.c) ------------------------------------------ */
+
+item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition)
+{
+    item *meta = item_alloc_meta(src, TIER_SSD, 0, ref, partition, false);
+    if (meta != NULL)
+        __atomic_add_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
+    return meta;
+}
+
+void tac_ssd_flush(void)
+{
+    if (tac.ssd == NULL)
+        return;
+    for (int i = 0; i < sd.nwriters; i++) {
+        struct writer *w = &sd.writers[i];
+        pthread_mutex_lock(&w->lock);
+        if (w->buf != NULL)
+            writer_submit_locked(w);
+        pthread_mutex_unlock(&w->lock);
+    }
+    ssd_wait_idle(tac.ssd);
+}
+
+bool tac_ssd_written(uint64_t ref, size_t len)
+{
+    struct ssd_buf *pin = NULL;
+    if (!ssd_ref_current(tac.ssd, ref))
+        return false;
+    if (ssd_buf_lookup(tac.ssd, ref, len, &pin) == NULL)
+        return true;
+    ssd_buf_unpin(pin);
+    return false;
+}
+
 unsigned long long tac_ssd_items(void)
 {
     return __atomic_load_n(&ssd_items, __ATOMIC_RELAXED);
@@ -1292,10 +1327,10 @@ void tac_ssd_stop(void)
     sd.defrag_running = false;
 }
 
-void tac_ssd_close(void)
+uint64_t tac_ssd_close(void)
 {
     if (tac.ssd == NULL)
-        return;
+        return 0;
     for (size_t i = 0; i < sd.nrings; i++)
         ssd_ring_destroy(sd.rings[i]);
     free(sd.rings);
@@ -1306,9 +1341,10 @@ void tac_ssd_close(void)
     free(sd.writers);
     /* Failed bufs are freed by ssd_close with the rest. */
     free(sd.failed);
-    ssd_close(tac.ssd);
+    uint64_t generation = ssd_close(tac.ssd);
     tac.ssd = NULL;
     memset(&sd, 0, sizeof(sd));
+    return generation;
 }
 
 /* ---- Stats -------------------------------------------------------------- */

@@ -20,11 +20,18 @@
 
 /* Opens the configured tiers and registers their stats (`stats tiers`,
  * `stats nvm`, their `stats settings` lines and their lines of plain
- * `stats`); prints why and returns false on failure. */
+ * `stats`); prints why and returns false on failure.  Reads the restart
+ * state a graceful stop left (tac/restart.c) and gives the tiers back the
+ * space it names. */
 bool tac_init(void);
 void tac_start(void);
+/* Once the server listens: brings the saved items back in the background
+ * (writes made meanwhile win over them). */
+void tac_recover(void);
+/* Waits for recovery, then stops the background threads. */
 void tac_stop(void);
-/* Closes the tiers (after tac_stop and the workers). */
+/* A graceful stop, after tac_stop and the workers: saves the restart state
+ * (the index, DRAM items whole), then closes the tiers clean. */
 void tac_close(void);
 
 /* True when a lower tier is configured. */

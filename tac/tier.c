@@ -564,7 +564,13 @@ bool tac_init(void)
     if (!tac_open())
         return false;
     tac_stats_register();
+    tac_restart_prepare();
     return true;
+}
+
+void tac_recover(void)
+{
+    tac_restart_run();
 }
 
 void tac_start(void)
@@ -578,6 +584,7 @@ void tac_start(void)
 
 void tac_stop(void)
 {
+    tac_restart_wait();
     tac_ssd_stop();
     if (tac_active()) {
         tac_fetchers_stop();
@@ -587,12 +594,16 @@ void tac_stop(void)
 
 void tac_close(void)
 {
-    tac_ssd_close();
+    bool saved = tac_restart_save();
+    uint64_t ssd_generation = tac_ssd_close();
+    bool nvm_clean = false;
     if (tac.nvm != NULL) {
         tac_nvm_mover_free();
-        nvm_close(tac.nvm);
+        nvm_clean = nvm_close(tac.nvm);
         tac.nvm = NULL;
     }
+    if (saved)
+        tac_restart_commit(nvm_clean, ssd_generation);
 }
 
 bool tac_nvm_tight(void)

@@ -41,6 +41,15 @@ uint64_t tac_tuple_last_seq(void)
     return __atomic_load_n(&tuple_seq, __ATOMIC_RELAXED);
 }
 
+void tac_tuple_seq_floor(uint64_t seq)
+{
+    uint64_t cur = __atomic_load_n(&tuple_seq, __ATOMIC_RELAXED);
+    while (cur < seq &&
+           !__atomic_compare_exchange_n(&tuple_seq, &cur, seq, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
 {
     memset(hdr, 0, sizeof(*hdr));

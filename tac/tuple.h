@@ -59,8 +59,10 @@ static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 /* Fills hdr from the item whose value is stored (it), with the next seq. */
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
 
-/* The last seq handed out (0: none yet). */
+/* The last seq handed out (0: none yet); tac_tuple_seq_floor makes the
+ * next ones larger than seq (a restart continues above the saved one). */
 uint64_t tac_tuple_last_seq(void);
+void tac_tuple_seq_floor(uint64_t seq);
 
 /* CRC32C of header (checksum as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,

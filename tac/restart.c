@@ -1,0 +1,868 @@
+/*
+ * tac/restart.c - graceful restart: what a stop saves and the next start
+ * brings back.
+ *
+ * A graceful stop (memcached.c: SIGTERM, SIGINT, SIGUSR1, `shutdown`)
+ * runs with every worker and background thread stopped.  It writes every
+ * open SSD buf, then walks the index once and writes the state file:
+ *
+ *   [header, RS_HDR_SIZE bytes]
+ *   [records: chunks of {len, count, crc} + records, then a chunk of len 0]
+ *   [NVM section: one uint64 per NVM item: slot reference | slot class]
+ *   [SSD section: per page in use: struct rs_page, then buf_used and
+ *    buf_first, bufs_per_page uint32 each]
+ *
+ * A record is struct rs_rec, the key, and for a DRAM item its value: DRAM
+ * items are saved whole, so they come back to DRAM, hot as they left.
+ * NVM and SSD items are saved as references: their tuples stay where they
+ * are.  Exptime is saved as unix time, the last access as seconds before
+ * the stop, so TTLs run on through the downtime and temperatures do not.
+ *
+ * The tiers are then closed clean, and only then is the header written
+ * (tac_restart_commit) with what ties the file to them: the NVM region's
+ * open count and the SSD file's header generation.  The file is written
+ * as FILE.tmp, synced, and renamed over FILE.
+ *
+ * At the next start (tac_restart_prepare), the state is used only if its
+ * header's checksum holds; an NVM or SSD part only if that tier's file was
+ * closed clean by exactly that stop (same open count or generation, same
+ * sizes).  Otherwise that tier starts empty and its records are dropped
+ * (counted): a tier file touched since, by a crash or another run, may
+ * hold anything.  The file is unlinked as soon as it is open, so a crash
+ * during or after this start never reads it again.  The sections are
+ * applied before anything can allocate (nvm_adopt, ssd_adopt_page); the
+ * records are read by a background thread (tac_restart_run) while the
+ * server serves.  Each is linked only if its key is absent and no write
+ * or delete touched its hash since the start (items_recovery_begin), so
+ * every write made during recovery beats the saved copy.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "assoc.h"
+#include "items.h"
+#include "lazy_lru.h"
+#include "nvm/nvm.h"
+#include "settings.h"
+#include "ssd/ssd.h"
+#include "stats.h"
+#include "tac/internal.h"
+#include "tac/tuple.h"
+#include "util.h"
+
+#define RS_MAGIC "TACSTATE"
+#define RS_VERSION 1u
+#define RS_HDR_SIZE 4096u
+#define RS_CHUNK (1u << 20)         /* records are flushed in chunks of this */
+
+struct rs_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;           /* sizeof(struct rs_header) */
+    int64_t stop_time;              /* unix seconds at the stop */
+    uint64_t last_cas, last_seq;
+    uint64_t nvm_open_count;        /* 0: no NVM part */
+    uint64_t nvm_capacity;
+    uint64_t ssd_generation;        /* 0: no SSD part */
+    uint64_t ssd_size, ssd_page_size, ssd_buf_size;
+    uint64_t rec_off;               /* first record chunk */
+    uint64_t nvm_off, nvm_count;    /* NVM section */
+    uint64_t ssd_off, ssd_count;    /* SSD section: pages */
+    uint64_t items[TIER_COUNT];     /* records, by tier */
+    uint32_t nvm_crc, ssd_crc;      /* CRC32C of each section */
+    uint32_t reserved;
+    uint32_t checksum;              /* CRC32C of every byte before it */
+};
+
+struct rs_page {
+    uint32_t page;
+    uint16_t version;
+    uint16_t pad;
+    uint64_t seq;
+    uint64_t live;
+};
+
+struct rs_rec {
+    uint8_t tier;                   /* enum item_tier */
+    uint8_t nkey;
+    uint16_t it_flags;              /* ITEM_FETCHED, ACTIVE, TOKEN_SENT, STALE */
+    uint32_t flags;
+    uint32_t nbytes;
+    uint32_t read_count;            /* the access field's readCount */
+    int64_t exptime;                /* unix seconds; 0: never */
+    uint64_t idle;                  /* seconds since the last access */
+    uint64_t cas;
+    uint64_t ref;                   /* NVM: slot | class; SSD: reference */
+};
+
+struct rs_chunk {
+    uint32_t len;                   /* bytes of records after this; 0 ends */
+    uint32_t count;
+    uint32_t crc;                   /* CRC32C of those bytes */
+    uint32_t pad;
+};
+
+#define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE)
+
+enum rs_state { RS_OFF, RS_NONE, RS_RUNNING, RS_DONE, RS_FAILED };
+
+static struct {
+    /* Progress, read by `stats` (relaxed atomics). */
+    int state;
+    uint64_t items, bytes, dropped, stale;
+    uint64_t started_ns, took_ns;
+
+    /* The file being read, and what of it may be used. */
+    int fd;
+    struct rs_header hdr;
+    bool nvm_ok, ssd_ok;
+    pthread_t thread;
+    bool thread_running;
+
+    /* A stop in progress. */
+    char *path, *tmp;
+    FILE *out;
+    bool out_failed;
+    struct rs_header save;
+    char *chunk;
+    size_t chunk_len;
+    uint32_t chunk_count;
+    uint64_t *nvm_refs;
+    size_t nvm_n, nvm_cap;
+    uint64_t *ssd_live;             /* [npages] */
+    uint64_t off;                   /* bytes written so far */
+    uint64_t lost;                  /* SSD items whose buf was never written */
+    unsigned next_part;
+} rs = { .fd = -1 };
+
+/* ---- Stats -------------------------------------------------------------- */
+
+static const char *stat_state(void)
+{
+    static const char *const names[] = { "off", "none", "running", "done",
+                                         "failed" };
+    return names[__atomic_load_n(&rs.state, __ATOMIC_RELAXED)];
+}
+
+static uint64_t stat_items(void) { return __atomic_load_n(&rs.items, __ATOMIC_RELAXED); }
+static uint64_t stat_bytes(void) { return __atomic_load_n(&rs.bytes, __ATOMIC_RELAXED); }
+static uint64_t stat_dropped(void) { return __atomic_load_n(&rs.dropped, __ATOMIC_RELAXED); }
+static uint64_t stat_stale(void) { return __atomic_load_n(&rs.stale, __ATOMIC_RELAXED); }
+
+static uint64_t stat_seconds(void)
+{
+    uint64_t took = __atomic_load_n(&rs.took_ns, __ATOMIC_RELAXED);
+    uint64_t start = __atomic_load_n(&rs.started_ns, __ATOMIC_RELAXED);
+    if (took == 0 && start != 0)
+        took = util_now_ns() - start;
+    return took / 1000000000u;
+}
+
+static void set_state(enum rs_state st)
+{
+    __atomic_store_n(&rs.state, (int)st, __ATOMIC_RELAXED);
+}
+
+static void stats_register(void)
+{
+    stats_provide_text("recovery_state", stat_state);
+    stats_provide("recovery_items", stat_items);
+    stats_provide("recovery_bytes", stat_bytes);
+    stats_provide("recovery_dropped", stat_dropped);
+    stats_provide("recovery_stale", stat_stale);
+    stats_provide("recovery_seconds", stat_seconds);
+}
+
+/* ---- Where the state lives ---------------------------------------------- */
+
+/* -e FILE; else FILE.state beside the SSD file, else beside the NVM file,
+ * when that is a regular file (not a device or numa:N).  NULL: none. */
+static char *state_path(void)
+{
+    if (settings.memory_file != NULL)
+        return strdup(settings.memory_file);
+    const char *base = NULL;
+    struct stat st;
+    if (settings.ssd_file != NULL && stat(settings.ssd_file, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        base = settings.ssd_file;
+    else if (settings.nvm_file != NULL && strncmp(settings.nvm_file, "numa:", 5) != 0 &&
+             stat(settings.nvm_file, &st) == 0 && S_ISREG(st.st_mode))
+        base = settings.nvm_file;
+    if (base == NULL)
+        return NULL;
+    size_t n = strlen(base) + sizeof(".state");
+    char *p = malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s.state", base);
+    return p;
+}
+
+static uint32_t header_crc(const struct rs_header *h)
+{
+    return util_crc32c(0, h, offsetof(struct rs_header, checksum));
+}
+
+/* ---- Saving (a graceful stop) ------------------------------------------- */
+
+static void out_write(const void *p, size_t n)
+{
+    if (rs.out_failed || n == 0)
+        return;
+    if (fwrite(p, 1, n, rs.out) != n)
+        rs.out_failed = true;
+    rs.off += n;
+}
+
+static void chunk_flush(void)
+{
+    if (rs.chunk_count == 0)
+        return;
+    struct rs_chunk c = { (uint32_t)rs.chunk_len, rs.chunk_count,
+                          util_crc32c(0, rs.chunk, rs.chunk_len), 0 };
+    out_write(&c, sizeof(c));
+    out_write(rs.chunk, rs.chunk_len);
+    rs.chunk_len = 0;
+    rs.chunk_count = 0;
+}
+
+/* Appends one record; a record larger than a chunk gets a chunk of its own. */
+static void chunk_add(const struct rs_rec *r, const char *key, const char *value)
+{
+    size_t vlen = r->tier == TIER_DRAM ? r->nbytes : 0;
+    size_t len = sizeof(*r) + r->nkey + vlen;
+    if (rs.chunk_len + len > RS_CHUNK)
+        chunk_flush();
+    if (len > RS_CHUNK || len > UINT32_MAX - sizeof(struct rs_chunk)) {
+        uint32_t crc = util_crc32c(0, r, sizeof(*r));
+        crc = util_crc32c(crc, key, r->nkey);
+        crc = util_crc32c(crc, value, vlen);
+        struct rs_chunk c = { (uint32_t)len, 1, crc, 0 };
+        out_write(&c, sizeof(c));
+        out_write(r, sizeof(*r));
+        out_write(key, r->nkey);
+        out_write(value, vlen);
+        return;
+    }
+    memcpy(rs.chunk + rs.chunk_len, r, sizeof(*r));
+    memcpy(rs.chunk + rs.chunk_len + sizeof(*r), key, r->nkey);
+    if (vlen > 0)
+        memcpy(rs.chunk + rs.chunk_len + sizeof(*r) + r->nkey, value, vlen);
+    rs.chunk_len += len;
+    rs.chunk_count++;
+}
+
+static bool nvm_ref_push(uint64_t v)
+{
+    if (rs.nvm_n == rs.nvm_cap) {
+        size_t cap = rs.nvm_cap ? rs.nvm_cap * 2 : 4096;
+        uint64_t *n = realloc(rs.nvm_refs, cap * sizeof(*n));
+        if (n == NULL)
+            return false;
+        rs.nvm_refs = n;
+        rs.nvm_cap = cap;
+    }
+    rs.nvm_refs[rs.nvm_n++] = v;
+    return true;
+}
+
+/* arg: the pass; lower-tier items (true) or DRAM items (false). */
+static void save_item(item *it, void *arg)
+{
+    bool lower = *(const bool *)arg;
+    if (lower != ((it->it_flags & ITEM_META) != 0) ||
+        (it->it_flags & ITEM_TRANSIENT) || item_is_dead(it, NULL))
+        return;
+    rel_time_t now = mc_now();
+    uint32_t access = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
+    struct rs_rec r;
+    memset(&r, 0, sizeof(r));
+    r.tier = it->tier;
+    r.nkey = it->nkey;
+    r.it_flags = it->it_flags & RS_KEEP_FLAGS;
+    r.flags = it->flags;
+    r.nbytes = it->nbytes;
+    r.read_count = access & LLRU_COUNT_MASK;
+    r.exptime = it->exptime == 0 ? 0 : (int64_t)process_started + it->exptime;
+    rel_time_t t = item_time(it);
+    r.idle = now > t ? now - t : 0;
+    r.cas = it->cas;
+    if (!(it->it_flags & ITEM_META)) {
+        r.tier = TIER_DRAM;
+    } else if (it->tier == TIER_NVM) {
+        if (tac.nvm == NULL)
+            return;
+        r.ref = item_meta_ref(it) | it->lru_cls;
+        if (!nvm_ref_push(r.ref)) {
+            rs.out_failed = true;
+            return;
+        }
+    } else {
+        uint64_t ref = item_meta_ref(it);
+        size_t len = tac_tuple_size(it->nkey, it->nbytes);
+        if (tac.ssd == NULL || ref == 0)
+            return;
+        if (!tac_ssd_written(ref, len)) {
+            rs.lost++;          /* its buf never reached the device */
+            return;
+        }
+        rs.ssd_live[ssd_ref_page(ref)] += ssd_live_len(tac.ssd, len);
+        r.ref = ref;
+    }
+    rs.save.items[r.tier]++;
+    chunk_add(&r, ITEM_key(it), r.tier == TIER_DRAM ? ITEM_data(it) : NULL);
+}
+
+static void save_ssd_section(void)
+{
+    struct ssd_info info;
+    ssd_get_info(tac.ssd, &info);
+    uint32_t *used = calloc(info.bufs_per_page, sizeof(uint32_t));
+    uint32_t *first = calloc(info.bufs_per_page, sizeof(uint32_t));
+    if (used == NULL || first == NULL) {
+        rs.out_failed = true;
+    } else {
+        uint32_t crc = 0;
+        for (unsigned p = 0; p < info.npages; p++) {
+            struct ssd_page_state st;
+            if (rs.ssd_live[p] == 0 || !ssd_page_export(tac.ssd, p, &st, used, first))
+                continue;
+            struct rs_page rp = { st.page, st.version, 0, st.seq, rs.ssd_live[p] };
+            size_t n = info.bufs_per_page * sizeof(uint32_t);
+            out_write(&rp, sizeof(rp));
+            out_write(used, n);
+            out_write(first, n);
+            crc = util_crc32c(crc, &rp, sizeof(rp));
+            crc = util_crc32c(crc, used, n);
+            crc = util_crc32c(crc, first, n);
+            rs.save.ssd_count++;
+        }
+        rs.save.ssd_crc = crc;
+    }
+    free(used);
+    free(first);
+}
+
+static void save_abandon(void)
+{
+    if (rs.out != NULL)
+        fclose(rs.out);
+    rs.out = NULL;
+    if (rs.tmp != NULL)
+        unlink(rs.tmp);
+}
+
+bool tac_restart_save(void)
+{
+    rs.path = state_path();
+    if (rs.path == NULL)
+        return false;
+    size_t n = strlen(rs.path) + sizeof(".tmp");
+    rs.tmp = malloc(n);
+    rs.chunk = malloc(RS_CHUNK);
+    if (rs.tmp == NULL || rs.chunk == NULL)
+        goto fail;
+    snprintf(rs.tmp, n, "%s.tmp", rs.path);
+    rs.out = fopen(rs.tmp, "w");
+    if (rs.out == NULL) {
+        fprintf(stderr, "restart: cannot write %s: %s; the next start will "
+                "be empty\n", rs.tmp, strerror(errno));
+        goto fail;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        tac_ssd_flush();
+        rs.ssd_live = calloc(info.npages, sizeof(uint64_t));
+        if (rs.ssd_live == NULL)
+            goto fail;
+    }
+    memset(&rs.save, 0, sizeof(rs.save));
+    char zero[RS_HDR_SIZE] = { 0 };
+    out_write(zero, sizeof(zero));
+    rs.save.rec_off = rs.off;
+    /* Lower-tier items first: a restart links their small meta tuples
+     * before DRAM fills with whole items, which can move down when it does. */
+    bool lower = true;
+    assoc_each(save_item, &lower);
+    lower = false;
+    assoc_each(save_item, &lower);
+    chunk_flush();
+    struct rs_chunk end = { 0, 0, 0, 0 };
+    out_write(&end, sizeof(end));
+    if (tac.nvm != NULL) {
+        rs.save.nvm_off = rs.off;
+        rs.save.nvm_count = rs.nvm_n;
+        rs.save.nvm_crc = util_crc32c(0, rs.nvm_refs, rs.nvm_n * sizeof(uint64_t));
+        out_write(rs.nvm_refs, rs.nvm_n * sizeof(uint64_t));
+    }
+    if (tac.ssd != NULL) {
+        rs.save.ssd_off = rs.off;
+        save_ssd_section();
+    }
+    if (rs.lost > 0)
+        fprintf(stderr, "restart: %llu SSD items were in bufs that could not "
+                "be written; they are not saved\n", (unsigned long long)rs.lost);
+    if (rs.out_failed || fflush(rs.out) != 0 || fsync(fileno(rs.out)) != 0) {
+        fprintf(stderr, "restart: writing %s failed (%s); the next start will "
+                "be empty\n", rs.tmp, strerror(errno ? errno : EIO));
+        goto fail;
+    }
+    rs.save.last_cas = item_last_cas();
+    rs.save.last_seq = tac_tuple_last_seq();
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        rs.save.nvm_open_count = info.open_count;
+        rs.save.nvm_capacity = info.capacity;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        rs.save.ssd_size = info.size;
+        rs.save.ssd_page_size = info.page_size;
+        rs.save.ssd_buf_size = info.buf_size;
+    }
+    return true;
+fail:
+    save_abandon();
+    return false;
+}
+
+void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
+{
+    if (rs.out == NULL)
+        return;
+    struct rs_header *h = &rs.save;
+    memcpy(h->magic, RS_MAGIC, sizeof(h->magic));
+    h->version = RS_VERSION;
+    h->header_size = sizeof(*h);
+    h->stop_time = (int64_t)time(NULL);
+    /* A tier that did not close clean keeps nothing: its records are
+     * dropped at the next start. */
+    if (!nvm_clean)
+        h->nvm_open_count = 0;
+    h->ssd_generation = ssd_generation;
+    h->checksum = header_crc(h);
+    bool ok = fseek(rs.out, 0, SEEK_SET) == 0 &&
+              fwrite(h, sizeof(*h), 1, rs.out) == 1 &&
+              fflush(rs.out) == 0 && fsync(fileno(rs.out)) == 0;
+    ok = fclose(rs.out) == 0 && ok;
+    rs.out = NULL;
+    if (ok && rename(rs.tmp, rs.path) == 0) {
+        char *dir = strdup(rs.path);
+        int dfd = dir != NULL ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+        fprintf(stderr, "restart: saved %llu DRAM, %llu NVM and %llu SSD items "
+                "to %s\n", (unsigned long long)h->items[TIER_DRAM],
+                (unsigned long long)h->items[TIER_NVM],
+                (unsigned long long)h->items[TIER_SSD], rs.path);
+    } else {
+        fprintf(stderr, "restart: cannot write %s (%s); the next start will be "
+                "empty\n", rs.path, strerror(errno));
+        unlink(rs.tmp);
+    }
+}
+
+
+/* ---- Loading (the next start) ------------------------------------------- */
+
+static bool read_at(void *buf, size_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(rs.fd, p, n, (off_t)off);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            return false;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return true;
+}
+
+/* Reads a section of n bytes at off whose CRC32C must be crc; NULL when
+ * it cannot be read, does not match, or DRAM is short. */
+static void *read_section(uint64_t off, size_t n, uint32_t crc)
+{
+    void *buf = malloc(n > 0 ? n : 1);
+    if (buf != NULL && (!read_at(buf, n, off) || util_crc32c(0, buf, n) != crc)) {
+        free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
+static bool load_nvm_section(void)
+{
+    size_t n = rs.hdr.nvm_count;
+    if (n > SIZE_MAX / sizeof(uint64_t))
+        return false;
+    uint64_t *refs = read_section(rs.hdr.nvm_off, n * sizeof(uint64_t), rs.hdr.nvm_crc);
+    if (refs == NULL)
+        return false;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = nvm_adopt(tac.nvm, refs[i] & ~(uint64_t)0xff, (unsigned)(refs[i] & 0xff));
+    free(refs);
+    /* Adopted slots stay taken even when a later one failed: nothing
+     * references them, so they are lost until the next restart, but no
+     * slot is ever handed out twice. */
+    if (!nvm_adopt_done(tac.nvm))
+        fprintf(stderr, "restart: out of DRAM for the NVM free lists\n");
+    return ok;
+}
+
+static bool load_ssd_section(void)
+{
+    struct ssd_info info;
+    ssd_get_info(tac.ssd, &info);
+    size_t per = sizeof(struct rs_page) + 2 * (size_t)info.bufs_per_page * sizeof(uint32_t);
+    if (rs.hdr.ssd_count > info.npages)
+        return false;
+    char *sec = read_section(rs.hdr.ssd_off, per * rs.hdr.ssd_count, rs.hdr.ssd_crc);
+    if (sec == NULL)
+        return false;
+    bool ok = true;
+    for (uint64_t i = 0; i < rs.hdr.ssd_count && ok; i++) {
+        const char *p = sec + i * per;
+        struct rs_page rp;
+        memcpy(&rp, p, sizeof(rp));
+        const uint32_t *used = (const uint32_t *)(p + sizeof(rp));
+        struct ssd_page_state st = { rp.page, rp.version, rp.seq, rp.live };
+        ok = ssd_adopt_page(tac.ssd, &st, used, used + info.bufs_per_page);
+    }
+    free(sec);
+    ssd_adopt_done(tac.ssd);
+    return ok;
+}
+
+static bool header_usable(const struct rs_header *h)
+{
+    return memcmp(h->magic, RS_MAGIC, sizeof(h->magic)) == 0 &&
+           h->version == RS_VERSION && h->header_size == sizeof(*h) &&
+           h->checksum == header_crc(h);
+}
+
+/* Whether the NVM and SSD parts of the state fit the tier files as they
+ * were found: closed clean by that very stop, same sizes. */
+static void match_tiers(void)
+{
+    const struct rs_header *h = &rs.hdr;
+    if (h->nvm_open_count != 0 && tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        rs.nvm_ok = info.prev_state == NVM_PREV_CLEAN &&
+                    info.prev_open_count == h->nvm_open_count &&
+                    info.capacity == h->nvm_capacity;
+    }
+    if (h->ssd_generation != 0 && tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        rs.ssd_ok = info.prev_state == SSD_PREV_CLEAN &&
+                    info.prev_generation == h->ssd_generation &&
+                    info.size == h->ssd_size && info.page_size == h->ssd_page_size &&
+                    info.buf_size == h->ssd_buf_size;
+    }
+    if (h->items[TIER_NVM] > 0 && !rs.nvm_ok)
+        fprintf(stderr, "restart: the NVM tier file is not the one the stop "
+                "closed (or there is no NVM tier now); its %llu items are not "
+                "brought back\n", (unsigned long long)h->items[TIER_NVM]);
+    if (h->items[TIER_SSD] > 0 && !rs.ssd_ok)
+        fprintf(stderr, "restart: the SSD tier file is not the one the stop "
+                "closed (or there is no SSD tier now); its %llu items are not "
+                "brought back\n", (unsigned long long)h->items[TIER_SSD]);
+}
+
+/* A tier file that holds data of an earlier run, with no state to trust
+ * it by: what it holds is not brought back. */
+static void note_unrecovered_tiers(const char *why)
+{
+    bool dirty = false, clean = false;
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        dirty |= info.prev_state == NVM_PREV_DIRTY;
+        clean |= info.prev_state == NVM_PREV_CLEAN;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        dirty |= info.prev_state == SSD_PREV_DIRTY;
+        clean |= info.prev_state == SSD_PREV_CLEAN;
+    }
+    if (dirty || clean)
+        fprintf(stderr, "restart: the tier files hold data of an earlier run "
+                "that %s; %s; starting empty\n",
+                dirty ? "did not stop gracefully (crash recovery is not "
+                        "implemented yet)" : "left no restart state", why);
+}
+
+void tac_restart_prepare(void)
+{
+    stats_register();
+    char *path = state_path();
+    if (!settings.recovery) {
+        set_state(RS_OFF);
+        if (path != NULL)
+            unlink(path);       /* nothing will match it after this run */
+        free(path);
+        return;
+    }
+    set_state(RS_NONE);
+    if (path == NULL) {
+        note_unrecovered_tiers("there is nowhere to keep one (give -e FILE)");
+        return;
+    }
+    rs.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (rs.fd < 0) {
+        if (errno != ENOENT)
+            fprintf(stderr, "restart: cannot read %s: %s\n", path, strerror(errno));
+        note_unrecovered_tiers("no state file");
+        free(path);
+        return;
+    }
+    rs.path = path;
+    if (!read_at(&rs.hdr, sizeof(rs.hdr), 0) || !header_usable(&rs.hdr)) {
+        fprintf(stderr, "restart: %s is not a complete restart state of this "
+                "version; starting empty\n", path);
+        note_unrecovered_tiers("the state file is unusable");
+        set_state(RS_FAILED);
+        close(rs.fd);
+        rs.fd = -1;
+        return;
+    }
+    match_tiers();
+    if (rs.nvm_ok && !load_nvm_section()) {
+        fprintf(stderr, "restart: the NVM section of %s is damaged; NVM items "
+                "are not brought back\n", path);
+        rs.nvm_ok = false;
+    }
+    if (rs.ssd_ok && !load_ssd_section()) {
+        fprintf(stderr, "restart: the SSD section of %s is damaged; SSD items "
+                "are not brought back\n", path);
+        rs.ssd_ok = false;
+    }
+    item_cas_floor(rs.hdr.last_cas);
+    tac_tuple_seq_floor(rs.hdr.last_seq);
+    items_recovery_begin();
+    __atomic_store_n(&rs.started_ns, util_now_ns(), __ATOMIC_RELAXED);
+    set_state(RS_RUNNING);
+}
+
+/* Frees the lower-tier space of a record that is not brought back. */
+static void record_release(const struct rs_rec *r)
+{
+    if (r->tier == TIER_NVM && rs.nvm_ok)
+        nvm_free(tac.nvm, r->ref & ~(uint64_t)0xff);
+    else if (r->tier == TIER_SSD && rs.ssd_ok)
+        ssd_mark_dead(tac.ssd, r->ref, tac_tuple_size(r->nkey, r->nbytes));
+}
+
+static void count(uint64_t *c)
+{
+    __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* Brings one record back: linked if its key is still untouched. */
+static void restore_record(const struct rs_rec *r, const char *key, const char *value)
+{
+    if ((r->tier == TIER_NVM && !rs.nvm_ok) || (r->tier == TIER_SSD && !rs.ssd_ok)) {
+        count(&rs.dropped);
+        return;
+    }
+    rel_time_t now = mc_now();
+    rel_time_t exptime = 0;
+    if (r->exptime != 0) {
+        int64_t rel = r->exptime - (int64_t)process_started;
+        if (rel <= (int64_t)now) {
+            count(&rs.stale);           /* expired while the server was down */
+            record_release(r);
+            return;
+        }
+        exptime = rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+    }
+    rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
+    uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
+    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
+    uint32_t hv = item_hash(key, r->nkey);
+
+    item *it;
+    if (r->tier == TIER_DRAM) {
+        it = item_alloc(key, r->nkey, r->flags, exptime, r->nbytes, part);
+        if (it != NULL)
+            memcpy(ITEM_data(it), value, r->nbytes);
+    } else {
+        union {
+            item it;
+            char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
+        } tmpl;
+        item *src = &tmpl.it;
+        memset(src, 0, sizeof(item));
+        src->tier = TIER_DRAM;          /* the full layout: key in data */
+        src->nkey = r->nkey;
+        src->nbytes = r->nbytes;
+        src->flags = r->flags;
+        src->exptime = exptime;
+        src->cas = r->cas;
+        src->access = access;
+        src->time = t;
+        src->it_flags = r->it_flags & RS_KEEP_FLAGS;
+        memcpy(src->data, key, r->nkey);
+        src->data[r->nkey] = '\0';
+        if (r->tier == TIER_NVM)
+            it = item_alloc_meta(src, TIER_NVM, (unsigned)(r->ref & 0xff),
+                                 r->ref & ~(uint64_t)0xff, part, false);
+        else
+            it = tac_ssd_meta_adopt(src, r->ref, part);
+    }
+    if (it == NULL) {
+        count(&rs.dropped);             /* no DRAM for it */
+        record_release(r);
+        return;
+    }
+    item_lock(hv);
+    bool linked = false;
+    if (do_item_recovery_written(hv) || assoc_find(key, r->nkey, hv) != NULL) {
+        count(&rs.stale);
+    } else if (r->tier != TIER_DRAM || !(it->it_flags & ITEM_STAGING)) {
+        it->cas = r->cas;
+        it->access = access;
+        if (!item_compact(it))          /* a compact item has no time */
+            it->time = t;
+        it->it_flags |= r->it_flags & RS_KEEP_FLAGS;
+        do_item_link(it, hv, true);
+        linked = true;
+    } else if (do_item_store(it, STORE_ADD, 0, NULL, hv, part) == STORE_STORED) {
+        /* DRAM is full: the store put it into a lower tier, under a new
+         * CAS that nobody has seen yet. */
+        item *l = assoc_find(key, r->nkey, hv);
+        if (l != NULL) {
+            l->cas = r->cas;
+            l->access = access;
+            if (!item_compact(l))
+                l->time = t;
+        }
+        linked = true;
+    } else {
+        count(&rs.dropped);
+    }
+    item_unlock(hv);
+    if (linked) {
+        count(&rs.items);
+        __atomic_add_fetch(&rs.bytes, r->nbytes, __ATOMIC_RELAXED);
+    }
+    /* An unlinked meta tuple's last release frees its slot (the tier
+     * operations' release). */
+    item_release(it);
+}
+
+/* Walks one chunk's records; false when they do not parse. */
+static bool restore_chunk(const char *p, size_t len, uint32_t n)
+{
+    const char *end = p + len;
+    for (uint32_t i = 0; i < n; i++) {
+        struct rs_rec r;
+        if ((size_t)(end - p) < sizeof(r))
+            return false;
+        memcpy(&r, p, sizeof(r));
+        size_t vlen = r.tier == TIER_DRAM ? r.nbytes : 0;
+        if (r.tier >= TIER_COUNT || r.nkey == 0 || r.nkey > KEY_MAX_LENGTH ||
+            r.nbytes < 2 || (size_t)(end - p) - sizeof(r) < (size_t)r.nkey + vlen)
+            return false;
+        const char *key = p + sizeof(r);
+        restore_record(&r, key, key + r.nkey);
+        p = key + r.nkey + vlen;
+    }
+    return p == end;
+}
+
+static void *recover_main(void *arg)
+{
+    (void)arg;
+    uint64_t off = rs.hdr.rec_off;
+    size_t cap = RS_CHUNK;
+    char *buf = malloc(cap);
+    bool ok = buf != NULL;
+    while (ok) {
+        struct rs_chunk c;
+        if (!read_at(&c, sizeof(c), off)) {
+            ok = false;
+            break;
+        }
+        off += sizeof(c);
+        if (c.len == 0)
+            break;
+        if (c.len > cap) {
+            char *n = realloc(buf, c.len);
+            if (n == NULL) {
+                ok = false;
+                break;
+            }
+            buf = n;
+            cap = c.len;
+        }
+        if (!read_at(buf, c.len, off) || util_crc32c(0, buf, c.len) != c.crc ||
+            !restore_chunk(buf, c.len, c.count)) {
+            __atomic_add_fetch(&rs.dropped, c.count, __ATOMIC_RELAXED);
+            ok = false;
+            break;
+        }
+        off += c.len;
+    }
+    free(buf);
+    items_recovery_end();
+    close(rs.fd);
+    rs.fd = -1;
+    __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
+    set_state(ok ? RS_DONE : RS_FAILED);
+    fprintf(stderr, "restart: %s: %llu items (%llu value bytes) back in %.2f s; "
+            "%llu dropped, %llu skipped (written meanwhile, or expired)\n",
+            ok ? "done" : "the state file is damaged past this point",
+            (unsigned long long)stat_items(), (unsigned long long)stat_bytes(),
+            (double)rs.took_ns / 1e9, (unsigned long long)stat_dropped(),
+            (unsigned long long)stat_stale());
+    return NULL;
+}
+
+void tac_restart_run(void)
+{
+    if (rs.fd < 0)
+        return;
+    /* From now on the server serves and changes things: a later start must
+     * never read this state again. */
+    unlink(rs.path);
+    if (pthread_create(&rs.thread, NULL, recover_main, NULL) != 0) {
+        fprintf(stderr, "restart: cannot start the recovery thread; starting "
+                "empty\n");
+        items_recovery_end();
+        set_state(RS_FAILED);
+        return;
+    }
+    rs.thread_running = true;
+}
+
+void tac_restart_wait(void)
+{
+    if (rs.thread_running)
+        pthread_join(rs.thread, NULL);
+    rs.thread_running = false;
+}
