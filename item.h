@@ -28,6 +28,8 @@
                                    reader, or a staging item (below) */
 #define ITEM_STAGING    0x0200  /* transient item taking a new value when
                                    DRAM is full; stored into a lower tier */
+#define ITEM_WAS_LOWER  0x0400  /* DRAM item brought up from NVM or SSD: its
+                                   version may still lie there (restart) */
 
 /* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same

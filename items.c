@@ -115,11 +115,46 @@ static bool crawler_in_lru;
 
 /* ---- CAS. ---------------------------------------------------------- */
 
+static uint64_t cas_limit = UINT64_MAX;    /* atomic */
+static void (*cas_reserve)(uint64_t cas);   /* set before threads start */
+
 uint64_t item_next_cas(void)
 {
     if (!settings.use_cas)
         return 0;
-    return __atomic_add_fetch(&cas_id, 1, __ATOMIC_RELAXED);
+    uint64_t v = __atomic_add_fetch(&cas_id, 1, __ATOMIC_RELAXED);
+    if (__builtin_expect(v >= __atomic_load_n(&cas_limit, __ATOMIC_RELAXED), 0) &&
+        cas_reserve != NULL)
+        cas_reserve(v);
+    return v;
+}
+
+void items_set_cas_reserve(void (*fn)(uint64_t cas))
+{
+    cas_reserve = fn;
+}
+
+void item_cas_set_limit(uint64_t limit)
+{
+    __atomic_store_n(&cas_limit, limit, __ATOMIC_RELAXED);
+}
+
+/* The version of `it` is going away (replaced, deleted, touched shorter):
+ * if it has or had a copy in a lower tier, the tier policy records that
+ * durably before the client hears.  Item lock held. */
+static inline void lower_invalidate(const item *it)
+{
+    if ((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) && tier_ops != NULL &&
+        tier_ops->invalidate != NULL)
+        tier_ops->invalidate(ITEM_key(it), it->nkey);
+}
+
+/* A touch: a shorter life than the lower-tier copy says is recorded too. */
+static inline void set_exptime(item *it, rel_time_t exptime)
+{
+    if (exptime != 0 && (it->exptime == 0 || exptime < it->exptime))
+        lower_invalidate(it);
+    it->exptime = exptime;
 }
 
 uint64_t item_last_cas(void)
@@ -356,6 +391,8 @@ void item_flush(rel_time_t when)
             __atomic_store_n(&oldest_cas, item_next_cas(), __ATOMIC_RELAXED);
     }
     __atomic_store_n(&oldest_live, mark, __ATOMIC_RELEASE);
+    if (tier_ops != NULL && tier_ops->flush != NULL)
+        tier_ops->flush();
     if (__atomic_load_n(&rec_active, __ATOMIC_RELAXED))
         __atomic_store_n(&rec_flushed, true, __ATOMIC_RELAXED);
 }
@@ -421,6 +458,7 @@ void do_item_unlink(item *it, uint32_t hv)
 
 void do_item_replace(item *old, item *new_it, uint32_t hv)
 {
+    lower_invalidate(old);
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, false);
 }
@@ -713,8 +751,9 @@ item *item_alloc_promote(const item *meta, int partition)
     it->cas = meta->cas;
     it->time = item_time(meta);
     it->access = __atomic_load_n(&meta->access, __ATOMIC_RELAXED);
-    it->it_flags = meta->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
-                                     ITEM_TOKEN_SENT | ITEM_STALE);
+    it->it_flags = ITEM_WAS_LOWER |
+                   (meta->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
+                                      ITEM_TOKEN_SENT | ITEM_STALE));
     __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     return it;
 }
@@ -1029,7 +1068,7 @@ static void mg_apply(struct item_mg *mg, item *it)
         switch (mg->op[i]) {
         case MG_TOUCH:
             mg->ttl_set = true;
-            it->exptime = mg->touch_exptime;
+            set_exptime(it, mg->touch_exptime);
             break;
         case MG_VIVIFY:
             if (mg->created) {
@@ -1084,7 +1123,7 @@ enum item_answer item_read(const struct item_read *rq, item **out,
         a = ITEM_MISS;
     } else {
         if (rq->touch)
-            it->exptime = rq->exptime;
+            set_exptime(it, rq->exptime);
         if (rq->mg != NULL) {
             mg_apply(rq->mg, it);
             if (rq->bump)
@@ -1121,7 +1160,7 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, why, true);
     if (it != NULL)
-        it->exptime = exptime;
+        set_exptime(it, exptime);
     item_unlock(hv);
     return it;
 }
@@ -1415,6 +1454,8 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
      * index and this caller are the only references). */
     if ((size_t)len + 2 <= it->nbytes && refcount_load(it) == 2 &&
         it->tier == TIER_DRAM) {
+        lower_invalidate(it);       /* a new version, though in place */
+        rec_mark(hv);
         memcpy(ITEM_data(it), out, (size_t)len);
         memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);
         it->cas = item_next_cas();
@@ -1476,10 +1517,12 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
     if (it == NULL) {
         res = DELETE_NOT_FOUND;
     } else {
-        if (req_cas != 0 && it->cas != req_cas)
+        if (req_cas != 0 && it->cas != req_cas) {
             res = DELETE_EXISTS;
-        else
+        } else {
+            lower_invalidate(it);
             do_item_unlink(it, hv);
+        }
         item_release(it);
     }
     item_unlock(hv);
@@ -1503,12 +1546,13 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
         res = DELETE_EXISTS;
     } else if (md->stale) {
         if (md->new_ttl)
-            it->exptime = md->exptime;
+            set_exptime(it, md->exptime);
         it->it_flags |= ITEM_STALE;
         it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
         it->cas = md->set_cas ? md->cas : item_next_cas();
         res = DELETE_STALE;
     } else {
+        lower_invalidate(it);
         do_item_unlink(it, hv);
     }
     item_unlock(hv);

@@ -150,6 +150,13 @@ uint64_t item_next_cas(void);
  * than cas (a restart continues above what it recovered). */
 uint64_t item_last_cas(void);
 void item_cas_floor(uint64_t cas);
+/* Crash recovery keeps CAS ids above any issued before a crash: once a CAS
+ * id reaches the limit, fn(cas) runs (any thread, no lock held by items.c
+ * but maybe the caller's item lock) and must raise the limit with
+ * item_cas_set_limit after reserving ids past it durably.  fn is set
+ * before threads start. */
+void items_set_cas_reserve(void (*fn)(uint64_t cas));
+void item_cas_set_limit(uint64_t limit);
 
 /*
  * While a restart brings items back in the background (tac/restart.c),
@@ -481,6 +488,14 @@ struct item_tier_ops {
      * a lower tier: called with item_lock(hv) held and `it` pinned,
      * before it is unlinked; true if it was kept (see item_evict_hook_fn). */
     bool (*demote)(item *it, uint32_t hv);
+    /* Optional (crash recovery): the version of this key that has, or
+     * had, a copy in a lower tier is being replaced, deleted or given a
+     * shorter life: record it durably now, before the client hears, so
+     * that a restart after a crash never brings that copy back.  Item
+     * lock held. */
+    void (*invalidate)(const char *key, size_t nkey);
+    /* Optional: flush_all ran (every copy written before is dead). */
+    void (*flush)(void);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

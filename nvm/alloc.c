@@ -164,6 +164,28 @@ static bool do_stack_reserve(struct nvm_region *r, struct nvm_part *p,
     return true;
 }
 
+/* Gives page its class (0: none), in the caller's durable map too. */
+static void page_class_set(struct nvm_region *r, uint64_t page, unsigned cls)
+{
+    NVM_STORE(&r->page_class[page], (uint8_t)cls);
+    uint8_t *map = NVM_LOAD(&r->class_map);
+    if (map != NULL)
+        __atomic_store_n(&map[page], (uint8_t)cls, __ATOMIC_RELAXED);
+}
+
+void nvm_set_class_map(struct nvm_region *r, uint8_t *map)
+{
+    if (map != NULL)
+        for (uint64_t p = 0; p < r->npages; p++)
+            map[p] = NVM_LOAD(&r->page_class[p]);
+    NVM_STORE(&r->class_map, map);
+}
+
+uint64_t nvm_npages(const struct nvm_region *r)
+{
+    return r->npages;
+}
+
 /* An emptied page (see "Draining a page"), taken at most once. */
 static bool ready_take(struct nvm_region *r, uint64_t *page)
 {
@@ -187,7 +209,7 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
             if (!ready_take(r, &n))
                 return false;
             NVM_STORE(&r->page_owner[n], (uint8_t)part);
-            NVM_STORE(&r->page_class[n], (uint8_t)cls);
+            page_class_set(r, n, cls);
             *page = n;
             return true;
         }
@@ -201,7 +223,7 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
         n++;
     }
     NVM_STORE(&r->page_owner[n], (uint8_t)part);
-    NVM_STORE(&r->page_class[n], (uint8_t)cls);
+    page_class_set(r, n, cls);
     *page = n;
     return true;
 }
@@ -243,7 +265,7 @@ bool nvm_adopt(struct nvm_region *r, uint64_t ref, unsigned cls)
     if (bit_get(r->adopted, bit))
         return false;
     bit_set(r->adopted, bit);
-    r->page_class[page] = (uint8_t)cls;
+    page_class_set(r, page, cls);
     c->used++;
     r->bytes_used += c->slot_size;
     return true;
@@ -381,7 +403,7 @@ static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
         if (!page_reuse(r, cls, &page))
             return 0;
         NVM_STORE(&r->page_owner[page], (uint8_t)part);
-        NVM_STORE(&r->page_class[page], (uint8_t)cls);
+        page_class_set(r, page, cls);
         NVM_ADD(&r->pages_reused, 1);
     }
     p->owned += c->per_page;
@@ -421,7 +443,7 @@ static void bit_set(uint64_t *map, uint64_t i)
 static void do_drain_done(struct nvm_region *r, struct nvm_class *c,
                           uint64_t page)
 {
-    NVM_STORE(&r->page_class[page], 0);
+    page_class_set(r, page, 0);
     NVM_SUB(&c->pages, 1);
     NVM_STORE(&r->drain_page, NVM_NO_PAGE);
     NVM_ADD(&r->pages_drained, 1);

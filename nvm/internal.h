@@ -76,6 +76,8 @@ struct nvm_region {
     uint8_t *page_class;    /* [npages]; atomic; 0 = not handed out */
     uint8_t *page_owner;    /* [npages]; atomic; owning partition */
     uint64_t adopted_ahead; /* atomic: adopted pages at or past next_page */
+    uint8_t *class_map;     /* atomic pointer: the caller's durable copy of
+                               page_class (nvm_set_class_map), or NULL */
     uint64_t *adopted;      /* nvm_adopt's slot bitmap until nvm_adopt_done */
 
     /* Reuse of wholly free pages by another class (alloc.c, page_reuse). */

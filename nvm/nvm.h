@@ -151,6 +151,15 @@ void nvm_free(struct nvm_region *r, uint64_t ref);
 bool nvm_adopt(struct nvm_region *r, uint64_t ref, unsigned cls);
 bool nvm_adopt_done(struct nvm_region *r);
 
+/* A copy of the page -> class map that outlives the process (crash
+ * recovery reads it to know how each page is cut into slots): map has
+ * nvm_npages() bytes, class 0 for a page no class holds.  This call fills
+ * it from the allocator; from then on every change of a page's class is
+ * stored there too, before any slot of the page is handed out.  NULL
+ * detaches it.  Set before other threads use r. */
+void nvm_set_class_map(struct nvm_region *r, uint8_t *map);
+uint64_t nvm_npages(const struct nvm_region *r);
+
 /* ---- Draining a page (the caller's page mover) --------------------------
  * When a class needs a page and none is free while other classes hold many
  * free slots, the caller can empty a page and so hand it over:

@@ -209,6 +209,7 @@ void ssd_buf_write_done(struct ssd_buf *b, int err)
     b->cb(b->arg, b, st);
     if (st == SSD_OK) {
         pthread_mutex_lock(&s->lock);
+        do_table_buf_written(s, b);
         do_buf_unlink(s, b);
         pthread_mutex_unlock(&s->lock);
         ssd_buf_unref(b);

@@ -125,6 +125,8 @@ struct ssd_store {
     uint64_t prev_generation;   /* of the header found at open (0: none) */
 
     pthread_mutex_t lock;
+    uint32_t *table;              /* the caller's durable page table
+                                     (ssd_set_table), or NULL; lock */
     struct ssd_page *pages;       /* npages */
     uint32_t *buf_used;           /* npages * bufs_per_page; lock */
     uint32_t *buf_first;          /* per slot: first slot of its buf; lock */
@@ -179,6 +181,9 @@ void do_page_buf_done(struct ssd_store *s, unsigned page);
  * finished first).  Returns the page id, or -1 with *st set. */
 int do_page_take_slot(struct ssd_store *s, int page, unsigned keep_free,
                       unsigned nslots, unsigned *slot, enum ssd_status *st);
+
+/* Lock held: b's write succeeded; the durable table says so. */
+void do_table_buf_written(struct ssd_store *s, const struct ssd_buf *b);
 
 /* buf.c */
 /* err: 0 on success, else the errno of the failed write (EIO for a

@@ -120,6 +120,7 @@ struct ssd_info {
     unsigned npages, bufs_per_page;
     enum ssd_prev_state prev_state;
     uint64_t prev_generation;      /* of the header found (0: none) */
+    uint64_t generation;           /* of the header this open wrote */
 };
 
 /*
@@ -234,8 +235,36 @@ bool ssd_page_export(struct ssd_store *s, unsigned page,
 bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
                     const uint32_t *buf_used, const uint32_t *buf_first);
 void ssd_adopt_done(struct ssd_store *s);
+/* A tuple of len bytes at ref, found live by a scan of an adopted page:
+ * its page's live bytes grow by ssd_live_len(len).  False when ref's page
+ * is free or of another version. */
+bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len);
 /* Waits until no buf write or device read is in flight. */
 void ssd_wait_idle(struct ssd_store *s);
+
+/* ---- The durable page table (crash recovery) ------------------------------
+ * A copy of what each page holds that outlives the process: the caller
+ * gives ssd_table_words() uint32 words (a MAP_SHARED file, say), laid out
+ * per page as [version][open order][used of slot 0 .. bufs_per_page - 1]
+ * (SSD_TABLE_HDR words before the slots; the open order is the page's seq,
+ * low 32 bits).  A slot's
+ * word is the bytes its buf holds (0: nothing written in this life of the
+ * page) at the buf's first slot, and SSD_TABLE_CONT at the other slots of
+ * a buf spanning several.  ssd_set_table fills it from the store; from then
+ * on a slot's word is stored when its buf's write has completed, and a
+ * reclaimed page's slots are cleared before its new version is stored.  A
+ * restart after a crash reads only the bufs it names, so nothing of a
+ * page's earlier lives is taken for current.  NULL detaches it.
+ */
+#define SSD_TABLE_CONT 0xffffffffu
+#define SSD_TABLE_HDR 2u
+size_t ssd_table_words(const struct ssd_store *s);
+void ssd_set_table(struct ssd_store *s, uint32_t *table);
+/* The seq of the page opened last, and the lowest seq of a page in use
+ * (the clock's next value when none is): a page opened after a moment
+ * holds nothing written before it but copies of tuples live then. */
+uint64_t ssd_page_clock(struct ssd_store *s);
+uint64_t ssd_oldest_page_seq(struct ssd_store *s);
 
 /* ---- Write bufs ----------------------------------------------------------
  * Life of a buf: open -> append* -> submit -> callback.  On success the

@@ -444,6 +444,7 @@ void ssd_get_info(const struct ssd_store *s, struct ssd_info *out)
     out->bufs_per_page = s->bufs_per_page;
     out->prev_state = s->prev_state;
     out->prev_generation = s->prev_generation;
+    out->generation = s->generation;
 }
 
 void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out)
@@ -465,6 +466,8 @@ bool ssd_ref_current(const struct ssd_store *s, uint64_t ref)
            ssd_ref_version(ref);
 }
 
+static uint32_t *do_table_page(struct ssd_store *s, unsigned page);
+
 /* Lock held. */
 static int do_page_alloc(struct ssd_store *s)
 {
@@ -476,6 +479,9 @@ static int do_page_alloc(struct ssd_store *s)
     p->next_free = -1;
     p->state = PAGE_OPEN;
     p->seq = ++s->page_seq;
+    if (s->table != NULL)
+        __atomic_store_n(&do_table_page(s, (unsigned)id)[1], (uint32_t)p->seq,
+                         __ATOMIC_RELAXED);
     p->next_slot = 0;
     p->bufs_out = 0;
     p->live = 0;
@@ -488,12 +494,27 @@ static int do_page_alloc(struct ssd_store *s)
     return id;
 }
 
+/* Lock held: the durable table's entries for page: its version, then its
+ * slots' used lengths. */
+static uint32_t *do_table_page(struct ssd_store *s, unsigned page)
+{
+    return s->table + (size_t)page * (SSD_TABLE_HDR + s->bufs_per_page);
+}
+
 /* Lock held: page is SEALED with no live bytes. */
 static void do_page_reclaim(struct ssd_store *s, unsigned id)
 {
     struct ssd_page *p = &s->pages[id];
     uint32_t v = atomic_load_explicit(&p->version, memory_order_relaxed);
     v = v == UINT16_MAX ? 1 : v + 1;
+    if (s->table != NULL) {
+        /* Its bufs first, then the version: a crash between the two leaves
+         * an empty page of the old version, never old bufs under a new one. */
+        uint32_t *t = do_table_page(s, id);
+        for (unsigned i = 0; i < s->bufs_per_page; i++)
+            __atomic_store_n(&t[SSD_TABLE_HDR + i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&t[0], v, __ATOMIC_RELEASE);
+    }
     atomic_store_explicit(&p->version, v, memory_order_release);
     p->state = PAGE_FREE;
     p->next_free = s->free_head;
@@ -762,6 +783,24 @@ bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
     return ok;
 }
 
+bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len)
+{
+    unsigned id = ssd_ref_page(ref);
+    if (ref == 0 || id >= s->npages)
+        return false;
+    len = ssd_live_len(s, len);
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[id];
+    bool ok = atomic_load_explicit(&p->version, memory_order_relaxed) ==
+              ssd_ref_version(ref) && p->state != PAGE_FREE;
+    if (ok) {
+        p->live += len;
+        ST_ADD(s, live_bytes, len);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
 void ssd_adopt_done(struct ssd_store *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -785,4 +824,62 @@ void ssd_adopt_done(struct ssd_store *s)
     atomic_store(&s->st_pages_free, nfree);
     atomic_store(&s->st_pages_used, s->npages - nfree);
     pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- The durable page table ---------------------------------------------- */
+
+size_t ssd_table_words(const struct ssd_store *s)
+{
+    return (size_t)s->npages * (SSD_TABLE_HDR + s->bufs_per_page);
+}
+
+void ssd_set_table(struct ssd_store *s, uint32_t *table)
+{
+    pthread_mutex_lock(&s->lock);
+    s->table = table;
+    for (unsigned p = 0; table != NULL && p < s->npages; p++) {
+        uint32_t *t = do_table_page(s, p);
+        const struct ssd_page *pg = &s->pages[p];
+        t[0] = atomic_load(&pg->version);
+        t[1] = (uint32_t)pg->seq;
+        for (unsigned i = 0; i < s->bufs_per_page; i++) {
+            size_t k = (size_t)p * s->bufs_per_page + i;
+            if (pg->state == PAGE_FREE)
+                t[SSD_TABLE_HDR + i] = 0;
+            else if (s->buf_first[k] != i)
+                t[SSD_TABLE_HDR + i] = SSD_TABLE_CONT;
+            else
+                t[SSD_TABLE_HDR + i] = s->buf_used[k];
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void do_table_buf_written(struct ssd_store *s, const struct ssd_buf *b)
+{
+    if (s->table == NULL)
+        return;
+    uint32_t *t = do_table_page(s, b->page) + SSD_TABLE_HDR;
+    for (unsigned i = 1; i < b->nslots; i++)
+        __atomic_store_n(&t[b->slot + i], SSD_TABLE_CONT, __ATOMIC_RELAXED);
+    __atomic_store_n(&t[b->slot], (uint32_t)b->used, __ATOMIC_RELEASE);
+}
+
+uint64_t ssd_page_clock(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t c = s->page_seq;
+    pthread_mutex_unlock(&s->lock);
+    return c;
+}
+
+uint64_t ssd_oldest_page_seq(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t min = s->page_seq + 1;
+    for (unsigned p = 0; p < s->npages; p++)
+        if (s->pages[p].state != PAGE_FREE && s->pages[p].seq < min)
+            min = s->pages[p].seq;
+    pthread_mutex_unlock(&s->lock);
+    return min;
 }

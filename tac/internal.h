@@ -218,8 +218,47 @@ void tac_ssd_stats_settings(struct stat_sink *s);
  * unlinked meta tuple (refcount 1) for src whose tuple is at ref, counted
  * as an SSD item; NULL when DRAM has no chunk (no slab reserve). */
 void tac_ssd_flush(void);
+/* Crash recovery: reads the whole buf at ref (its first byte) and calls
+ * fn for each tuple in it whose checksum holds, with its reference; each
+ * damaged one counts in *damaged, and the walk ends at one whose header
+ * makes no sense.  False when the read fails. */
+bool tac_ssd_scan_buf(uint64_t ref, struct tac_iobuf *io,
+                      void (*fn)(uint64_t tref, const char *tuple, void *arg),
+                      void *arg, uint64_t *damaged);
 bool tac_ssd_written(uint64_t ref, size_t len);
 item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition);
+
+/* Crash recovery's journal (journal.c): a MAP_SHARED file beside the
+ * restart state.  open maps (or creates) it for these tiers and tells
+ * whether it describes the tier files as they were found (matched);
+ * reset forgets what it holds; attach hands the NVM class map and the SSD
+ * page table to the tiers, ties it to this run and reserves seq and CAS
+ * ahead; close detaches and syncs it.  invalidate (a worker, item lock
+ * held) and flush record what must never come back; dead tells recovery
+ * whether a copy of key written with seq is covered by one.  tick
+ * refreshes which records may be reused (any thread, now and then). */
+bool tac_journal_open(const char *state_path);
+bool tac_journal_matched(void);
+void tac_journal_reset(void);
+/* Every copy written with a seq up to seq counts as dead after a crash. */
+void tac_journal_set_floor(uint64_t seq);
+void tac_journal_attach(void);
+void tac_journal_close(void);
+const uint8_t *tac_journal_nvm_map(void);
+const uint32_t *tac_journal_ssd_table(void);
+uint64_t tac_journal_seq_reserved(void);
+uint64_t tac_journal_cas_reserved(void);
+void tac_journal_reserve_seq(uint64_t seq);
+void tac_journal_invalidate(const char *key, size_t nkey);
+void tac_journal_flush(void);
+void tac_journal_tick(void);
+bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
+uint64_t tac_journal_entries(void);
+uint64_t tac_journal_overflows(void);
+
+/* An NVM slot about to be freed: its tuple is made unreadable first, so
+ * that a crash scan never takes it for live. */
+void tac_nvm_forget(uint64_t ref);
 
 /* Graceful restart (restart.c), called by tier.c.  tac_restart_prepare,
  * once the tiers are open and before anything is allocated in them: reads

@@ -114,6 +114,9 @@ static int move_one(uint64_t ref)
             nvm_write(tac.nvm, nref, 0, nvm_ptr(tac.nvm, ref), len);
             nvm_drain(tac.nvm);
             item_set_meta_ref(it, nref);
+            /* Not forgotten (tac_nvm_forget): a reader that started before
+             * the move may still be reading it, and a crash scan that
+             * finds both copies keeps one, as they hold one version. */
             nvm_free(tac.nvm, ref);
             moved = 1;
         }

@@ -123,11 +123,20 @@ static struct {
     uint64_t items, bytes, dropped, stale;
     uint64_t started_ns, took_ns;
 
+    /* After a crash: the scan's copies of the journal's maps, and the
+     * write sequence of each key linked so far (newest wins). */
+    bool crash;
+    uint8_t *nvm_map;
+    uint32_t *ssd_table;
+    struct { uint64_t hash, seq; } *seqs;
+    size_t seqs_cap, seqs_n;
+
     /* The file being read, and what of it may be used. */
     int fd;
     struct rs_header hdr;
     bool nvm_ok, ssd_ok;
     pthread_t thread;
+    bool pending;                   /* prepared: the thread has work */
     bool thread_running;
 
     /* A stop in progress. */
@@ -611,45 +620,28 @@ static void note_unrecovered_tiers(const char *why)
     }
     if (dirty || clean)
         fprintf(stderr, "restart: the tier files hold data of an earlier run "
-                "that %s; %s; starting empty\n",
-                dirty ? "did not stop gracefully (crash recovery is not "
-                        "implemented yet)" : "left no restart state", why);
+                "that %s, but %s: starting empty\n",
+                dirty ? "did not stop gracefully" : "stopped", why);
 }
 
-void tac_restart_prepare(void)
+/* The graceful path: true when a restart state is read (RS_RUNNING). */
+static bool graceful_prepare(char *path)
 {
-    stats_register();
-    char *path = state_path();
-    if (!settings.recovery) {
-        set_state(RS_OFF);
-        if (path != NULL)
-            unlink(path);       /* nothing will match it after this run */
-        free(path);
-        return;
-    }
-    set_state(RS_NONE);
-    if (path == NULL) {
-        note_unrecovered_tiers("there is nowhere to keep one (give -e FILE)");
-        return;
-    }
     rs.fd = open(path, O_RDONLY | O_CLOEXEC);
     if (rs.fd < 0) {
         if (errno != ENOENT)
             fprintf(stderr, "restart: cannot read %s: %s\n", path, strerror(errno));
-        note_unrecovered_tiers("no state file");
-        free(path);
-        return;
+        return false;
     }
-    rs.path = path;
     if (!read_at(&rs.hdr, sizeof(rs.hdr), 0) || !header_usable(&rs.hdr)) {
         fprintf(stderr, "restart: %s is not a complete restart state of this "
-                "version; starting empty\n", path);
-        note_unrecovered_tiers("the state file is unusable");
-        set_state(RS_FAILED);
+                "version; not used\n", path);
         close(rs.fd);
         rs.fd = -1;
-        return;
+        unlink(path);
+        return false;
     }
+    rs.path = path;
     match_tiers();
     if (rs.nvm_ok && !load_nvm_section()) {
         fprintf(stderr, "restart: the NVM section of %s is damaged; NVM items "
@@ -663,7 +655,139 @@ void tac_restart_prepare(void)
     }
     item_cas_floor(rs.hdr.last_cas);
     tac_tuple_seq_floor(rs.hdr.last_seq);
+    return true;
+}
+
+/* Whether a tier file holds data of an earlier run. */
+static bool tiers_hold_data(void)
+{
+    bool held = false;
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        held |= info.prev_state == NVM_PREV_DIRTY || info.prev_state == NVM_PREV_CLEAN;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        held |= info.prev_state == SSD_PREV_DIRTY || info.prev_state == SSD_PREV_CLEAN;
+    }
+    return held;
+}
+
+/* The crash path: with a journal that describes the tier files, every NVM
+ * slot of a page some class held and every SSD page with a written buf is
+ * taken away from the allocators before anything is served; the scan
+ * (crash_scan) gives back what holds no live tuple. */
+static bool crash_prepare(void)
+{
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        uint64_t npages = nvm_npages(tac.nvm);
+        rs.nvm_map = malloc(npages);
+        if (rs.nvm_map == NULL)
+            return false;
+        memcpy(rs.nvm_map, tac_journal_nvm_map(), npages);
+        for (uint64_t p = 0; p < npages; p++) {
+            unsigned cls = rs.nvm_map[p];
+            size_t size = nvm_class_slot_size(tac.nvm, cls);
+            if (size == 0) {
+                rs.nvm_map[p] = 0;
+                continue;
+            }
+            uint64_t base = info.data_offset + p * info.page_size;
+            for (uint64_t i = 0; i < info.page_size / size; i++)
+                (void)nvm_adopt(tac.nvm, base + i * size, cls);
+        }
+        if (!nvm_adopt_done(tac.nvm))
+            fprintf(stderr, "restart: out of DRAM for the NVM free lists\n");
+        rs.nvm_ok = true;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        size_t per = SSD_TABLE_HDR + info.bufs_per_page;
+        size_t words = ssd_table_words(tac.ssd);
+        rs.ssd_table = malloc(words * sizeof(uint32_t));
+        uint32_t *used = calloc(info.bufs_per_page, sizeof(uint32_t));
+        uint32_t *first = calloc(info.bufs_per_page, sizeof(uint32_t));
+        if (rs.ssd_table == NULL || used == NULL || first == NULL) {
+            free(used);
+            free(first);
+            return false;
+        }
+        memcpy(rs.ssd_table, tac_journal_ssd_table(), words * sizeof(uint32_t));
+        for (unsigned p = 0; p < info.npages; p++) {
+            uint32_t *t = rs.ssd_table + (size_t)p * per;
+            bool any = false;
+            for (unsigned i = 0; i < info.bufs_per_page; i++) {
+                uint32_t w = t[SSD_TABLE_HDR + i];
+                bool cont = w == SSD_TABLE_CONT && i > 0;
+                used[i] = cont || w == SSD_TABLE_CONT ? 0 : w;
+                first[i] = cont ? first[i - 1] : i;
+                any |= used[i] != 0;
+            }
+            /* Live 1 pins the page until its scan is over. */
+            struct ssd_page_state st = { p, (uint16_t)t[0], t[1], 1 };
+            if (!any || t[0] == 0 || t[0] > UINT16_MAX ||
+                !ssd_adopt_page(tac.ssd, &st, used, first))
+                t[0] = 0;           /* not scanned */
+        }
+        free(used);
+        free(first);
+        ssd_adopt_done(tac.ssd);
+        rs.ssd_ok = true;
+    }
+    item_cas_floor(tac_journal_cas_reserved());
+    tac_tuple_seq_floor(tac_journal_seq_reserved());
+    rs.crash = true;
+    return true;
+}
+
+void tac_restart_prepare(void)
+{
+    stats_register();
+    char *path = state_path();
+    (void)tac_journal_open(path);
+    if (!settings.recovery) {
+        set_state(RS_OFF);
+        if (path != NULL)
+            unlink(path);       /* nothing will match it after this run */
+        free(path);
+        tac_journal_reset();
+        tac_journal_attach();
+        return;
+    }
+    set_state(RS_NONE);
+    const char *why = "there is nowhere to keep a restart state (give -e FILE)";
+    if (path != NULL && graceful_prepare(path)) {
+        /* The journal keeps what a later crash needs only if it went with
+         * these files; otherwise nothing written before now is trusted
+         * after a crash. */
+        if (!tac_journal_matched()) {
+            tac_journal_reset();
+            tac_journal_set_floor(rs.hdr.last_seq);
+        }
+    } else if (tiers_hold_data() && tac_journal_matched() && crash_prepare()) {
+        fprintf(stderr, "restart: the tier files were not closed by a graceful "
+                "stop; scanning them\n");
+    } else {
+        if (path != NULL)
+            why = tac_journal_matched() || !tiers_hold_data()
+                  ? "no restart state" : "no journal that goes with them";
+        note_unrecovered_tiers(why);
+        tac_journal_reset();
+        tac_journal_attach();
+        if (rs.path == NULL)
+            free(path);
+        return;
+    }
+    if (rs.path == NULL)
+        rs.path = path;
+    tac_journal_attach();
     items_recovery_begin();
+    rs.pending = true;
     __atomic_store_n(&rs.started_ns, util_now_ns(), __ATOMIC_RELAXED);
     set_state(RS_RUNNING);
 }
@@ -671,8 +795,10 @@ void tac_restart_prepare(void)
 /* Frees the lower-tier space of a record that is not brought back. */
 static void record_release(const struct rs_rec *r)
 {
-    if (r->tier == TIER_NVM && rs.nvm_ok)
+    if (r->tier == TIER_NVM && rs.nvm_ok) {
+        tac_nvm_forget(r->ref & ~(uint64_t)0xff);
         nvm_free(tac.nvm, r->ref & ~(uint64_t)0xff);
+    }
     else if (r->tier == TIER_SSD && rs.ssd_ok)
         ssd_mark_dead(tac.ssd, r->ref, tac_tuple_size(r->nkey, r->nbytes));
 }
@@ -795,9 +921,225 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n)
     return p == end;
 }
 
+/* ---- The scan after a crash ---------------------------------------------- */
+
+static uint64_t key_hash64(const char *key, size_t nkey)
+{
+    uint64_t h = ((uint64_t)util_crc32c(0x51ed270bu, key, nkey) << 32) |
+                 item_hash(key, nkey);
+    return h != 0 ? h : 1;
+}
+
+/* The seq slot of hash h in the table of keys linked so far; NULL when
+ * the table cannot grow. */
+static uint64_t *seq_slot(uint64_t h)
+{
+    if (rs.seqs_n * 2 >= rs.seqs_cap) {
+        size_t cap = rs.seqs_cap ? rs.seqs_cap * 2 : 1u << 16;
+        __typeof__(rs.seqs) n = calloc(cap, sizeof(*n));
+        if (n == NULL)
+            return NULL;
+        for (size_t i = 0; i < rs.seqs_cap; i++) {
+            if (rs.seqs[i].hash == 0)
+                continue;
+            size_t j = rs.seqs[i].hash & (cap - 1);
+            while (n[j].hash != 0)
+                j = (j + 1) & (cap - 1);
+            n[j] = rs.seqs[i];
+        }
+        free(rs.seqs);
+        rs.seqs = n;
+        rs.seqs_cap = cap;
+    }
+    size_t j = h & (rs.seqs_cap - 1);
+    while (rs.seqs[j].hash != 0 && rs.seqs[j].hash != h)
+        j = (j + 1) & (rs.seqs_cap - 1);
+    if (rs.seqs[j].hash == 0) {
+        rs.seqs[j].hash = h;
+        rs.seqs[j].seq = 0;
+        rs.seqs_n++;
+    }
+    return &rs.seqs[j].seq;
+}
+
+/* A tuple found by the scan, checksum verified: linked as its key's item
+ * unless the journal says it is dead, it expired, a newer copy is linked
+ * already, or the key was written during recovery. */
+static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
+                       const char *tuple)
+{
+    struct tac_tuple_hdr h;
+    memcpy(&h, tuple, sizeof(h));
+    const char *key = tuple + sizeof(h);
+    size_t len = tac_tuple_size(h.nkey, h.nbytes);
+    item *it = NULL;
+    int64_t now_unix = (int64_t)process_started + mc_now();
+    if (tac_journal_dead(key, h.nkey, h.seq) ||
+        (h.exptime != 0 && (int64_t)h.exptime <= now_unix))
+        goto skip;
+    rel_time_t now = mc_now();
+    rel_time_t exptime = 0;
+    if (h.exptime != 0) {
+        int64_t rel = (int64_t)h.exptime - (int64_t)process_started;
+        exptime = rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+    }
+    int64_t t = (int64_t)h.time - (int64_t)process_started;
+    rel_time_t time = t < 1 ? 1 : t > (int64_t)now ? now : (rel_time_t)t;
+    union {
+        item it;
+        char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
+    } tmpl;
+    item *src = &tmpl.it;
+    memset(src, 0, sizeof(item));
+    src->tier = TIER_DRAM;
+    src->nkey = h.nkey;
+    src->nbytes = h.nbytes;
+    src->flags = h.flags;
+    src->exptime = exptime;
+    /* A tuple staged straight into a lower tier was written before its
+     * item was linked and given its CAS: it holds 0.  It gets a new one. */
+    src->cas = h.cas != 0 ? h.cas : item_next_cas();
+    src->access = (time & LLRU_TIME_MASK) << 8;
+    src->time = time;
+    memcpy(src->data, key, h.nkey);
+    src->data[h.nkey] = '\0';
+    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
+    it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
+                          : tac_ssd_meta_adopt(src, ref, part);
+    if (it == NULL) {
+        count(&rs.dropped);             /* no DRAM for its meta tuple */
+        goto release;
+    }
+    /* The meta tuple's release marks the tuple dead; count it live first. */
+    if (tier == TIER_SSD)
+        (void)ssd_adopt_tuple(tac.ssd, ref, len);
+    uint64_t kh = key_hash64(key, h.nkey);
+    uint32_t hv = item_hash(key, h.nkey);
+    item_lock(hv);
+    uint64_t *seen = seq_slot(kh);
+    item *old = assoc_find(key, h.nkey, hv);
+    bool link = !do_item_recovery_written(hv) && seen != NULL &&
+                (old == NULL || h.seq > *seen);
+    if (link) {
+        if (old != NULL)
+            do_item_unlink(old, hv);    /* an older copy found earlier */
+        it->access = src->access;
+        if (!item_compact(it))
+            it->time = time;
+        do_item_link(it, hv, true);
+        *seen = h.seq;
+        count(&rs.items);
+        __atomic_add_fetch(&rs.bytes, h.nbytes, __ATOMIC_RELAXED);
+    }
+    item_unlock(hv);
+    if (link && old != NULL) {
+        __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
+        count(&rs.stale);
+    } else if (!link) {
+        count(&rs.stale);
+    }
+    item_release(it);               /* unlinked: frees its slot */
+    return;
+skip:
+    count(&rs.stale);
+release:
+    /* An SSD tuple not linked never counted as live: its page drops it
+     * when the scan unpins it.  An NVM slot goes back to the free list. */
+    if (tier == TIER_NVM) {
+        tac_nvm_forget(ref);
+        nvm_free(tac.nvm, ref);
+    }
+    (void)len;
+}
+
+static void scan_ssd_tuple(uint64_t tref, const char *tuple, void *arg)
+{
+    (void)arg;
+    scan_tuple(TIER_SSD, tref, 0, tuple);
+}
+
+static void crash_scan(void)
+{
+    if (tac.nvm != NULL && rs.nvm_map != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        uint64_t npages = nvm_npages(tac.nvm);
+        for (uint64_t p = 0; p < npages; p++) {
+            unsigned cls = rs.nvm_map[p];
+            size_t size = nvm_class_slot_size(tac.nvm, cls);
+            if (size == 0)
+                continue;
+            uint64_t base = info.data_offset + p * info.page_size;
+            for (uint64_t i = 0; i < info.page_size / size; i++) {
+                uint64_t ref = base + i * size;
+                const char *slot = nvm_ptr(tac.nvm, ref);
+                struct tac_tuple_hdr h;
+                memcpy(&h, slot, sizeof(h));
+                const char *key = slot + sizeof(h);
+                if (tac_tuple_sane(&h, size) &&
+                    tac_tuple_checksum(&h, key, key + h.nkey) == h.checksum) {
+                    scan_tuple(TIER_NVM, ref, cls, slot);
+                    continue;
+                }
+                /* A freed slot reads as version 0; anything else that was
+                 * a tuple once is damaged. */
+                if (h.version == TAC_TUPLE_VERSION)
+                    count(&rs.dropped);
+                nvm_free(tac.nvm, ref);
+            }
+        }
+        free(rs.nvm_map);
+        rs.nvm_map = NULL;
+    }
+    if (tac.ssd != NULL && rs.ssd_table != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        size_t per = SSD_TABLE_HDR + info.bufs_per_page;
+        struct tac_iobuf io = { malloc(info.buf_size), info.buf_size };
+        for (unsigned p = 0; p < info.npages && io.mem != NULL; p++) {
+            const uint32_t *t = rs.ssd_table + (size_t)p * per;
+            uint16_t v = (uint16_t)t[0];
+            if (t[0] == 0)
+                continue;
+            for (unsigned i = 0; i < info.bufs_per_page; i++) {
+                uint32_t w = t[SSD_TABLE_HDR + i];
+                if (w == 0 || w == SSD_TABLE_CONT)
+                    continue;
+                uint64_t damaged = 0;
+                uint64_t ref = ssd_ref_pack(v, (uint16_t)p,
+                                            (uint32_t)((size_t)i * info.buf_size));
+                if (!tac_ssd_scan_buf(ref, &io, scan_ssd_tuple, NULL, &damaged))
+                    damaged++;
+                __atomic_add_fetch(&rs.dropped, damaged, __ATOMIC_RELAXED);
+            }
+            /* The scan is over: the page keeps what was linked from it. */
+            ssd_mark_dead(tac.ssd, ssd_ref_pack(v, (uint16_t)p, 0), 1);
+        }
+        free(io.mem);
+        free(rs.ssd_table);
+        rs.ssd_table = NULL;
+    }
+    free(rs.seqs);
+    rs.seqs = NULL;
+    rs.seqs_cap = rs.seqs_n = 0;
+}
+
 static void *recover_main(void *arg)
 {
     (void)arg;
+    if (rs.crash) {
+        crash_scan();
+        items_recovery_end();
+        __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
+        set_state(RS_DONE);
+        fprintf(stderr, "restart: scan done: %llu items (%llu value bytes) back "
+                "in %.2f s; %llu damaged tuples dropped, %llu older or "
+                "invalidated copies skipped\n",
+                (unsigned long long)stat_items(), (unsigned long long)stat_bytes(),
+                (double)rs.took_ns / 1e9, (unsigned long long)stat_dropped(),
+                (unsigned long long)stat_stale());
+        return NULL;
+    }
     uint64_t off = rs.hdr.rec_off;
     size_t cap = RS_CHUNK;
     char *buf = malloc(cap);
@@ -845,11 +1187,13 @@ static void *recover_main(void *arg)
 
 void tac_restart_run(void)
 {
-    if (rs.fd < 0)
+    if (!rs.pending)
         return;
+    rs.pending = false;
     /* From now on the server serves and changes things: a later start must
      * never read this state again. */
-    unlink(rs.path);
+    if (rs.path != NULL && !rs.crash)
+        unlink(rs.path);
     if (pthread_create(&rs.thread, NULL, recover_main, NULL) != 0) {
         fprintf(stderr, "restart: cannot start the recovery thread; starting "
                 "empty\n");

@@ -86,6 +86,7 @@
  * when space is needed, its items are dropped instead. */
 #define DEFRAG_FULL_PERMILLE 900
 #define DEFRAG_IDLE_MS 20
+#define IDLE_BUF_MS 1000
 #define WRITE_RETRY_MIN_MS 10
 #define WRITE_RETRY_MAX_MS 2000
 /* Failed bufs kept for a retry: at least this many, or -m/16 of bytes. */
@@ -94,6 +95,7 @@
 struct writer {
     pthread_mutex_t lock;
     struct ssd_buf *buf;        /* lock: the buf being filled, or NULL */
+    int64_t last_put_ms;        /* lock: when a tuple last went into buf */
     bool own_pages;             /* defrag: fills pages of its own */
     int page;                   /* lock: that page, or -1 */
 };
@@ -164,6 +166,8 @@ static struct writer *defrag_writer(void)
 {
     return &sd.writers[sd.nwriters - 1];
 }
+
+static int64_t now_ms(void);
 
 static void failed_push(struct ssd_buf *b)
 {
@@ -328,8 +332,10 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
             }
         }
         enum ssd_status st = ssd_buf_appendv(w->buf, iov, n, ref);
-        if (st == SSD_OK)
+        if (st == SSD_OK) {
             ok = true;
+            w->last_put_ms = now_ms();
+        }
         else if (st == SSD_ERR_NOSPACE)
             writer_submit_locked(w);
         else
@@ -847,6 +853,32 @@ static size_t tuple_next(size_t off, size_t len)
     return (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
 }
 
+bool tac_ssd_scan_buf(uint64_t ref, struct tac_iobuf *io,
+                      void (*fn)(uint64_t tref, const char *tuple, void *arg),
+                      void *arg, uint64_t *damaged)
+{
+    size_t got = 0;
+    if (read_sync(ref, 0, true, io, &got) != SSD_OK)
+        return false;
+    size_t off = 0;
+    while (off + sizeof(struct tac_tuple_hdr) <= got) {
+        size_t len = tuple_at(io->mem, got, off);
+        if (len == 0) {
+            (*damaged)++;           /* the rest of the buf cannot be walked */
+            break;
+        }
+        struct tac_tuple_hdr hdr;
+        memcpy(&hdr, io->mem + off, sizeof(hdr));
+        const char *key = io->mem + off + sizeof(hdr);
+        if (tac_tuple_checksum(&hdr, key, key + hdr.nkey) != hdr.checksum)
+            (*damaged)++;
+        else
+            fn(ref + off, io->mem + off, arg);
+        off = tuple_next(off, len);
+    }
+    return true;
+}
+
 /* ---- Fetch (hybrid swapping, TaC 4.2 and 5.4) ---------------------------- */
 
 size_t tac_ssd_buf_size(void)
@@ -1147,6 +1179,21 @@ static int64_t now_ms(void)
 /* The defrag thread: retries failed writes with back-off, keeps them
  * within their bound, and re-packs the emptiest page while free pages are
  * short.  One page, or one retry round, per pass. */
+/* A buf that took no tuple for IDLE_BUF_MS is written out as it is, so
+ * that when writes pause, what went to SSD is on the device within about
+ * a second and survives a crash.  Its slot's unused rest stays empty. */
+static void flush_idle_bufs(int64_t now)
+{
+    for (int i = 0; i < sd.nwriters; i++) {
+        struct writer *w = &sd.writers[i];
+        if (pthread_mutex_trylock(&w->lock) != 0)
+            continue;
+        if (w->buf != NULL && now - w->last_put_ms >= IDLE_BUF_MS)
+            writer_submit_locked(w);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
 static void defrag_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
@@ -1156,7 +1203,7 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
         fprintf(stderr, "SSD tier: no memory for the defrag thread\n");
         return;
     }
-    int64_t next_retry = 0;
+    int64_t next_retry = 0, next_tick = 0;
     sd.retry_ms = WRITE_RETRY_MIN_MS;
     for (;;) {
         pthread_mutex_lock(&sd.lock);
@@ -1170,6 +1217,11 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
             break;
         drop_failed_over_bound();
         int64_t now = now_ms();
+        if (now >= next_tick) {
+            flush_idle_bufs(now);
+            tac_journal_tick();
+            next_tick = now + IDLE_BUF_MS / 4;
+        }
         if (have_failed && now >= next_retry) {
             retry_failed_writes();
             next_retry = now + sd.retry_ms;

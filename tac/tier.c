@@ -399,10 +399,17 @@ static item *tier_stage(item *staging, int partition)
     return meta;
 }
 
+void tac_nvm_forget(uint64_t ref)
+{
+    uint8_t zero = 0;
+    nvm_write(tac.nvm, ref, offsetof(struct tac_tuple_hdr, version), &zero, 1);
+}
+
 static void tier_release(item *meta)
 {
     uint64_t ref = item_meta_ref(meta);
     if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0) {
+        tac_nvm_forget(ref);
         nvm_free(tac.nvm, ref);
         TAC_INCR(nvm_removals);
     }
@@ -454,6 +461,8 @@ static const struct item_tier_ops tier_ops = {
     .dram_pressure = tier_dram_pressure,
     .skip_dram = tac_anti2_to_nvm,
     .room_later = tier_room_later,
+    .invalidate = tac_journal_invalidate,
+    .flush = tac_journal_flush,
 };
 
 /* ---- Set-up ------------------------------------------------------------- */
@@ -595,6 +604,7 @@ void tac_stop(void)
 void tac_close(void)
 {
     bool saved = tac_restart_save();
+    tac_journal_close();
     uint64_t ssd_generation = tac_ssd_close();
     bool nvm_clean = false;
     if (tac.nvm != NULL) {
@@ -706,6 +716,10 @@ static void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }
     stat_printf(s, "meta_tuples", "%llu", meta_tuples());
+    stat_printf(s, "journal_invalidations", "%llu",
+                (unsigned long long)tac_journal_entries());
+    stat_printf(s, "journal_overflows", "%llu",
+                (unsigned long long)tac_journal_overflows());
     tac_ssd_stats_tiers(s);
 #define TAC_PRINT(name) \
     stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&tac.stats, name));

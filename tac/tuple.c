@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "settings.h"
+#include "tac/internal.h"
 #include "tac/tuple.h"
 #include "util.h"
 
@@ -35,6 +36,12 @@ bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
 }
 
 static uint64_t tuple_seq;
+static uint64_t seq_limit = UINT64_MAX;     /* atomic: see tac_journal */
+
+void tac_tuple_set_seq_limit(uint64_t limit)
+{
+    __atomic_store_n(&seq_limit, limit, __ATOMIC_RELAXED);
+}
 
 uint64_t tac_tuple_last_seq(void)
 {
@@ -54,11 +61,15 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
 {
     memset(hdr, 0, sizeof(*hdr));
     hdr->seq = __atomic_add_fetch(&tuple_seq, 1, __ATOMIC_RELAXED);
+    if (__builtin_expect(hdr->seq >= __atomic_load_n(&seq_limit, __ATOMIC_RELAXED), 0))
+        tac_journal_reserve_seq(hdr->seq);
     hdr->cas = it->cas;
     hdr->nbytes = it->nbytes;
     hdr->flags = it->flags;
-    hdr->exptime = it->exptime;
-    hdr->time = item_time(it);
+    /* Unix time: the tuple must mean the same after a restart. */
+    hdr->exptime = it->exptime == 0 ? 0
+                 : (uint32_t)((int64_t)process_started + it->exptime);
+    hdr->time = (uint32_t)((int64_t)process_started + item_time(it));
     hdr->nkey = it->nkey;
     hdr->version = TAC_TUPLE_VERSION;
     hdr->checksum = tac_tuple_checksum(hdr, ITEM_key(it), ITEM_data(it));

@@ -18,7 +18,9 @@
  *
  * The header's flags, exptime, CAS and time are a snapshot taken when the
  * tuple was written; the DRAM meta tuple is authoritative for all of them
- * (touch and gat change only the meta tuple).  The checksum is a CRC32C
+ * (touch and gat change only the meta tuple, and record a shorter life for
+ * crash recovery: tac/journal.c).  Times are unix seconds, so that a
+ * restart after a crash can tell what expired meanwhile.  The checksum is a CRC32C
  * (util_crc32c) of the header (with checksum as 0), the key and the value;
  * it catches every change of up to 32 consecutive bits, so every changed
  * byte.  Every reader checks tac_tuple_sane() before it uses a header's
@@ -38,8 +40,8 @@ struct tac_tuple_hdr {
     uint64_t cas;
     uint32_t nbytes;        /* value length, "\r\n" included */
     uint32_t flags;
-    uint32_t exptime;
-    uint32_t time;          /* last access when written */
+    uint32_t exptime;       /* unix time; 0: never */
+    uint32_t time;          /* last access when written, unix time */
     uint32_t checksum;
     uint8_t nkey;
     uint8_t version;        /* TAC_TUPLE_VERSION */
@@ -49,7 +51,8 @@ struct tac_tuple_hdr {
 _Static_assert(sizeof(struct tac_tuple_hdr) == 40,
                "the tuple header is an on-media format: no implicit padding");
 
-#define TAC_TUPLE_VERSION 3         /* 2: CRC32C; 3: seq, no DRAM address */
+#define TAC_TUPLE_VERSION 4         /* 2: CRC32C; 3: seq, no DRAM address;
+                                       4: exptime and time in unix time */
 
 static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 {
@@ -63,6 +66,8 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
  * next ones larger than seq (a restart continues above the saved one). */
 uint64_t tac_tuple_last_seq(void);
 void tac_tuple_seq_floor(uint64_t seq);
+/* Once a seq reaches limit, tac_journal_reserve_seq() reserves more. */
+void tac_tuple_set_seq_limit(uint64_t limit);
 
 /* CRC32C of header (checksum as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,

@@ -560,14 +560,17 @@ def test_sigusr1_and_shutdown_graceful(server, tier_files, tmp_path, how):
     seed = new_seed()
     nvm, ssd = tier_files()
     pidfile = str(tmp_path / "tac.pid")
-    args = tier_args(nvm, ssd, m=8, nvm_mb=16) + ["-P", pidfile]
+    # -m 16, not 8: at -m 8 with 1.5-4 KB values the meta tuples' slab class
+    # can run short of pages and the NVM tier then drops its coldest items
+    # although SSD has room (a known tier-pressure gap, not a restart one).
+    args = tier_args(nvm, ssd, m=16, nvm_mb=32) + ["-P", pidfile]
     if how == "shutdown graceful":
         args.append("-A")
-    ds = DataSet(seed, 12000, 1500, 4096)
+    ds = DataSet(seed, 18500, 1500, 4096)
 
     srv = server(args)
     check_pidfile(srv, pidfile)
-    fill(srv, ds, 8)
+    fill(srv, ds, 16)
     graceful_stop(srv, how, pidfile)
 
     srv = restart(server, srv, args)
@@ -607,14 +610,14 @@ def test_restart_with_e_memfile_dram_only(server, tmp_path):
 def test_recovery_off_starts_empty(server, tier_files):
     seed = new_seed()
     nvm, ssd = tier_files()
-    args = tier_args(nvm, ssd, m=8, nvm_mb=16)
-    ds = DataSet(seed, 12000, 1500, 4096)
+    args = tier_args(nvm, ssd, m=16, nvm_mb=32)
+    ds = DataSet(seed, 18500, 1500, 4096)
 
     srv = server(args)
-    fill(srv, ds, 8)
+    fill(srv, ds, 16)
     graceful_stop(srv, "SIGTERM")
 
-    off_args = tier_args(nvm, ssd, m=8, nvm_mb=16, extra_o=",recovery=off")
+    off_args = tier_args(nvm, ssd, m=16, nvm_mb=32, extra_o=",recovery=off")
     srv = restart(server, srv, off_args)
     c = srv.connect(timeout=IO_TIMEOUT)
     st = c.stats()

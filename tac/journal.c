@@ -1,0 +1,430 @@
+/*
+ * tac/journal.c - what a restart after a crash needs besides the tiers'
+ * own bytes, kept in a MAP_SHARED file beside them (<state file>.journal).
+ *
+ * A store into a shared file mapping is in the page cache the moment it
+ * is made, so it survives a crash of the process (not a power loss: see
+ * README, Restart).  The file holds:
+ *
+ *   [header, JR_HDR_SIZE bytes]
+ *   [NVM class map: one byte per NVM page (nvm_set_class_map)]
+ *   [SSD page table: version, open order and bufs of each page (ssd_set_table)]
+ *   [invalidations: buckets of JR_WAYS entries, one entry per 4 KB of the
+ *    tiers (JR_BUCKETS_MIN..MAX buckets)]
+ *
+ * The header ties the file to the tier files it describes (the NVM open
+ * count and the SSD header generation of the run that wrote it), and keeps
+ * the write sequence and CAS reserved ahead (so a restart continues above
+ * anything issued), the flush_all sequence, and a floor below which every
+ * tuple counts as dead.
+ *
+ * Invalidations.  When a version of a key that has, or once had, a copy in
+ * NVM or SSD is replaced, deleted or given a shorter life, that copy must
+ * never come back after a crash.  The worker records {key hash, seq, clock}
+ * before the client hears: every copy of that key with a write sequence up
+ * to seq is dead.  clock is the SSD page clock (ssd_page_clock) at that
+ * moment: stale copies can lie only in NVM slots (invalidated when freed,
+ * tac/tier.c) and in SSD pages opened up to then, so an entry whose clock
+ * is older than every SSD page in use protects nothing and may be reused.
+ * An entry lives in the bucket of its hash; a bucket full of entries still
+ * needed gives up its oldest one by raising the floor to that entry's
+ * seq (counted in journal_overflows): a crash then loses more items, but
+ * never brings a stale one back.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "items.h"
+#include "nvm/nvm.h"
+#include "ssd/ssd.h"
+#include "stats.h"
+#include "tac/internal.h"
+#include "tac/tuple.h"
+#include "util.h"
+
+#define JR_MAGIC "TACJRNL\n"
+#define JR_VERSION 1u
+#define JR_HDR_SIZE 4096u
+#define JR_WAYS 8u
+/* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
+#define JR_BUCKETS_MIN (1u << 13)
+#define JR_BUCKETS_MAX (1u << 22)
+#define JR_STRIPES 1024u
+#define JR_RESERVE (1ull << 20)         /* seq and CAS reserved ahead */
+
+struct jr_header {
+    char magic[8];
+    uint32_t version, header_size;
+    /* Geometry: fixed for the file's life. */
+    uint64_t nvm_pages, ssd_words, buckets;
+    uint64_t nvm_off, ssd_off, inv_off, size;
+    uint32_t geo_crc;                   /* CRC32C of the fields above */
+    uint32_t pad;
+    /* Changed while running (aligned 8-byte atomic stores). */
+    uint64_t nvm_open_count;            /* owner: the tier opens described */
+    uint64_t ssd_generation;
+    uint64_t seq_reserved, cas_reserved;
+    uint64_t flush_seq;                 /* flush_all: every seq <= is dead */
+    uint64_t floor_seq;                 /* overflow: every seq <= is dead */
+};
+
+struct jr_entry {
+    uint64_t hash;                      /* 0: free */
+    uint64_t seq;
+    uint64_t clock;
+};
+
+static struct {
+    char *path;
+    int fd;
+    char *map;
+    size_t size;
+    struct jr_header *hdr;
+    bool matched;                       /* describes the tier files as found */
+    pthread_mutex_t stripes[JR_STRIPES];
+    uint64_t clock_floor;               /* atomic: entries older are free */
+    uint64_t entries, overflows;        /* atomic, stats */
+} jr = { .fd = -1 };
+
+static struct jr_entry *bucket_of(uint64_t h)
+{
+    return (struct jr_entry *)(jr.map + jr.hdr->inv_off) +
+           (size_t)(h % jr.hdr->buckets) * JR_WAYS;
+}
+
+static uint64_t key_hash(const char *key, size_t nkey)
+{
+    uint64_t h = ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
+                 item_hash(key, nkey);
+    return h != 0 ? h : 1;
+}
+
+static uint32_t geo_crc(const struct jr_header *h)
+{
+    return util_crc32c(0, h, offsetof(struct jr_header, geo_crc));
+}
+
+static size_t round_page(size_t n)
+{
+    return (n + 4095) / 4096 * 4096;
+}
+
+/* The geometry these tier options need. */
+static void geometry(struct jr_header *g)
+{
+    memset(g, 0, sizeof(*g));
+    memcpy(g->magic, JR_MAGIC, sizeof(g->magic));
+    g->version = JR_VERSION;
+    g->header_size = sizeof(*g);
+    g->nvm_pages = tac.nvm != NULL ? nvm_npages(tac.nvm) : 0;
+    g->ssd_words = tac.ssd != NULL ? ssd_table_words(tac.ssd) : 0;
+    uint64_t bytes = 0;
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        bytes += info.capacity;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        bytes += info.size;
+    }
+    g->buckets = JR_BUCKETS_MIN;
+    while (g->buckets < JR_BUCKETS_MAX && g->buckets * JR_WAYS * 4096 < bytes)
+        g->buckets *= 2;
+    g->nvm_off = JR_HDR_SIZE;
+    g->ssd_off = g->nvm_off + round_page(g->nvm_pages);
+    g->inv_off = g->ssd_off + round_page(g->ssd_words * sizeof(uint32_t));
+    g->size = g->inv_off + (size_t)g->buckets * JR_WAYS * sizeof(struct jr_entry);
+    g->geo_crc = geo_crc(g);
+}
+
+bool tac_journal_open(const char *state_path)
+{
+    if (state_path == NULL || (tac.nvm == NULL && tac.ssd == NULL))
+        return false;
+    for (unsigned i = 0; i < JR_STRIPES; i++)
+        pthread_mutex_init(&jr.stripes[i], NULL);
+    size_t n = strlen(state_path) + sizeof(".journal");
+    jr.path = malloc(n);
+    if (jr.path == NULL)
+        return false;
+    snprintf(jr.path, n, "%s.journal", state_path);
+    jr.fd = open(jr.path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (jr.fd < 0) {
+        fprintf(stderr, "restart: cannot open %s (%s); a crash will lose "
+                "the cache\n", jr.path, strerror(errno));
+        return false;
+    }
+    struct jr_header want, found;
+    geometry(&want);
+    bool fits = pread(jr.fd, &found, sizeof(found), 0) == (ssize_t)sizeof(found) &&
+                memcmp(&found, &want, offsetof(struct jr_header, pad)) == 0;
+    struct stat st;
+    if (!fits || fstat(jr.fd, &st) != 0 || (uint64_t)st.st_size != want.size) {
+        /* New, another geometry or damaged: start it afresh (sparse). */
+        fits = false;
+        if (ftruncate(jr.fd, 0) != 0 || ftruncate(jr.fd, (off_t)want.size) != 0) {
+            fprintf(stderr, "restart: cannot size %s (%s); a crash will lose "
+                    "the cache\n", jr.path, strerror(errno));
+            close(jr.fd);
+            jr.fd = -1;
+            return false;
+        }
+    }
+    /* Every block allocated now: a store into a hole of a full file system
+     * would kill the process (SIGBUS) instead of failing. */
+    int err = posix_fallocate(jr.fd, 0, (off_t)want.size);
+    if (err != 0) {
+        fprintf(stderr, "restart: cannot allocate %s (%s); a crash will lose "
+                "the cache\n", jr.path, strerror(err));
+        close(jr.fd);
+        jr.fd = -1;
+        if (!fits)
+            unlink(jr.path);
+        return false;
+    }
+    jr.size = want.size;
+    jr.map = mmap(NULL, jr.size, PROT_READ | PROT_WRITE, MAP_SHARED, jr.fd, 0);
+    if (jr.map == MAP_FAILED) {
+        jr.map = NULL;
+        close(jr.fd);
+        jr.fd = -1;
+        return false;
+    }
+    jr.hdr = (struct jr_header *)jr.map;
+    if (!fits)
+        memcpy(jr.hdr, &want, sizeof(want));
+    /* It describes the tier files as found only if both were last opened
+     * by the run that wrote it. */
+    bool nvm_match = true, ssd_match = true;
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        nvm_match = info.prev_state != NVM_PREV_NONE &&
+                    info.prev_open_count == jr.hdr->nvm_open_count;
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        ssd_match = info.prev_state != SSD_PREV_NONE &&
+                    (info.prev_generation == jr.hdr->ssd_generation ||
+                     info.prev_generation == jr.hdr->ssd_generation + 1);
+    }
+    jr.matched = fits && nvm_match && ssd_match;
+    return true;
+}
+
+bool tac_journal_matched(void)
+{
+    return jr.map != NULL && jr.matched;
+}
+
+const uint8_t *tac_journal_nvm_map(void)
+{
+    return jr.map != NULL ? (const uint8_t *)(jr.map + jr.hdr->nvm_off) : NULL;
+}
+
+const uint32_t *tac_journal_ssd_table(void)
+{
+    return jr.map != NULL ? (const uint32_t *)(jr.map + jr.hdr->ssd_off) : NULL;
+}
+
+uint64_t tac_journal_seq_reserved(void)
+{
+    return jr.map != NULL ? jr.hdr->seq_reserved : 0;
+}
+
+uint64_t tac_journal_cas_reserved(void)
+{
+    return jr.map != NULL ? jr.hdr->cas_reserved : 0;
+}
+
+void tac_journal_reset(void)
+{
+    if (jr.map == NULL)
+        return;
+    memset(jr.map + jr.hdr->nvm_off, 0, jr.size - jr.hdr->nvm_off);
+    jr.hdr->flush_seq = 0;
+    jr.hdr->floor_seq = 0;
+    jr.matched = false;
+}
+
+void tac_journal_set_floor(uint64_t seq)
+{
+    if (jr.map != NULL && seq > jr.hdr->floor_seq)
+        __atomic_store_n(&jr.hdr->floor_seq, seq, __ATOMIC_RELAXED);
+}
+
+/* Reserves ahead of v in *field, and gives the point at which to come
+ * back (half a reservation before its end). */
+static uint64_t reserve(uint64_t *field, uint64_t v)
+{
+    uint64_t want = v + JR_RESERVE;
+    uint64_t cur = __atomic_load_n(field, __ATOMIC_RELAXED);
+    while (cur < want &&
+           !__atomic_compare_exchange_n(field, &cur, want, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    uint64_t end = cur > want ? cur : want;
+    return end - JR_RESERVE / 2;
+}
+
+void tac_journal_reserve_seq(uint64_t seq)
+{
+    if (jr.map != NULL)
+        tac_tuple_set_seq_limit(reserve(&jr.hdr->seq_reserved, seq));
+}
+
+static void reserve_cas(uint64_t cas)
+{
+    if (jr.map != NULL)
+        item_cas_set_limit(reserve(&jr.hdr->cas_reserved, cas));
+}
+
+void tac_journal_attach(void)
+{
+    if (jr.map == NULL)
+        return;
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        nvm_set_class_map(tac.nvm, (uint8_t *)(jr.map + jr.hdr->nvm_off));
+        __atomic_store_n(&jr.hdr->nvm_open_count, info.open_count, __ATOMIC_RELAXED);
+    }
+    if (tac.ssd != NULL) {
+        struct ssd_info info;
+        ssd_get_info(tac.ssd, &info);
+        ssd_set_table(tac.ssd, (uint32_t *)(jr.map + jr.hdr->ssd_off));
+        __atomic_store_n(&jr.hdr->ssd_generation, info.generation, __ATOMIC_RELAXED);
+        __atomic_store_n(&jr.clock_floor, ssd_oldest_page_seq(tac.ssd), __ATOMIC_RELAXED);
+    }
+    tac_journal_reserve_seq(tac_tuple_last_seq());
+    items_set_cas_reserve(reserve_cas);
+    reserve_cas(item_last_cas());
+}
+
+void tac_journal_close(void)
+{
+    if (jr.map == NULL)
+        return;
+    if (tac.nvm != NULL)
+        nvm_set_class_map(tac.nvm, NULL);
+    if (tac.ssd != NULL)
+        ssd_set_table(tac.ssd, NULL);
+    tac_tuple_set_seq_limit(UINT64_MAX);
+    item_cas_set_limit(UINT64_MAX);
+    (void)msync(jr.map, jr.size, MS_SYNC);
+    munmap(jr.map, jr.size);
+    close(jr.fd);
+    jr.map = NULL;
+    jr.hdr = NULL;
+    jr.fd = -1;
+}
+
+/* ---- Invalidations ------------------------------------------------------- */
+
+static uint64_t clock_now(void)
+{
+    return tac.ssd != NULL ? ssd_page_clock(tac.ssd) : 0;
+}
+
+/* Without an SSD tier nothing stale outlives an NVM slot's free, so no
+ * entry is needed past that; they are reused once the bucket fills. */
+static bool entry_free(const struct jr_entry *e, uint64_t floor)
+{
+    return e->hash == 0 || (tac.ssd != NULL && e->clock < floor);
+}
+
+void tac_journal_invalidate(const char *key, size_t nkey)
+{
+    if (jr.map == NULL)
+        return;
+    uint64_t h = key_hash(key, nkey);
+    uint64_t seq = tac_tuple_last_seq();
+    uint64_t clock = clock_now();
+    uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
+    struct jr_entry *b = bucket_of(h);
+    pthread_mutex_t *lk = &jr.stripes[(h % jr.hdr->buckets) % JR_STRIPES];
+    pthread_mutex_lock(lk);
+    struct jr_entry *slot = NULL, *oldest = &b[0];
+    for (unsigned i = 0; i < JR_WAYS; i++) {
+        if (b[i].hash == h) {
+            slot = &b[i];
+            break;
+        }
+        if (slot == NULL && entry_free(&b[i], floor))
+            slot = &b[i];
+        if (b[i].clock < oldest->clock)
+            oldest = &b[i];
+    }
+    if (slot == NULL) {
+        /* Every way still protects something: the oldest gives way, and
+         * the floor takes over its promise for every key. */
+        uint64_t f = __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED);
+        if (oldest->seq > f)
+            __atomic_store_n(&jr.hdr->floor_seq, oldest->seq, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&jr.overflows, 1, __ATOMIC_RELAXED);
+        slot = oldest;
+    }
+    if (slot->hash != h) {
+        __atomic_store_n(&slot->seq, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->hash, h, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&jr.entries, 1, __ATOMIC_RELAXED);
+    }
+    if (seq > slot->seq)
+        __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(lk);
+}
+
+void tac_journal_flush(void)
+{
+    if (jr.map != NULL)
+        __atomic_store_n(&jr.hdr->flush_seq, tac_tuple_last_seq(), __ATOMIC_RELAXED);
+}
+
+void tac_journal_tick(void)
+{
+    if (jr.map != NULL && tac.ssd != NULL)
+        __atomic_store_n(&jr.clock_floor, ssd_oldest_page_seq(tac.ssd),
+                         __ATOMIC_RELAXED);
+}
+
+bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
+{
+    if (jr.map == NULL)
+        return false;
+    if (seq <= __atomic_load_n(&jr.hdr->flush_seq, __ATOMIC_RELAXED) ||
+        seq <= __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED))
+        return true;
+    /* Workers add records meanwhile; a record added after the scan began
+     * is one the recovery marks (items.c) cover as well. */
+    uint64_t h = key_hash(key, nkey);
+    const struct jr_entry *b = bucket_of(h);
+    for (unsigned i = 0; i < JR_WAYS; i++)
+        if (__atomic_load_n(&b[i].hash, __ATOMIC_RELAXED) == h &&
+            seq <= __atomic_load_n(&b[i].seq, __ATOMIC_RELAXED))
+            return true;
+    return false;
+}
+
+uint64_t tac_journal_entries(void)
+{
+    return __atomic_load_n(&jr.entries, __ATOMIC_RELAXED);
+}
+
+uint64_t tac_journal_overflows(void)
+{
+    return __atomic_load_n(&jr.overflows, __ATOMIC_RELAXED);
+}
