@@ -28,6 +28,7 @@ written to --dir/results.json.  Python 3 standard library only.
 """
 import argparse
 import json
+import glob
 import os
 import shutil
 import signal
@@ -115,19 +116,23 @@ class Server:
 def tier_args(kind, d, tag):
     nvm = "/dev/shm/tac-wp-%d-%s" % (os.getpid(), tag)
     ssd = os.path.join(d, "ssd-%s.dat" % tag)
-    for f in (nvm, ssd):
-        if os.path.exists(f):
-            os.unlink(f)
+    remove_tier_files([nvm, ssd])
     if kind == "three":
         return ["-t", "2", "-m", "96", "-o", "nvm_path=%s:192m,ssd_path=%s:1536m" % (nvm, ssd)], [nvm, ssd]
     return ["-t", "2", "-m", "96", "-o", "ssd_path=%s:1536m" % ssd], [ssd]
 
 
+def remove_tier_files(files):
+    """The tier files and the restart state and journal beside them."""
+    for f in files:
+        for path in [f] + glob.glob(glob.escape(f) + ".state*"):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def stop_and_clean(srv, files):
     srv.stop()
-    for f in files:
-        if os.path.exists(f):
-            os.unlink(f)
+    remove_tier_files(files)
 
 
 def tac_bench(port, extra, json_path):

@@ -22,6 +22,7 @@ nvm_pages_used/total, ssd_pages_free.
 Exit status 1 if any store was refused or any value was wrong or lost.
 """
 import argparse
+import glob
 import os
 import random
 import shutil
@@ -111,8 +112,9 @@ def main():
                 proc.kill()
                 proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-        if os.path.exists(nvm_path):
-            os.unlink(nvm_path)
+        for path in [nvm_path] + glob.glob(glob.escape(nvm_path) + ".state*"):
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 def run(a, port, proc):
