@@ -176,6 +176,8 @@ void item_cas_floor(uint64_t cas)
 #define REC_MARK_BITS 26
 static uint64_t rec_marks[(1u << REC_MARK_BITS) / 64];   /* atomic words */
 static bool rec_active;             /* atomic */
+static __thread bool rec_self;      /* this thread is the recovery: its own
+                                       links (staged stores) mark nothing */
 static bool rec_flushed;            /* atomic */
 
 void items_recovery_begin(void)
@@ -183,6 +185,11 @@ void items_recovery_begin(void)
     memset(rec_marks, 0, sizeof(rec_marks));
     __atomic_store_n(&rec_flushed, false, __ATOMIC_RELAXED);
     __atomic_store_n(&rec_active, true, __ATOMIC_RELEASE);
+}
+
+void items_recovery_self(void)
+{
+    rec_self = true;
 }
 
 void items_recovery_end(void)
@@ -193,7 +200,8 @@ void items_recovery_end(void)
 /* A write of hv's key: a new version linked, or a delete.  Item lock held. */
 static inline void rec_mark(uint32_t hv)
 {
-    if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0)) {
+    if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0) &&
+        !rec_self) {
         uint32_t b = hv & ((1u << REC_MARK_BITS) - 1);
         __atomic_fetch_or(&rec_marks[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
     }

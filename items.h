@@ -168,6 +168,8 @@ void item_cas_set_limit(uint64_t limit);
  * same bits skips a recovered copy too, which only costs a miss.
  */
 void items_recovery_begin(void);
+/* Called by the recovery thread: what it links itself is not a write. */
+void items_recovery_self(void);
 void items_recovery_end(void);
 bool do_item_recovery_written(uint32_t hv);
 

@@ -132,7 +132,8 @@ struct ssd_store {
     uint32_t *buf_first;          /* per slot: first slot of its buf; lock */
     int free_head;                /* lock */
     int cur_page;                 /* shared open page, -1 none; lock */
-    uint64_t page_seq;            /* last page seq handed out; lock */
+    uint64_t page_seq;            /* last page seq handed out; lock for
+                                     writes, atomic (ssd_page_clock) */
     struct ssd_buf *bufs;         /* in-memory bufs; lock */
 
     /* uring write path */

@@ -478,7 +478,8 @@ static int do_page_alloc(struct ssd_store *s)
     s->free_head = p->next_free;
     p->next_free = -1;
     p->state = PAGE_OPEN;
-    p->seq = ++s->page_seq;
+    p->seq = s->page_seq + 1;
+    __atomic_store_n(&s->page_seq, p->seq, __ATOMIC_RELAXED);
     if (s->table != NULL)
         __atomic_store_n(&do_table_page(s, (unsigned)id)[1], (uint32_t)p->seq,
                          __ATOMIC_RELAXED);
@@ -773,7 +774,7 @@ bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
         p->seq = st->seq;
         p->next_free = -1;
         if (st->seq > s->page_seq)
-            s->page_seq = st->seq;
+            __atomic_store_n(&s->page_seq, st->seq, __ATOMIC_RELAXED);
         size_t base = (size_t)st->page * s->bufs_per_page;
         memcpy(&s->buf_used[base], buf_used, s->bufs_per_page * sizeof(*buf_used));
         memcpy(&s->buf_first[base], buf_first, s->bufs_per_page * sizeof(*buf_first));
@@ -867,10 +868,8 @@ void do_table_buf_written(struct ssd_store *s, const struct ssd_buf *b)
 
 uint64_t ssd_page_clock(struct ssd_store *s)
 {
-    pthread_mutex_lock(&s->lock);
-    uint64_t c = s->page_seq;
-    pthread_mutex_unlock(&s->lock);
-    return c;
+    /* Lock-free: every invalidation a worker records reads it. */
+    return __atomic_load_n(&s->page_seq, __ATOMIC_RELAXED);
 }
 
 uint64_t ssd_oldest_page_seq(struct ssd_store *s)

@@ -151,7 +151,8 @@ static struct {
     size_t nvm_n, nvm_cap;
     uint64_t *ssd_live;             /* [npages] */
     uint64_t off;                   /* bytes written so far */
-    uint64_t lost;                  /* SSD items whose buf was never written */
+    uint64_t lost;                  /* items not saved: unwritten or damaged */
+    bool nvm_anon;                  /* NVM is anonymous memory (numa:N) */
     unsigned next_part;
 } rs = { .fd = -1 };
 
@@ -290,8 +291,12 @@ static bool nvm_ref_push(uint64_t v)
 static void save_item(item *it, void *arg)
 {
     bool lower = *(const bool *)arg;
-    if (lower != ((it->it_flags & ITEM_META) != 0) ||
-        (it->it_flags & ITEM_TRANSIENT) || item_is_dead(it, NULL))
+    /* NVM on a NUMA node (anonymous memory) dies with the process: its
+     * items are saved whole, after the DRAM items, and come back through
+     * DRAM into whatever tier has room. */
+    bool whole_nvm = rs.nvm_anon && (it->it_flags & ITEM_META) && it->tier == TIER_NVM;
+    bool in_pass = whole_nvm ? !lower : lower == ((it->it_flags & ITEM_META) != 0);
+    if (!in_pass || (it->it_flags & ITEM_TRANSIENT) || item_is_dead(it, NULL))
         return;
     rel_time_t now = mc_now();
     uint32_t access = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
@@ -307,8 +312,19 @@ static void save_item(item *it, void *arg)
     rel_time_t t = item_time(it);
     r.idle = now > t ? now - t : 0;
     r.cas = it->cas;
+    const char *value = NULL;
     if (!(it->it_flags & ITEM_META)) {
         r.tier = TIER_DRAM;
+        value = ITEM_data(it);
+    } else if (whole_nvm) {
+        struct tac_tuple_hdr hdr;
+        const char *key = tac_nvm_tuple_checked(it, &hdr);
+        if (key == NULL) {
+            rs.lost++;          /* damaged: counted in tuple_checksum_failures */
+            return;
+        }
+        r.tier = TIER_DRAM;
+        value = key + hdr.nkey;
     } else if (it->tier == TIER_NVM) {
         if (tac.nvm == NULL)
             return;
@@ -330,7 +346,7 @@ static void save_item(item *it, void *arg)
         r.ref = ref;
     }
     rs.save.items[r.tier]++;
-    chunk_add(&r, ITEM_key(it), r.tier == TIER_DRAM ? ITEM_data(it) : NULL);
+    chunk_add(&r, ITEM_key(it), value);
 }
 
 static void save_ssd_section(void)
@@ -398,6 +414,11 @@ bool tac_restart_save(void)
             goto fail;
     }
     memset(&rs.save, 0, sizeof(rs.save));
+    if (tac.nvm != NULL) {
+        struct nvm_info info;
+        nvm_get_info(tac.nvm, &info);
+        rs.nvm_anon = strcmp(info.backing, "numa") == 0;
+    }
     char zero[RS_HDR_SIZE] = { 0 };
     out_write(zero, sizeof(zero));
     rs.save.rec_off = rs.off;
@@ -410,7 +431,7 @@ bool tac_restart_save(void)
     chunk_flush();
     struct rs_chunk end = { 0, 0, 0, 0 };
     out_write(&end, sizeof(end));
-    if (tac.nvm != NULL) {
+    if (tac.nvm != NULL && !rs.nvm_anon) {
         rs.save.nvm_off = rs.off;
         rs.save.nvm_count = rs.nvm_n;
         rs.save.nvm_crc = util_crc32c(0, rs.nvm_refs, rs.nvm_n * sizeof(uint64_t));
@@ -421,8 +442,8 @@ bool tac_restart_save(void)
         save_ssd_section();
     }
     if (rs.lost > 0)
-        fprintf(stderr, "restart: %llu SSD items were in bufs that could not "
-                "be written; they are not saved\n", (unsigned long long)rs.lost);
+        fprintf(stderr, "restart: %llu items are not saved: SSD bufs that could "
+                "not be written, or damaged NVM tuples\n", (unsigned long long)rs.lost);
     if (rs.out_failed || fflush(rs.out) != 0 || fsync(fileno(rs.out)) != 0) {
         fprintf(stderr, "restart: writing %s failed (%s); the next start will "
                 "be empty\n", rs.tmp, strerror(errno ? errno : EIO));
@@ -1127,6 +1148,7 @@ static void crash_scan(void)
 static void *recover_main(void *arg)
 {
     (void)arg;
+    items_recovery_self();
     if (rs.crash) {
         crash_scan();
         items_recovery_end();

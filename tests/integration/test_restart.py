@@ -607,6 +607,33 @@ def test_restart_with_e_memfile_dram_only(server, tmp_path):
 
 
 @pytest.mark.tac_only
+def test_restart_with_numa_nvm_saves_its_items_whole(server, tmp_path):
+    """NVM on a NUMA node is anonymous memory: a graceful stop saves its
+    items whole in the -e file, and they all come back."""
+    seed = new_seed()
+    args = ["-t", "2", "-m", "16", "-e", str(tmp_path / "mem.file"),
+            "-o", "nvm_path=numa:0:96m"]
+    ds = DataSet(seed, 20000, 1500, 4096)
+    try:
+        srv = server(args)
+    except RuntimeError as e:
+        if "NUMA" in str(e) or "numa" in str(e):
+            pytest.skip("no NUMA node 0 with memory here: %s" % e)
+        raise
+    c = fill(srv, ds, 16, spread=False)
+    nvm_items = tier_counts(c.stats(b"tiers"))[0]
+    assert nvm_items > len(ds.val) // 2, "most items should sit in NVM: %d of %d (seed %d)" % (
+        nvm_items, len(ds.val), seed)
+    graceful_stop(srv, "SIGTERM")
+
+    srv = restart(server, srv, args)
+    c, rs = wait_recovered(srv, seed)
+    check_clean_recovery(rs, len(ds.val), seed)
+    ds.compare(gets_all(c, ds.all_keys()), "after a SIGTERM restart with NVM on numa:0")
+    graceful_stop(srv, "SIGTERM")
+
+
+@pytest.mark.tac_only
 def test_recovery_off_starts_empty(server, tier_files):
     seed = new_seed()
     nvm, ssd = tier_files()
