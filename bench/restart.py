@@ -243,6 +243,10 @@ def main():
             tac_bench(mport, args.records, ["--load-only", "--no-stats"], os.path.join(d, "mc-load.json"))
             items = int(stats(mport)["curr_items"])
             stop_s = m.stop(signal.SIGUSR1)
+            # memcached 1.6.18 refuses its memory file ("restart incompatible
+            # due to setting for [stop_time]") when restarted within the
+            # second it stopped in.
+            time.sleep(2)
             m = Server(mcmd, os.path.join(d, "memcached.stderr"), mport)
             back = int(stats(mport)["curr_items"])
             res["memcached"] = {"cmd": " ".join(mcmd), "items": items, "stop_s": round(stop_s, 2),
