@@ -898,19 +898,37 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         it->it_flags |= r->it_flags & RS_KEEP_FLAGS;
         do_item_link(it, hv, true);
         linked = true;
-    } else if (do_item_store(it, STORE_ADD, 0, NULL, hv, part) == STORE_STORED) {
-        /* DRAM is full: the store put it into a lower tier, under a new
-         * CAS that nobody has seen yet. */
-        item *l = assoc_find(key, r->nkey, hv);
-        if (l != NULL) {
-            l->cas = r->cas;
-            l->access = access;
-            if (!item_compact(l))
-                l->time = t;
-        }
-        linked = true;
     } else {
-        count(&rs.dropped);
+        /* DRAM is full: the store puts it into a lower tier.  When none has
+         * room yet, the evictors and page movers make some: wait, as a
+         * client's store would (up to about 2 s). */
+        enum store_result res;
+        for (int tries = 0;
+             (res = do_item_store(it, STORE_ADD, 0, NULL, hv, part)) == STORE_NO_MEMORY &&
+             tries < 400; tries++) {
+            item_unlock(hv);
+            usleep(5000);
+            item_lock(hv);
+            if (do_item_recovery_written(hv) || assoc_find(key, r->nkey, hv) != NULL) {
+                res = STORE_NOT_STORED;
+                break;
+            }
+        }
+        if (res == STORE_STORED) {
+            /* Under a new CAS that nobody has seen yet. */
+            item *l = assoc_find(key, r->nkey, hv);
+            if (l != NULL) {
+                l->cas = r->cas;
+                l->access = access;
+                if (!item_compact(l))
+                    l->time = t;
+            }
+            linked = true;
+        } else if (res == STORE_NOT_STORED) {
+            count(&rs.stale);
+        } else {
+            count(&rs.dropped);
+        }
     }
     item_unlock(hv);
     if (linked) {
