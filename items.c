@@ -55,6 +55,7 @@
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"
+#include "util.h"
 
 /* Items examined from each LRU tail per eviction attempt. */
 #define LRU_SEARCH_DEPTH 5
@@ -164,11 +165,7 @@ uint64_t item_last_cas(void)
 
 void item_cas_floor(uint64_t cas)
 {
-    uint64_t cur = __atomic_load_n(&cas_id, __ATOMIC_RELAXED);
-    while (cur < cas &&
-           !__atomic_compare_exchange_n(&cas_id, &cur, cas, false,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    (void)util_atomic_max(&cas_id, cas);
 }
 
 /* ---- Writes while a restart recovers (items.h). -------------------- */

@@ -84,6 +84,18 @@ uint64_t util_rand64(void);
 /* Nanoseconds on CLOCK_MONOTONIC: for intervals and deadlines. */
 uint64_t util_now_ns(void);
 
+/* Raises *p to v unless it is larger already (relaxed atomics); returns
+ * the value *p holds afterwards. */
+static inline uint64_t util_atomic_max(uint64_t *p, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v &&
+           !__atomic_compare_exchange_n(p, &cur, v, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+    return cur > v ? cur : v;
+}
+
 /*
  * CRC32C (Castagnoli polynomial, reflected 0x82F63B78), the checksum of
  * iSCSI, ext4 and SSE4.2's crc32 instruction, which is used when the CPU has

@@ -27,6 +27,7 @@ bench/out/restart).  Python 3 standard library only.
 """
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import signal
@@ -37,38 +38,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-BENCH = os.path.join(HERE, "tac-bench")
-SHAPE = ["-k", "33", "-v", "1100", "--theta", "0.99", "-c", "16", "-d", "1", "-t", "2"]
 
-
-def log(msg):
-    print(msg, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def stats(port, sub=""):
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(("stats %s\r\n" % sub).encode() if sub else b"stats\r\n")
-    buf = b""
-    while not buf.endswith(b"END\r\n"):
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            break
-        buf += chunk
-    s.close()
-    out = {}
-    for line in buf.decode().split("\r\n"):
-        p = line.split(" ", 2)
-        if len(p) == 3 and p[0] == "STAT":
-            out[p[1]] = p[2]
-    return out
+# The client, the record shape and the stats helpers of write-pressure.py.
+_spec = importlib.util.spec_from_file_location("write_pressure", os.path.join(HERE, "write-pressure.py"))
+_wp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_wp)
+BENCH, SHAPE, log, free_port, stats = _wp.BENCH, _wp.SHAPE, _wp.log, _wp.free_port, _wp.stats
 
 
 class Server:

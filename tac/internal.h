@@ -238,6 +238,9 @@ item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition);
  * whether a copy of key written with seq is covered by one.  tick
  * refreshes which records may be reused (any thread, now and then). */
 bool tac_journal_open(const char *state_path);
+/* A 64-bit hash of a key (never 0): the journal's records, and the
+ * crash scan's table of sequences, are keyed by it. */
+uint64_t tac_key_hash64(const char *key, size_t nkey);
 bool tac_journal_matched(void);
 void tac_journal_reset(void);
 /* Every copy written with a seq up to seq counts as dead after a crash. */

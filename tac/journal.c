@@ -102,7 +102,7 @@ static struct jr_entry *bucket_of(uint64_t h)
            (size_t)(h % jr.hdr->buckets) * JR_WAYS;
 }
 
-static uint64_t key_hash(const char *key, size_t nkey)
+uint64_t tac_key_hash64(const char *key, size_t nkey)
 {
     uint64_t h = ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
                  item_hash(key, nkey);
@@ -270,14 +270,7 @@ void tac_journal_set_floor(uint64_t seq)
  * back (half a reservation before its end). */
 static uint64_t reserve(uint64_t *field, uint64_t v)
 {
-    uint64_t want = v + JR_RESERVE;
-    uint64_t cur = __atomic_load_n(field, __ATOMIC_RELAXED);
-    while (cur < want &&
-           !__atomic_compare_exchange_n(field, &cur, want, false,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
-    uint64_t end = cur > want ? cur : want;
-    return end - JR_RESERVE / 2;
+    return util_atomic_max(field, v + JR_RESERVE) - JR_RESERVE / 2;
 }
 
 void tac_journal_reserve_seq(uint64_t seq)
@@ -350,7 +343,7 @@ void tac_journal_invalidate(const char *key, size_t nkey)
 {
     if (jr.map == NULL)
         return;
-    uint64_t h = key_hash(key, nkey);
+    uint64_t h = tac_key_hash64(key, nkey);
     uint64_t seq = tac_tuple_last_seq();
     uint64_t clock = clock_now();
     uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
@@ -410,7 +403,7 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
         return true;
     /* Workers add records meanwhile; a record added after the scan began
      * is one the recovery marks (items.c) cover as well. */
-    uint64_t h = key_hash(key, nkey);
+    uint64_t h = tac_key_hash64(key, nkey);
     const struct jr_entry *b = bucket_of(h);
     for (unsigned i = 0; i < JR_WAYS; i++)
         if (__atomic_load_n(&b[i].hash, __ATOMIC_RELAXED) == h &&

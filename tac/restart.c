@@ -829,6 +829,40 @@ static void count(uint64_t *c)
     __atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
+/* A unix exptime on the server clock (0: never); false when it has passed. */
+static bool exptime_ahead(int64_t unix_exp, rel_time_t *out)
+{
+    *out = 0;
+    if (unix_exp == 0)
+        return true;
+    int64_t rel = unix_exp - (int64_t)process_started;
+    if (rel <= (int64_t)mc_now())
+        return false;
+    *out = rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+    return true;
+}
+
+/* A DRAM-layout item holding only what item_alloc_meta copies: key and
+ * metadata. */
+union meta_src {
+    item it;
+    char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
+};
+
+/* The unlinked meta tuple (refcount 1) for a tuple at ref in tier (NVM
+ * slot class cls), described by src; NULL when DRAM has no chunk. */
+static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
+                      unsigned cls, const char *key)
+{
+    item *src = &m->it;
+    src->tier = TIER_DRAM;              /* the full layout: key in data */
+    memcpy(src->data, key, src->nkey);
+    src->data[src->nkey] = '\0';
+    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
+    return tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
+                            : tac_ssd_meta_adopt(src, ref, part);
+}
+
 /* Brings one record back: linked if its key is still untouched. */
 static void restore_record(const struct rs_rec *r, const char *key, const char *value)
 {
@@ -837,49 +871,37 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         return;
     }
     rel_time_t now = mc_now();
-    rel_time_t exptime = 0;
-    if (r->exptime != 0) {
-        int64_t rel = r->exptime - (int64_t)process_started;
-        if (rel <= (int64_t)now) {
-            count(&rs.stale);           /* expired while the server was down */
-            record_release(r);
-            return;
-        }
-        exptime = rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
+    rel_time_t exptime;
+    if (!exptime_ahead(r->exptime, &exptime)) {
+        count(&rs.stale);               /* expired while the server was down */
+        record_release(r);
+        return;
     }
     rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
     uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
-    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
+    int part = (int)(rs.next_part % (unsigned)settings.partitions);
     uint32_t hv = item_hash(key, r->nkey);
 
     item *it;
     if (r->tier == TIER_DRAM) {
+        rs.next_part++;
         it = item_alloc(key, r->nkey, r->flags, exptime, r->nbytes, part);
         if (it != NULL)
             memcpy(ITEM_data(it), value, r->nbytes);
     } else {
-        union {
-            item it;
-            char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
-        } tmpl;
-        item *src = &tmpl.it;
-        memset(src, 0, sizeof(item));
-        src->tier = TIER_DRAM;          /* the full layout: key in data */
-        src->nkey = r->nkey;
-        src->nbytes = r->nbytes;
-        src->flags = r->flags;
-        src->exptime = exptime;
-        src->cas = r->cas;
-        src->access = access;
-        src->time = t;
-        src->it_flags = r->it_flags & RS_KEEP_FLAGS;
-        memcpy(src->data, key, r->nkey);
-        src->data[r->nkey] = '\0';
-        if (r->tier == TIER_NVM)
-            it = item_alloc_meta(src, TIER_NVM, (unsigned)(r->ref & 0xff),
-                                 r->ref & ~(uint64_t)0xff, part, false);
-        else
-            it = tac_ssd_meta_adopt(src, r->ref, part);
+        union meta_src m;
+        memset(&m.it, 0, sizeof(item));
+        m.it.nkey = r->nkey;
+        m.it.nbytes = r->nbytes;
+        m.it.flags = r->flags;
+        m.it.exptime = exptime;
+        m.it.cas = r->cas;
+        m.it.access = access;
+        m.it.time = t;
+        m.it.it_flags = r->it_flags & RS_KEEP_FLAGS;
+        it = r->tier == TIER_NVM
+             ? meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff, (unsigned)(r->ref & 0xff), key)
+             : meta_for(&m, TIER_SSD, r->ref, 0, key);
     }
     if (it == NULL) {
         count(&rs.dropped);             /* no DRAM for it */
@@ -962,13 +984,6 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n)
 
 /* ---- The scan after a crash ---------------------------------------------- */
 
-static uint64_t key_hash64(const char *key, size_t nkey)
-{
-    uint64_t h = ((uint64_t)util_crc32c(0x51ed270bu, key, nkey) << 32) |
-                 item_hash(key, nkey);
-    return h != 0 ? h : 1;
-}
-
 /* The seq slot of hash h in the table of keys linked so far; NULL when
  * the table cannot grow. */
 static uint64_t *seq_slot(uint64_t h)
@@ -1012,39 +1027,24 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     const char *key = tuple + sizeof(h);
     size_t len = tac_tuple_size(h.nkey, h.nbytes);
     item *it = NULL;
-    int64_t now_unix = (int64_t)process_started + mc_now();
-    if (tac_journal_dead(key, h.nkey, h.seq) ||
-        (h.exptime != 0 && (int64_t)h.exptime <= now_unix))
+    rel_time_t exptime;
+    if (tac_journal_dead(key, h.nkey, h.seq) || !exptime_ahead(h.exptime, &exptime))
         goto skip;
     rel_time_t now = mc_now();
-    rel_time_t exptime = 0;
-    if (h.exptime != 0) {
-        int64_t rel = (int64_t)h.exptime - (int64_t)process_started;
-        exptime = rel > UINT32_MAX ? UINT32_MAX : (rel_time_t)rel;
-    }
     int64_t t = (int64_t)h.time - (int64_t)process_started;
     rel_time_t time = t < 1 ? 1 : t > (int64_t)now ? now : (rel_time_t)t;
-    union {
-        item it;
-        char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
-    } tmpl;
-    item *src = &tmpl.it;
-    memset(src, 0, sizeof(item));
-    src->tier = TIER_DRAM;
-    src->nkey = h.nkey;
-    src->nbytes = h.nbytes;
-    src->flags = h.flags;
-    src->exptime = exptime;
+    union meta_src m;
+    memset(&m.it, 0, sizeof(item));
+    m.it.nkey = h.nkey;
+    m.it.nbytes = h.nbytes;
+    m.it.flags = h.flags;
+    m.it.exptime = exptime;
     /* A tuple staged straight into a lower tier was written before its
      * item was linked and given its CAS: it holds 0.  It gets a new one. */
-    src->cas = h.cas != 0 ? h.cas : item_next_cas();
-    src->access = (time & LLRU_TIME_MASK) << 8;
-    src->time = time;
-    memcpy(src->data, key, h.nkey);
-    src->data[h.nkey] = '\0';
-    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
-    it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
-                          : tac_ssd_meta_adopt(src, ref, part);
+    m.it.cas = h.cas != 0 ? h.cas : item_next_cas();
+    m.it.access = (time & LLRU_TIME_MASK) << 8;
+    m.it.time = time;
+    it = meta_for(&m, tier, ref, cls, key);
     if (it == NULL) {
         count(&rs.dropped);             /* no DRAM for its meta tuple */
         goto release;
@@ -1052,7 +1052,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     /* The meta tuple's release marks the tuple dead; count it live first. */
     if (tier == TIER_SSD)
         (void)ssd_adopt_tuple(tac.ssd, ref, len);
-    uint64_t kh = key_hash64(key, h.nkey);
+    uint64_t kh = tac_key_hash64(key, h.nkey);
     uint32_t hv = item_hash(key, h.nkey);
     item_lock(hv);
     uint64_t *seen = seq_slot(kh);
@@ -1062,7 +1062,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     if (link) {
         if (old != NULL)
             do_item_unlink(old, hv);    /* an older copy found earlier */
-        it->access = src->access;
+        it->access = m.it.access;
         if (!item_compact(it))
             it->time = time;
         do_item_link(it, hv, true);

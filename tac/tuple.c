@@ -50,11 +50,7 @@ uint64_t tac_tuple_last_seq(void)
 
 void tac_tuple_seq_floor(uint64_t seq)
 {
-    uint64_t cur = __atomic_load_n(&tuple_seq, __ATOMIC_RELAXED);
-    while (cur < seq &&
-           !__atomic_compare_exchange_n(&tuple_seq, &cur, seq, false,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    (void)util_atomic_max(&tuple_seq, seq);
 }
 
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
