@@ -94,6 +94,7 @@ struct lru {
  * sets hold their meta tuples by the class of their lower-tier slot. */
 static struct lru lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
 static const struct item_tier_ops *tier_ops;   /* set before threads start */
+static bool log_all;                /* tier_ops->logged: -o dram_log */
 static struct lru_stats cls_stats[MAX_SLAB_CLASSES];
 static bool locks_ready;
 static int npart = 1;               /* set at init */
@@ -145,9 +146,20 @@ void item_cas_set_limit(uint64_t limit)
  * durably before the client hears.  Item lock held. */
 static inline void lower_invalidate(const item *it)
 {
-    if ((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) && tier_ops != NULL &&
-        tier_ops->invalidate != NULL)
+    /* With a log of DRAM versions, every version has a copy there. */
+    if (((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) || log_all) &&
+        tier_ops != NULL && tier_ops->invalidate != NULL)
         tier_ops->invalidate(ITEM_key(it), it->nkey);
+}
+
+/* A linked DRAM item's version (value, or exptime) is about to be
+ * acknowledged: with -o dram_log the tier policy logs it first.  Item
+ * lock held. */
+static inline void log_version(const item *it)
+{
+    if (log_all && it->tier == TIER_DRAM && !(it->it_flags & ITEM_META) &&
+        (it->it_flags & ITEM_LINKED))
+        tier_ops->logged(it);
 }
 
 /* A touch: a shorter life than the lower-tier copy says is recorded too. */
@@ -155,7 +167,10 @@ static inline void set_exptime(item *it, rel_time_t exptime)
 {
     if (exptime != 0 && (it->exptime == 0 || exptime < it->exptime))
         lower_invalidate(it);
+    bool changed = it->exptime != exptime;
     it->exptime = exptime;
+    if (changed)
+        log_version(it);
 }
 
 uint64_t item_last_cas(void)
@@ -282,6 +297,7 @@ static inline struct lru *lru_of(const item *it)
 void items_set_tier_ops(const struct item_tier_ops *ops)
 {
     tier_ops = ops;
+    log_all = ops != NULL && ops->logged != NULL;
 }
 
 void items_set_lazy_lru(bool on)
@@ -434,6 +450,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     GSTATS_INCR(curr_items);
     GSTATS_INCR(total_items);
     GSTATS_ADD(bytes, ITEM_ntotal(it));
+    log_version(it);
 }
 
 /* Removes a linked item from index and LRU; the index's reference is
@@ -1466,6 +1483,7 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
         it->cas = item_next_cas();
         if (cas_out != NULL)
             *cas_out = it->cas;
+        log_version(it);
         return DELTA_OK;
     }
 

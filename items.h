@@ -498,6 +498,12 @@ struct item_tier_ops {
     void (*invalidate)(const char *key, size_t nkey);
     /* Optional: flush_all ran (every copy written before is dead). */
     void (*flush)(void);
+    /* Optional (-o dram_log): a version of a linked DRAM item (a store, an
+     * in-place incr, a new exptime, a copy fetched up) is about to be
+     * acknowledged: log it durably now.  With it set, invalidate is
+     * called for every version replaced, deleted or given a shorter life,
+     * not only those with a lower-tier copy.  Item lock held. */
+    void (*logged)(const item *it);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

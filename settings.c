@@ -326,6 +326,14 @@ static const struct option_def options[] = {
       "recovery", "<on|off>", "on: bring back what a graceful stop saved "
       "(see README, Restart); off: start empty and format tier files of this "
       "format"), .def = "on", .choices = off_on },
+    { OPT(0, "dram_log", OPT_CHOICE, S(dram_log), 0, 0, true, "dram_log",
+      "<off|on>", "on: every acknowledged write to a DRAM item (and every "
+      "item in an SSD buf not yet written) is also logged to a file beside "
+      "the NVM file, so that it survives kill -9 (see README, Restart); "
+      "needs a file-backed -o nvm_path"), .def = "off", .choices = off_on },
+    { OPT(0, "dram_log_size", OPT_BYTES, S(dram_log_size), 0, 1e15, true,
+      "dram_log_size", "<bytes>", "size of the -o dram_log file (default: "
+      "twice -m, at least 16m)") },
     { OPT(0, "conn_mem_limit", OPT_BYTES, S(conn_mem_limit), 0, 1e15, true,
       "conn_mem_limit", "<bytes>", "memory all connections may hold beyond "
       "their first 16k read buffer (long request lines, values over 16k being "
@@ -855,6 +863,16 @@ bool settings_finalize(void)
     if (settings.nvm_path == NULL && settings.nvm_latency != NULL)
         fprintf(stderr, "note: -o nvm_latency has no effect without "
                 "-o nvm_path\n");
+    if (settings.dram_log &&
+        (settings.nvm_file == NULL || strncmp(settings.nvm_file, "numa:", 5) == 0)) {
+        fprintf(stderr, "-o dram_log=on needs a file-backed NVM tier "
+                "(-o nvm_path=FILE:SIZE): the log lives beside that file\n");
+        return false;
+    }
+    if (settings.dram_log && !settings.recovery) {
+        fprintf(stderr, "-o dram_log=on has no use with -o recovery=off\n");
+        return false;
+    }
     if (settings.ssd_path != NULL && settings.ssd_page_size != 0 &&
         settings.ssd_page_size % settings.ssd_buf_size != 0) {
         fprintf(stderr, "-o ssd_page_size=%d: expected a multiple of "

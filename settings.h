@@ -110,6 +110,8 @@ struct settings {
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
     int recovery;           /* -o recovery: 1 = on (default), 0 = off */
+    int dram_log;           /* -o dram_log: 1 = on, 0 = off (default) */
+    size_t dram_log_size;   /* -o dram_log_size, bytes (0 = auto: 2x -m) */
     char *memory_file;      /* -e: the restart state file (NULL = default) */
     int temp_sample_interval; /* -o temp_sample_interval: seconds, 0 = off */
     int temp_sample_size;   /* -o temp_sample_size: items per sample */

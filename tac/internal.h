@@ -259,6 +259,31 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
 uint64_t tac_journal_entries(void);
 uint64_t tac_journal_overflows(void);
 
+/* -o dram_log (dramlog.c): open maps the log beside the NVM file (false,
+ * after printing why, when it cannot); start, from tac_restart_prepare,
+ * keeps what a crash left for the replay or else starts empty; item and
+ * tuple log a DRAM item's version (a new seq) or a tuple put into an SSD
+ * buf (item lock of its key held); replay hands the recovery thread each
+ * record left by a crash, as a checked tuple.  head and tail are
+ * positions for the journal's invalidations (0 when off). */
+bool tac_dramlog_open(void);
+bool tac_dramlog_on(void);
+void tac_dramlog_start(bool replay);
+void tac_dramlog_close(void);
+void tac_dramlog_item(const item *it);
+void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
+                       const void *value);
+void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg);
+uint64_t tac_dramlog_head(void);
+/* Below this position no record is left that an invalidation noted at a
+ * head at or below it may still need (0: none yet). */
+uint64_t tac_dramlog_clear(void);
+struct stat_sink;
+/* Its lines of `stats tiers` (none when off). */
+void tac_dramlog_stats(struct stat_sink *s);
+/* True while SSD meta tuple meta's buf is still in memory (not written). */
+bool tac_ssd_unwritten(const item *meta);
+
 /* An NVM slot about to be freed: its tuple is made unreadable first, so
  * that a crash scan never takes it for live. */
 void tac_nvm_forget(uint64_t ref);

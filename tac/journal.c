@@ -12,6 +12,8 @@
  *   [invalidations: buckets of JR_WAYS entries, one entry per 4 KB of the
  *    tiers (JR_BUCKETS_MIN..MAX buckets)]
  *
+ * (A -o dram_log record is an older copy too: see entry_free.)
+ *
  * The header ties the file to the tier files it describes (the NVM open
  * count and the SSD header generation of the run that wrote it), and keeps
  * the write sequence and CAS reserved ahead (so a restart continues above
@@ -53,7 +55,7 @@
 #include "util.h"
 
 #define JR_MAGIC "TACJRNL\n"
-#define JR_VERSION 1u
+#define JR_VERSION 2u                  /* 2: entries keep a dram_log position */
 #define JR_HDR_SIZE 4096u
 #define JR_WAYS 8u
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
@@ -82,6 +84,7 @@ struct jr_entry {
     uint64_t hash;                      /* 0: free */
     uint64_t seq;
     uint64_t clock;
+    uint64_t logpos;                    /* dram_log head then (0: off) */
 };
 
 static struct {
@@ -332,11 +335,19 @@ static uint64_t clock_now(void)
     return tac.ssd != NULL ? ssd_page_clock(tac.ssd) : 0;
 }
 
-/* Without an SSD tier nothing stale outlives an NVM slot's free, so no
- * entry is needed past that; they are reused once the bucket fills. */
-static bool entry_free(const struct jr_entry *e, uint64_t floor)
+/* Without an SSD tier or a dram_log nothing stale outlives an NVM slot's
+ * free, so no entry is needed past that; they are reused once the bucket
+ * fills.  With them, an entry protects stale copies in SSD pages opened up
+ * to its clock and in log records below its position: it is free once the
+ * oldest SSD page is younger and the log's tail has passed it. */
+static bool entry_free(const struct jr_entry *e, uint64_t floor, uint64_t logtail)
 {
-    return e->hash == 0 || (tac.ssd != NULL && e->clock < floor);
+    if (e->hash == 0)
+        return true;
+    bool log = tac_dramlog_on();
+    if (tac.ssd == NULL && !log)
+        return false;
+    return (tac.ssd == NULL || e->clock < floor) && (!log || e->logpos <= logtail);
 }
 
 void tac_journal_invalidate(const char *key, size_t nkey)
@@ -347,6 +358,10 @@ void tac_journal_invalidate(const char *key, size_t nkey)
     uint64_t seq = tac_tuple_last_seq();
     uint64_t clock = clock_now();
     uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
+    /* Every record of this key's versions is below the log's head: each
+     * was written under the key's item lock, which the caller holds. */
+    uint64_t logpos = tac_dramlog_head();
+    uint64_t logtail = tac_dramlog_clear();
     struct jr_entry *b = bucket_of(h);
     pthread_mutex_t *lk = &jr.stripes[(h % jr.hdr->buckets) % JR_STRIPES];
     pthread_mutex_lock(lk);
@@ -356,9 +371,9 @@ void tac_journal_invalidate(const char *key, size_t nkey)
             slot = &b[i];
             break;
         }
-        if (slot == NULL && entry_free(&b[i], floor))
+        if (slot == NULL && entry_free(&b[i], floor, logtail))
             slot = &b[i];
-        if (b[i].clock < oldest->clock)
+        if (b[i].seq < oldest->seq)
             oldest = &b[i];
     }
     if (slot == NULL) {
@@ -378,6 +393,7 @@ void tac_journal_invalidate(const char *key, size_t nkey)
     if (seq > slot->seq)
         __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->logpos, logpos, __ATOMIC_RELAXED);
     pthread_mutex_unlock(lk);
 }
 

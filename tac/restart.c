@@ -777,6 +777,7 @@ void tac_restart_prepare(void)
             unlink(path);       /* nothing will match it after this run */
         free(path);
         tac_journal_reset();
+        tac_dramlog_start(false);
         tac_journal_attach();
         return;
     }
@@ -799,6 +800,7 @@ void tac_restart_prepare(void)
                   ? "no restart state" : "no journal that goes with them";
         note_unrecovered_tiers(why);
         tac_journal_reset();
+        tac_dramlog_start(false);
         tac_journal_attach();
         if (rs.path == NULL)
             free(path);
@@ -806,6 +808,7 @@ void tac_restart_prepare(void)
     }
     if (rs.path == NULL)
         rs.path = path;
+    tac_dramlog_start(rs.crash);
     tac_journal_attach();
     items_recovery_begin();
     rs.pending = true;
@@ -863,6 +866,48 @@ static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
                             : tac_ssd_meta_adopt(src, ref, part);
 }
 
+/* Links `it`, brought back for key, with the CAS, access and time it had:
+ * a meta tuple or DRAM item at once; a staging item (DRAM is full) through
+ * a store into a lower tier, which waits for room as a client's store
+ * would (up to about 2 s).  Item lock held; the caller checked that the
+ * key is to be linked.  1: linked; 0: the key was written meanwhile; -1:
+ * no room. */
+static int link_back(item *it, const char *key, size_t nkey, uint32_t hv,
+                     int part, uint64_t cas, uint32_t access, rel_time_t t,
+                     uint16_t keep_flags)
+{
+    if (!(it->it_flags & ITEM_STAGING)) {
+        it->cas = cas;
+        it->access = access;
+        if (!item_compact(it))          /* a compact item has no time */
+            it->time = t;
+        it->it_flags |= keep_flags;
+        do_item_link(it, hv, true);
+        return 1;
+    }
+    enum store_result res;
+    for (int tries = 0;
+         (res = do_item_store(it, STORE_ADD, 0, NULL, hv, part)) == STORE_NO_MEMORY &&
+         tries < 400; tries++) {
+        item_unlock(hv);
+        usleep(5000);
+        item_lock(hv);
+        if (do_item_recovery_written(hv) || assoc_find(key, nkey, hv) != NULL)
+            return 0;
+    }
+    if (res != STORE_STORED)
+        return res == STORE_NOT_STORED ? 0 : -1;
+    /* Under a new CAS that nobody has seen yet. */
+    item *l = assoc_find(key, nkey, hv);
+    if (l != NULL) {
+        l->cas = cas;
+        l->access = access;
+        if (!item_compact(l))
+            l->time = t;
+    }
+    return 1;
+}
+
 /* Brings one record back: linked if its key is still untouched. */
 static void restore_record(const struct rs_rec *r, const char *key, const char *value)
 {
@@ -909,54 +954,15 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         return;
     }
     item_lock(hv);
-    bool linked = false;
-    if (do_item_recovery_written(hv) || assoc_find(key, r->nkey, hv) != NULL) {
-        count(&rs.stale);
-    } else if (r->tier != TIER_DRAM || !(it->it_flags & ITEM_STAGING)) {
-        it->cas = r->cas;
-        it->access = access;
-        if (!item_compact(it))          /* a compact item has no time */
-            it->time = t;
-        it->it_flags |= r->it_flags & RS_KEEP_FLAGS;
-        do_item_link(it, hv, true);
-        linked = true;
-    } else {
-        /* DRAM is full: the store puts it into a lower tier.  When none has
-         * room yet, the evictors and page movers make some: wait, as a
-         * client's store would (up to about 2 s). */
-        enum store_result res;
-        for (int tries = 0;
-             (res = do_item_store(it, STORE_ADD, 0, NULL, hv, part)) == STORE_NO_MEMORY &&
-             tries < 400; tries++) {
-            item_unlock(hv);
-            usleep(5000);
-            item_lock(hv);
-            if (do_item_recovery_written(hv) || assoc_find(key, r->nkey, hv) != NULL) {
-                res = STORE_NOT_STORED;
-                break;
-            }
-        }
-        if (res == STORE_STORED) {
-            /* Under a new CAS that nobody has seen yet. */
-            item *l = assoc_find(key, r->nkey, hv);
-            if (l != NULL) {
-                l->cas = r->cas;
-                l->access = access;
-                if (!item_compact(l))
-                    l->time = t;
-            }
-            linked = true;
-        } else if (res == STORE_NOT_STORED) {
-            count(&rs.stale);
-        } else {
-            count(&rs.dropped);
-        }
-    }
+    int res = 0;
+    if (!do_item_recovery_written(hv) && assoc_find(key, r->nkey, hv) == NULL)
+        res = link_back(it, key, r->nkey, hv, part, r->cas, access, t,
+                        r->it_flags & RS_KEEP_FLAGS);
+    bool linked = res > 0;
+    count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);
     item_unlock(hv);
-    if (linked) {
-        count(&rs.items);
+    if (linked)
         __atomic_add_fetch(&rs.bytes, r->nbytes, __ATOMIC_RELAXED);
-    }
     /* An unlinked meta tuple's last release frees its slot (the tier
      * operations' release). */
     item_release(it);
@@ -1091,6 +1097,55 @@ release:
     (void)len;
 }
 
+/* A record of the dram_log, checked: linked as a DRAM item unless it is
+ * dead, expired, older than the copy linked, or its key was written during
+ * recovery. */
+static void replay_record(const char *tuple, void *arg)
+{
+    (void)arg;
+    struct tac_tuple_hdr h;
+    memcpy(&h, tuple, sizeof(h));
+    const char *key = tuple + sizeof(h);
+    rel_time_t exptime;
+    if (tac_journal_dead(key, h.nkey, h.seq) || !exptime_ahead(h.exptime, &exptime)) {
+        count(&rs.stale);
+        return;
+    }
+    rel_time_t now = mc_now();
+    int64_t tt = (int64_t)h.time - (int64_t)process_started;
+    rel_time_t t = tt < 1 ? 1 : tt > (int64_t)now ? now : (rel_time_t)tt;
+    int part = (int)(rs.next_part++ % (unsigned)settings.partitions);
+    item *it = item_alloc(key, h.nkey, h.flags, exptime, h.nbytes, part);
+    if (it == NULL) {
+        count(&rs.dropped);
+        return;
+    }
+    memcpy(ITEM_data(it), key + h.nkey, h.nbytes);
+    uint64_t kh = tac_key_hash64(key, h.nkey);
+    uint32_t hv = item_hash(key, h.nkey);
+    item_lock(hv);
+    uint64_t *seen = seq_slot(kh);
+    item *old = assoc_find(key, h.nkey, hv);
+    int res = 0;
+    if (!do_item_recovery_written(hv) && seen != NULL && h.seq > *seen) {
+        if (old != NULL) {
+            do_item_unlink(old, hv);    /* an older copy found earlier */
+            __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
+            count(&rs.stale);
+        }
+        res = link_back(it, key, h.nkey, hv, part,
+                        h.cas != 0 ? h.cas : item_next_cas(),
+                        (t & LLRU_TIME_MASK) << 8, t, 0);
+        if (res > 0)
+            *seen = h.seq;
+    }
+    item_unlock(hv);
+    count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);
+    if (res > 0)
+        __atomic_add_fetch(&rs.bytes, h.nbytes, __ATOMIC_RELAXED);
+    item_release(it);
+}
+
 static void scan_ssd_tuple(uint64_t tref, const char *tuple, void *arg)
 {
     (void)arg;
@@ -1158,9 +1213,6 @@ static void crash_scan(void)
         free(rs.ssd_table);
         rs.ssd_table = NULL;
     }
-    free(rs.seqs);
-    rs.seqs = NULL;
-    rs.seqs_cap = rs.seqs_n = 0;
 }
 
 static void *recover_main(void *arg)
@@ -1168,7 +1220,13 @@ static void *recover_main(void *arg)
     (void)arg;
     items_recovery_self();
     if (rs.crash) {
+        /* The tiers first, into a DRAM that their meta tuples need; then
+         * the DRAM items of the log, which find room as stores do. */
         crash_scan();
+        tac_dramlog_replay(replay_record, NULL);
+        free(rs.seqs);
+        rs.seqs = NULL;
+        rs.seqs_cap = rs.seqs_n = 0;
         items_recovery_end();
         __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
         set_state(RS_DONE);

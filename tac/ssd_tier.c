@@ -358,6 +358,7 @@ static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
     uint64_t ref = 0;
     if (!writer_put(w, iov, 3, &ref))
         return false;
+    tac_dramlog_tuple(hdr, key, value);     /* until its buf is written */
     item_set_meta_ref(meta, ref);
     __atomic_add_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
     return true;
@@ -427,6 +428,16 @@ bool tac_ssd_meta_rehome(item *meta, uint32_t hv)
     item_set_meta_ref(meta, 0);     /* its release must not free the tuple */
     item_release(n);
     TAC_INCR(meta_rehomed);
+    return true;
+}
+
+bool tac_ssd_unwritten(const item *meta)
+{
+    struct ssd_buf *pin;
+    if (tac.ssd == NULL ||
+        ssd_buf_lookup(tac.ssd, item_meta_ref(meta), tuple_len(meta), &pin) == NULL)
+        return false;
+    ssd_buf_unpin(pin);
     return true;
 }
 
@@ -1016,6 +1027,9 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
             uint64_t nref = 0;
             ok = writer_put(defrag_writer(), iov, 2, &nref);
             if (ok) {
+                /* The old page may be reused before the new buf is
+                 * written. */
+                tac_dramlog_tuple(&hdr, key, key + hdr.nkey);
                 item_set_meta_ref(it, nref);
                 ssd_mark_dead(tac.ssd, tref, len);
                 TAC_INCR(ssd_defrag_moved);

@@ -452,7 +452,7 @@ static bool tier_read_async(void *reader, item *meta, uint32_t hv,
     return tac_read_value(reader, meta, hv, done, arg);
 }
 
-static const struct item_tier_ops tier_ops = {
+static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .materialize = tier_materialize,
     .read_async = tier_read_async,
     .demote = tac_demote,
@@ -534,8 +534,9 @@ static bool tac_open(void)
     if (settings.verbose)
         fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
                 info.is_pmem ? ", pmem" : "", info.capacity >> 20);
-    if (tac_nvm_mover_init() && tac_ssd_open() && tac_plug_in())
+    if (tac_nvm_mover_init() && tac_ssd_open() && tac_dramlog_open() && tac_plug_in())
         return true;
+    tac_dramlog_close();
     tac_nvm_mover_free();
     nvm_abandon(tac.nvm);           /* a failed start leaves no file */
     tac.nvm = NULL;
@@ -560,6 +561,8 @@ static bool tac_plug_in(void)
      * mover then moves freed data pages over to the meta tuples' class. */
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
+    if (tac_dramlog_on())
+        tier_ops.logged = tac_dramlog_item;
     items_set_tier_ops(&tier_ops);
     /* anti2: NVM is more DRAM; nothing is told apart by temperature, so
      * items leave DRAM and NVM in the order they came in, and come in
@@ -605,6 +608,7 @@ void tac_close(void)
 {
     bool saved = tac_restart_save();
     tac_journal_close();
+    tac_dramlog_close();
     uint64_t ssd_generation = tac_ssd_close();
     bool nvm_clean = false;
     if (tac.nvm != NULL) {
@@ -720,6 +724,7 @@ static void tac_stats_tiers(struct stat_sink *s)
                 (unsigned long long)tac_journal_entries());
     stat_printf(s, "journal_overflows", "%llu",
                 (unsigned long long)tac_journal_overflows());
+    tac_dramlog_stats(s);
     tac_ssd_stats_tiers(s);
 #define TAC_PRINT(name) \
     stat_printf(s, #name, "%llu", (unsigned long long)STATS_GET(&tac.stats, name));

@@ -1,0 +1,549 @@
+/*
+ * tac/dramlog.c - -o dram_log: an operation log that lets items no lower
+ * tier holds yet survive kill -9.
+ *
+ * Without it, a crash loses what lived only in DRAM, and what sat in an
+ * SSD buf not yet written: NVM slots and written SSD bufs are on the
+ * media, and the crash scan (tac/restart.c) finds them.  With it, every
+ * version that becomes visible in DRAM (a store, an in-place incr, a
+ * touch, a fetch up from a lower tier, a graceful restore) and every tuple
+ * appended to an SSD buf is first written, as a tuple (tac/tuple.h), into
+ * a ring in a file beside the NVM file (<nvm file>.dramlog), mapped
+ * MAP_SHARED through libpmem.  A store into that mapping is in the page
+ * cache at once, so it survives the process; on real PMem each record is
+ * also pmem_persist()ed (README, Restart, says what holds at power loss).
+ *
+ * Layout:
+ *   [header, DL_HDR_SIZE bytes]
+ *   [ring: records, each struct dl_rec and a tuple, 8-byte aligned]
+ *
+ * Positions are logical: a 64-bit byte count that only grows; the ring
+ * byte of position p is p % size.  Each record holds its own position, so
+ * a walk from the tail (kept in the header) follows records only while
+ * they hold the position it expects: bytes left by an earlier lap, or a
+ * record torn by the crash, end the walk.  A record that would cross the
+ * ring's end is preceded by a wrap record, which skips to the next lap.
+ *
+ * Cleaning.  An append that finds too little room takes the record at the
+ * tail: it is copied to the head if it is still needed (its key's item is
+ * that version in DRAM, or an SSD meta tuple whose buf is still in
+ * memory), and dropped otherwise (invalidated by the journal, moved to
+ * NVM or a written SSD buf, deleted or evicted).  The check holds the
+ * key's item lock, taken with trylock: the appender already holds its own
+ * key's lock, and a thread waiting for the log may hold another's.  When
+ * the lock is busy, the appender lets go of the log and tries again; a
+ * record is never copied without its key's lock, so that no stale record
+ * is ever written above the position a journal invalidation noted
+ * (tac_dramlog_head; tac/journal.c frees an invalidation only when the
+ * tail has passed it).  When everything in the ring is needed, the oldest
+ * record is dropped (dram_log_lost): the ring is sized at twice -m.
+ *
+ * After a crash the records from the tail to the end of the walk (the old
+ * records) are replayed by the recovery thread (tac_dramlog_replay), after
+ * the tiers' scan; new records go on after them.  Until the replay has
+ * read a record, cleaning copies it unchecked (unless the journal says it
+ * is dead), marked DL_CARRY, and the replay reads that copy too: old and
+ * carried records, in position order, up to the head.  Records copied so
+ * bypass the item lock, so the journal frees no invalidation by the log's
+ * tail before the tail has passed every such copy (tac_dramlog_clear).
+ * At every other start the log begins empty, on a lap no earlier record
+ * holds.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libpmem.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "assoc.h"
+#include "item_lock.h"
+#include "items.h"
+#include "nvm/nvm.h"
+#include "settings.h"
+#include "stats.h"
+#include "tac/internal.h"
+#include "tac/tuple.h"
+#include "util.h"
+
+#define DL_MAGIC "TACDLOG\n"
+#define DL_VERSION 1u
+#define DL_HDR_SIZE 4096u
+#define DL_REC 0x4c524344u              /* a record */
+#define DL_WRAP 0x50415257u             /* skip to the next lap */
+#define DL_MIN_SIZE ((uint64_t)16 << 20)
+
+struct dl_header {
+    char magic[8];
+    uint32_t version, header_size;
+    uint64_t size;                      /* ring bytes */
+    uint32_t geo_crc;                   /* CRC32C of the fields above */
+    uint32_t pad;
+    /* Changed while running (aligned 8-byte atomic stores). */
+    uint64_t owner;                     /* NVM open count of the writing run */
+    uint64_t tail;                      /* position of the oldest record */
+};
+
+struct dl_rec {
+    uint32_t magic;                     /* DL_REC or DL_WRAP */
+    uint32_t len;                       /* bytes, this header included */
+    uint64_t pos;
+    uint32_t crc;                       /* CRC32C of this header (crc 0),
+                                           seeded with the tuple's checksum */
+    uint32_t flags;                     /* DL_CARRY */
+};
+
+#define DL_CARRY 1u                     /* copied before the replay read it */
+
+_Static_assert(sizeof(struct dl_rec) == 24, "an on-media format");
+
+static struct {
+    bool on;
+    char *path;
+    char *map;
+    size_t map_len;
+    bool is_pmem;
+    struct dl_header *hdr;
+    char *ring;
+    uint64_t size;
+    size_t reserve;                     /* kept free for copies */
+    uint64_t headroom;                  /* kept free too, but for a replay */
+    pthread_mutex_t lock;
+    uint64_t head, tail;                /* atomic stores under lock */
+    bool replayable;
+    /* After a crash (under lock): the replay reads the records below h0
+     * and those carried, from replay_at on, until it reaches the head;
+     * then clear is the head (see tac_dramlog_clear). */
+    bool replaying;
+    uint64_t replay_h0, replay_at;
+    uint64_t clear;                     /* atomic */
+    /* stats (relaxed atomics) */
+    uint64_t records, bytes, copied, cleaned, lost, busy, replayed;
+} dl = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static __thread bool dl_quiet;          /* the replaying thread logs nothing */
+
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static uint32_t geo_crc(const struct dl_header *h)
+{
+    return util_crc32c(0, h, offsetof(struct dl_header, geo_crc));
+}
+
+static uint32_t rec_crc(const struct dl_rec *r, uint32_t seed)
+{
+    struct dl_rec c = *r;
+    c.crc = 0;
+    return util_crc32c(seed, &c, sizeof(c));
+}
+
+static char *at(uint64_t pos) { return dl.ring + pos % dl.size; }
+
+static void stat_add(uint64_t *c, uint64_t n)
+{
+    __atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+/* ---- Opening ------------------------------------------------------------ */
+
+bool tac_dramlog_open(void)
+{
+    if (!settings.dram_log || tac.nvm == NULL)
+        return true;
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    if (strcmp(info.backing, "devdax") == 0 || strcmp(info.backing, "numa") == 0) {
+        fprintf(stderr, "-o dram_log=on needs a file-backed NVM tier; %s is "
+                "%s\n", info.path, info.backing);
+        return false;
+    }
+    uint64_t size = settings.dram_log_size != 0 ? settings.dram_log_size
+                                                : 2 * (uint64_t)settings.maxbytes;
+    if (size < DL_MIN_SIZE)
+        size = DL_MIN_SIZE;
+    size = (size + 4095) / 4096 * 4096;
+    size_t max_rec = align8(sizeof(struct dl_rec) +
+                            tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max));
+    dl.reserve = 2 * max_rec;
+    if (size < 8 * (uint64_t)max_rec) {
+        fprintf(stderr, "-o dram_log_size: %llu bytes is too small for -I "
+                "(at least %zu)\n", (unsigned long long)size, 8 * max_rec);
+        return false;
+    }
+    size_t n = strlen(info.path) + sizeof(".dramlog");
+    dl.path = malloc(n);
+    if (dl.path == NULL)
+        return false;
+    snprintf(dl.path, n, "%s.dramlog", info.path);
+
+    struct dl_header want = { 0 };
+    memcpy(want.magic, DL_MAGIC, sizeof(want.magic));
+    want.version = DL_VERSION;
+    want.header_size = sizeof(want);
+    want.size = size;
+    want.geo_crc = geo_crc(&want);
+
+    size_t len = 0;
+    int is_pmem = 0;
+    /* An existing file of another size is opened as it is, then refused. */
+    dl.map = pmem_map_file(dl.path, 0, 0, 0, &len, &is_pmem);
+    bool fits = dl.map != NULL && len == DL_HDR_SIZE + size &&
+                memcmp(dl.map, &want, offsetof(struct dl_header, pad)) == 0;
+    if (!fits) {
+        if (dl.map != NULL)
+            pmem_unmap(dl.map, len);
+        /* New, another size or damaged: the log starts afresh (a crash
+         * then loses what only it held, as without it). */
+        if (unlink(dl.path) != 0 && errno != ENOENT) {
+            fprintf(stderr, "-o dram_log: cannot replace %s: %s\n", dl.path,
+                    strerror(errno));
+            return false;
+        }
+        /* Every block allocated first: a store into a hole of a full file
+         * system would kill the process (SIGBUS) instead of failing. */
+        int fd = open(dl.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)(DL_HDR_SIZE + size));
+        if (fd >= 0)
+            close(fd);
+        if (err == 0) {
+            dl.map = pmem_map_file(dl.path, 0, 0, 0, &len, &is_pmem);
+            err = dl.map == NULL ? errno : 0;
+        }
+        if (err != 0) {
+            fprintf(stderr, "-o dram_log: cannot create %s (%llu bytes): %s\n",
+                    dl.path, (unsigned long long)(DL_HDR_SIZE + size),
+                    strerror(err));
+            unlink(dl.path);
+            dl.map = NULL;
+            return false;
+        }
+        memcpy(dl.map, &want, sizeof(want));
+    }
+    dl.map_len = len;
+    dl.is_pmem = is_pmem != 0;
+    dl.hdr = (struct dl_header *)dl.map;
+    dl.ring = dl.map + DL_HDR_SIZE;
+    dl.size = size;
+    dl.headroom = size / 8;
+    dl.replayable = fits && info.prev_state == NVM_PREV_DIRTY &&
+                    dl.hdr->owner == info.prev_open_count;
+    dl.on = true;
+    return true;
+}
+
+bool tac_dramlog_on(void)
+{
+    return dl.on;
+}
+
+/* The record at pos if it is whole and holds pos; its tuple in *tuple
+ * (NULL for a wrap record) and its flags in *flags.  0 when the walk ends
+ * here. */
+static uint32_t rec_at(uint64_t pos, const char **tuple, uint32_t *flags)
+{
+    uint64_t room = dl.size - pos % dl.size;
+    *tuple = NULL;
+    *flags = 0;
+    if (room < sizeof(struct dl_rec))
+        return (uint32_t)room;          /* too small for a record: skipped */
+    struct dl_rec r;
+    memcpy(&r, at(pos), sizeof(r));
+    if (r.pos != pos || r.len < sizeof(r) || r.len > room || r.len % 8 != 0)
+        return 0;
+    if (r.magic == DL_WRAP)
+        return r.len == room && rec_crc(&r, 0) == r.crc ? r.len : 0;
+    if (r.magic != DL_REC)
+        return 0;
+    const char *t = at(pos) + sizeof(r);
+    struct tac_tuple_hdr h;
+    memcpy(&h, t, sizeof(h));
+    if (!tac_tuple_sane(&h, r.len - sizeof(r)) ||
+        align8(sizeof(r) + tac_tuple_size(h.nkey, h.nbytes)) != r.len ||
+        rec_crc(&r, h.checksum) != r.crc ||
+        tac_tuple_checksum(&h, t + sizeof(h), t + sizeof(h) + h.nkey) != h.checksum)
+        return 0;
+    *tuple = t;
+    *flags = r.flags;
+    return r.len;
+}
+
+void tac_dramlog_start(bool replay)
+{
+    if (!dl.on)
+        return;
+    uint64_t tail = dl.hdr->tail;
+    uint64_t head = tail;
+    if (replay && dl.replayable) {
+        const char *t;
+        uint32_t n, flags;
+        while (head - tail < dl.size && (n = rec_at(head, &t, &flags)) != 0)
+            head += n;
+        dl.replaying = true;
+        __atomic_store_n(&dl.clear, UINT64_MAX, __ATOMIC_RELAXED);
+        dl.replay_h0 = head;
+        dl.replay_at = tail;
+    } else {
+        /* A lap beyond every position an earlier record can hold. */
+        tail = (tail / dl.size + 2) * dl.size;
+        head = tail;
+        __atomic_store_n(&dl.hdr->tail, tail, __ATOMIC_RELAXED);
+    }
+    dl.tail = tail;
+    __atomic_store_n(&dl.head, head, __ATOMIC_RELAXED);
+    struct nvm_info info;
+    nvm_get_info(tac.nvm, &info);
+    __atomic_store_n(&dl.hdr->owner, info.open_count, __ATOMIC_RELAXED);
+    if (dl.is_pmem)
+        pmem_persist(dl.hdr, sizeof(*dl.hdr));
+}
+
+void tac_dramlog_close(void)
+{
+    if (dl.map == NULL)
+        return;
+    if (!dl.is_pmem)
+        (void)pmem_msync(dl.map, dl.map_len);
+    pmem_unmap(dl.map, dl.map_len);
+    dl.map = NULL;
+    dl.on = false;
+}
+
+uint64_t tac_dramlog_head(void)
+{
+    return dl.on ? __atomic_load_n(&dl.head, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t tac_dramlog_clear(void)
+{
+    if (!dl.on)
+        return 0;
+    uint64_t tail = __atomic_load_n(&dl.tail, __ATOMIC_RELAXED);
+    return tail >= __atomic_load_n(&dl.clear, __ATOMIC_RELAXED) ? tail : 0;
+}
+
+/* ---- Writing ------------------------------------------------------------ */
+
+/* Writes a record at the head (dl.lock held; room checked). */
+static void put(const struct tac_tuple_hdr *h, const char *key, const char *value,
+                uint32_t flags)
+{
+    size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
+    uint64_t room = dl.size - dl.head % dl.size;
+    if (room < len) {
+        if (room >= sizeof(struct dl_rec)) {
+            struct dl_rec w = { DL_WRAP, (uint32_t)room, dl.head, 0, 0 };
+            w.crc = rec_crc(&w, 0);
+            memcpy(at(dl.head), &w, sizeof(w));
+            if (dl.is_pmem)
+                pmem_persist(at(dl.head), sizeof(w));
+        }
+        __atomic_store_n(&dl.head, dl.head + room, __ATOMIC_RELAXED);
+    }
+    char *p = at(dl.head);
+    struct dl_rec r = { DL_REC, (uint32_t)len, dl.head, 0, flags };
+    r.crc = rec_crc(&r, h->checksum);
+    memcpy(p, &r, sizeof(r));
+    memcpy(p + sizeof(r), h, sizeof(*h));
+    memcpy(p + sizeof(r) + sizeof(*h), key, h->nkey);
+    memcpy(p + sizeof(r) + sizeof(*h) + h->nkey, value, h->nbytes);
+    if (dl.is_pmem)
+        pmem_persist(p, len);
+    __atomic_store_n(&dl.head, dl.head + len, __ATOMIC_RELAXED);
+}
+
+/* Bytes an append of len needs at the head now (a wrap wastes the rest of
+ * the lap). */
+static uint64_t need_at_head(size_t len)
+{
+    uint64_t room = dl.size - dl.head % dl.size;
+    return room < len ? room + len : len;
+}
+
+static void tail_to(uint64_t pos)
+{
+    dl.tail = pos;
+    __atomic_store_n(&dl.hdr->tail, pos, __ATOMIC_RELAXED);
+}
+
+/* Whether the record's version is still needed: its key's item is that
+ * version in DRAM, or an SSD meta tuple whose buf is not written yet.
+ * Key's item lock held. */
+static bool needed(const struct tac_tuple_hdr *h, const char *key, uint32_t hv)
+{
+    item *it = assoc_find(key, h->nkey, hv);
+    if (it == NULL)
+        return false;
+    if (!(it->it_flags & ITEM_META))    /* CAS 0: a tuple staged to SSD */
+        return !settings.use_cas || h->cas == 0 || it->cas == h->cas;
+    return it->tier == TIER_SSD && tac_ssd_unwritten(it);
+}
+
+/* Cleans the record at the tail (dl.lock held): copied to the head or
+ * dropped.  own_hv: the item lock the caller holds. */
+static void clean_one(uint32_t own_hv, bool force)
+{
+    const char *t;
+    uint32_t flags;
+    uint32_t n = rec_at(dl.tail, &t, &flags);
+    if (n == 0) {
+        /* Never written by this run: nothing below the head is left. */
+        tail_to(dl.head);
+        return;
+    }
+    if (t == NULL) {
+        tail_to(dl.tail + n);
+        return;
+    }
+    struct tac_tuple_hdr h;
+    memcpy(&h, t, sizeof(h));
+    const char *key = t + sizeof(h);
+    bool dead = force || tac_journal_dead(key, h.nkey, h.seq);
+    bool unread = dl.replaying && dl.tail >= dl.replay_at &&
+                  (dl.tail < dl.replay_h0 || (flags & DL_CARRY));
+    bool keep = false;
+    if (!dead && unread) {
+        put(&h, key, key + h.nkey, DL_CARRY);   /* for the replay */
+        keep = true;
+    } else if (!dead) {
+        uint32_t hv = item_hash(key, h.nkey);
+        bool own = (hv & ITEM_LOCK_MASK) == (own_hv & ITEM_LOCK_MASK);
+        if (own || item_trylock(hv)) {
+            keep = needed(&h, key, hv);
+            if (keep)
+                put(&h, key, key + h.nkey, 0);  /* the tuple as it is, seq included */
+            if (!own)
+                item_unlock(hv);
+        } else {
+            /* Its key is busy (maybe waiting for this log): kept unchecked,
+             * and the journal frees no invalidation until the tail has
+             * passed this copy. */
+            put(&h, key, key + h.nkey, 0);
+            keep = true;
+            stat_add(&dl.busy, 1);
+            if (dl.head > __atomic_load_n(&dl.clear, __ATOMIC_RELAXED))
+                __atomic_store_n(&dl.clear, dl.head, __ATOMIC_RELAXED);
+        }
+    }
+    stat_add(keep ? &dl.copied : force ? &dl.lost : &dl.cleaned, 1);
+    tail_to(dl.tail + n);
+}
+
+/* Makes room for a record of len bytes at the head (dl.lock held). */
+static void make_room(size_t len, uint32_t own_hv)
+{
+    uint64_t scanned = 0;
+    for (;;) {
+        uint64_t used = dl.head - dl.tail;
+        if (dl.size - used >= need_at_head(len) + dl.reserve +
+                              (dl.replaying ? 0 : dl.headroom))
+            return;
+        /* A whole lap scanned and every record still needed: the ring is
+         * too small for what DRAM holds; the oldest goes. */
+        uint64_t before = dl.tail;
+        clean_one(own_hv, scanned > dl.size);
+        scanned += dl.tail - before;
+    }
+}
+
+static void append(const struct tac_tuple_hdr *h, const char *key,
+                   const char *value, uint32_t own_hv)
+{
+    size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
+    pthread_mutex_lock(&dl.lock);
+    make_room(len, own_hv);
+    put(h, key, value, 0);
+    pthread_mutex_unlock(&dl.lock);
+    stat_add(&dl.records, 1);
+    stat_add(&dl.bytes, len);
+}
+
+void tac_dramlog_item(const item *it)
+{
+    if (!dl.on || dl_quiet)
+        return;
+    struct tac_tuple_hdr h;
+    tac_tuple_fill(&h, it);
+    append(&h, ITEM_key(it), ITEM_data(it), item_hash(ITEM_key(it), it->nkey));
+}
+
+void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
+                       const void *value)
+{
+    if (!dl.on || dl_quiet)
+        return;
+    append(h, key, value, item_hash(key, h->nkey));
+}
+
+/* ---- Replay ------------------------------------------------------------- */
+
+void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
+{
+    if (!dl.on)
+        return;
+    dl_quiet = true;
+    char *buf = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&dl.lock);
+    uint64_t pos = dl.replay_at;
+    while (dl.replaying) {
+        if (pos < dl.tail)
+            pos = dl.tail;              /* what lay below was carried or dead */
+        const char *t;
+        uint32_t flags, n = 0;
+        if (pos < dl.head)
+            n = rec_at(pos, &t, &flags);
+        if (n == 0)
+            break;                      /* at the head: done */
+        if (t != NULL && (pos < dl.replay_h0 || (flags & DL_CARRY))) {
+            /* A copy, handled without the lock: cleaning may carry the
+             * record meanwhile, and the replay then reads it again (the
+             * same seq: skipped). */
+            if (n > cap) {
+                char *nb = realloc(buf, n);
+                if (nb == NULL)
+                    break;
+                buf = nb;
+                cap = n;
+            }
+            memcpy(buf, t, n - sizeof(struct dl_rec));
+            pthread_mutex_unlock(&dl.lock);
+            fn(buf, arg);
+            stat_add(&dl.replayed, 1);
+            pthread_mutex_lock(&dl.lock);
+        }
+        pos += n;
+        if (pos > dl.replay_at)
+            dl.replay_at = pos;
+    }
+    dl.replaying = false;
+    __atomic_store_n(&dl.clear, dl.head, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&dl.lock);
+    free(buf);
+    dl_quiet = false;
+}
+
+/* ---- Stats -------------------------------------------------------------- */
+
+void tac_dramlog_stats(struct stat_sink *s)
+{
+    if (!dl.on)
+        return;
+#define DL_LINE(name, v) stat_printf(s, name, "%llu", (unsigned long long)(v))
+#define DL_GET(field) __atomic_load_n(&dl.field, __ATOMIC_RELAXED)
+    DL_LINE("dram_log_size", dl.size);
+    DL_LINE("dram_log_used", tac_dramlog_head() - __atomic_load_n(&dl.tail, __ATOMIC_RELAXED));
+    DL_LINE("dram_log_records", DL_GET(records));
+    DL_LINE("dram_log_bytes", DL_GET(bytes));
+    DL_LINE("dram_log_copied", DL_GET(copied));
+    DL_LINE("dram_log_cleaned", DL_GET(cleaned));
+    DL_LINE("dram_log_lost", DL_GET(lost));
+    DL_LINE("dram_log_busy", DL_GET(busy));
+    DL_LINE("dram_log_replayed", DL_GET(replayed));
+#undef DL_GET
+#undef DL_LINE
+}
