@@ -478,11 +478,19 @@ void do_item_unlink(item *it, uint32_t hv)
     item_release(it);
 }
 
-void do_item_replace(item *old, item *new_it, uint32_t hv)
+/* Replaces old by new_it; invalidated: old's invalidation was recorded
+ * already (store_ready_for). */
+static void replace_version(item *old, item *new_it, uint32_t hv, bool invalidated)
 {
-    lower_invalidate(old);
+    if (!invalidated)
+        lower_invalidate(old);
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, false);
+}
+
+void do_item_replace(item *old, item *new_it, uint32_t hv)
+{
+    replace_version(old, new_it, hv, false);
 }
 
 void do_item_move(item *old, item *new_it, uint32_t hv)
@@ -1215,6 +1223,18 @@ static item *store_ready(item *it, int partition)
     return tier_ops != NULL ? tier_ops->stage(it, partition) : NULL;
 }
 
+/* store_ready for a new version of old (NULL: none).  Staging writes the
+ * new tuple, with a new seq, here; old's invalidation must be recorded
+ * before that, or its seq would cover the new tuple too and a crash would
+ * lose it.  *invalidated: recorded (for replace_version). */
+static item *store_ready_for(item *it, item *old, int partition, bool *invalidated)
+{
+    *invalidated = old != NULL && (it->it_flags & ITEM_STAGING);
+    if (*invalidated)
+        lower_invalidate(old);
+    return store_ready(it, partition);
+}
+
 void item_ref(item *it)
 {
     refcount_incr(it);
@@ -1276,12 +1296,13 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     memcpy(ITEM_data(n) + first->nbytes - 2, ITEM_data(second),
            second->nbytes);
     item_release(oldv);
-    item *linked = store_ready(n, partition);
+    bool invalidated;
+    item *linked = store_ready_for(n, old, partition, &invalidated);
     item_release(n);
     if (linked == NULL)
         return STORE_NO_MEMORY;
     linked->it_flags |= old->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
-    do_item_replace(old, linked, hv);
+    replace_version(old, linked, hv, invalidated);
     *cas_out = linked->cas;
     item_release(linked);
     return STORE_STORED;
@@ -1325,12 +1346,13 @@ static enum store_result do_item_store_prior(item *it, enum store_op op,
             res = do_item_concat(old, it, op == STORE_APPEND, hv, partition,
                                  prior, &new_cas);
         } else {
-            item *linked = store_ready(it, partition);
+            bool invalidated;
+            item *linked = store_ready_for(it, old, partition, &invalidated);
             if (linked == NULL) {
                 res = STORE_NO_MEMORY;
             } else {
                 if (old != NULL)
-                    do_item_replace(old, linked, hv);
+                    replace_version(old, linked, hv, invalidated);
                 else
                     do_item_link(linked, hv, false);
                 new_cas = linked->cas;
@@ -1493,12 +1515,13 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
         return DELTA_NO_MEMORY;
     memcpy(ITEM_data(n), out, (size_t)len);
     memcpy(ITEM_data(n) + len, "\r\n", 2);
-    item *linked = store_ready(n, partition);
+    bool invalidated;
+    item *linked = store_ready_for(n, it, partition, &invalidated);
     item_release(n);
     if (linked == NULL)
         return DELTA_NO_MEMORY;
     linked->it_flags |= it->it_flags & (ITEM_FETCHED | ITEM_ACTIVE);
-    do_item_replace(it, linked, hv);
+    replace_version(it, linked, hv, invalidated);
     if (cas_out != NULL)
         *cas_out = linked->cas;
     item_release(linked);

@@ -366,7 +366,7 @@ static uint64_t need_at_head(size_t len)
 
 static void tail_to(uint64_t pos)
 {
-    dl.tail = pos;
+    __atomic_store_n(&dl.tail, pos, __ATOMIC_RELAXED);
     __atomic_store_n(&dl.hdr->tail, pos, __ATOMIC_RELAXED);
 }
 
