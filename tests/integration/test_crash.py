@@ -37,7 +37,9 @@ import zlib
 
 import pytest
 
-from mcserver import START_TIMEOUT
+import subprocess
+
+from mcserver import SERVER_BIN, START_TIMEOUT, base_args, free_port
 from test_restart import (  # noqa: F401 (tier_files: fixture)
     IO_TIMEOUT,
     MB,
@@ -1018,3 +1020,28 @@ def test_kill9_dram_log_right_after_writes_and_during_recovery(server, tier_file
         assert exact == len(ds.keys), "%s: %d of %d keys back, want all (%s): %s" % (
             when, exact, len(ds.keys), tag(seed), rs)
         sigkill(srv, seed, "SIGKILL " + when)
+
+
+@pytest.mark.tac_only
+@pytest.mark.parametrize("opts, want", [
+    ("dram_log=on", "needs a file-backed NVM tier"),
+    ("nvm_path=numa:0:16m,dram_log=on", "needs a file-backed NVM tier"),
+    ("nvm_path=/dev/shm/tac-dram-log-refused:16m,dram_log=on,recovery=off", "no use with -o recovery=off"),
+    ("nvm_path=/dev/shm/tac-dram-log-refused:32m,dram_log=on,dram_log_size=16m", "too small for -I"),
+])
+def test_dram_log_refused_without_its_needs(opts, want):
+    """-o dram_log=on without a file-backed NVM tier, with recovery=off, or a
+    log too small for -I (4m here) stops the start with a message saying why."""
+    try:
+        p = subprocess.run([SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0",
+                                                        "-I", "4m", "-o", opts],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=START_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("-o %s: the server started" % opts)
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith("tac-dram-log-refused"):
+                os.unlink(os.path.join("/dev/shm", name))
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode not in (0, None), "-o %s: the server started: %s" % (opts, msg)
+    assert want in msg, "-o %s: expected %r in: %s" % (opts, want, msg)
