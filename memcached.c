@@ -227,6 +227,7 @@ static void listener_describe(int fd, enum conn_transport transport)
     conn_stats_add_listener(fd, name);
 }
 
+/* Records a bound socket; listeners_start() serves it once the workers run. */
 static bool listener_add(int fd, enum conn_transport transport)
 {
     listener_describe(fd, transport);
@@ -234,20 +235,27 @@ static bool listener_add(int fd, enum conn_transport transport)
         fprintf(stderr, "too many listening sockets\n");
         return false;
     }
-    struct listener *l = &listeners[nlisteners];
-    l->fd = fd;
-    l->transport = transport;
-    if (transport == TRANSPORT_UDP) {
-        workers_add_udp(fd);
-        nlisteners++;
-        return true;
-    }
-    l->ev = event_new(main_base, fd, EV_READ | EV_PERSIST, listener_accept, l);
-    if (!l->ev || event_add(l->ev, NULL) != 0) {
-        fprintf(stderr, "cannot add listener event\n");
-        return false;
-    }
+    listeners[nlisteners].fd = fd;
+    listeners[nlisteners].transport = transport;
     nlisteners++;
+    return true;
+}
+
+/* UDP sockets go to the workers, TCP ones to the main loop's accept. */
+static bool listeners_start(void)
+{
+    for (int i = 0; i < nlisteners; i++) {
+        struct listener *l = &listeners[i];
+        if (l->transport == TRANSPORT_UDP) {
+            workers_add_udp(l->fd);
+            continue;
+        }
+        l->ev = event_new(main_base, l->fd, EV_READ | EV_PERSIST, listener_accept, l);
+        if (!l->ev || event_add(l->ev, NULL) != 0) {
+            fprintf(stderr, "cannot add listener event\n");
+            return false;
+        }
+    }
     return true;
 }
 
@@ -594,11 +602,9 @@ int main(int argc, char **argv)
     stats_register_section("settings", settings_section);
     stats_register_section("conns", conn_stats);
     items_init();
-    if (!tac_init())
-        exit(EX_CONFIG);
-    workers_start(settings.num_threads, main_base);
-    tac_start();
 
+    /* Sockets are bound before the tiers open: a port in use stops the start
+     * before a tier file or restart state is touched. */
     bool ok;
     if (settings.socketpath) {
         ok = server_listen_unix(settings.socketpath, settings.access);
@@ -611,6 +617,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "failed to start listening\n");
         exit(EX_OSERR);
     }
+    if (!tac_init())
+        exit(EX_CONFIG);
+    workers_start(settings.num_threads, main_base);
+    tac_start();
+    if (!listeners_start())
+        exit(EX_OSERR);
     pidfile_write();
     tac_recover();
     if (settings.verbose)

@@ -15,6 +15,10 @@ values, bench/tac-bench), then:
   crash      a 2 s pause (idle SSD bufs are written), SIGKILL, restart; the
              same measures, and the scan's rate (NVM + SSD bytes it covered
              over its time) beside `dd iflag=direct` of the SSD file
+  scan       another 2 s pause and SIGKILL, and a restart left alone until it
+             has recovered: the SSD part of the scan's own rate (the server
+             logs the buf bytes it read and the span of that part) beside
+             `dd iflag=direct` of the SSD file, read just before
 
 With --memcached (default /usr/bin/memcached, if present) memcached's own warm
 restart runs beside it: -e on /dev/shm, -m large enough for all items, the same
@@ -201,6 +205,23 @@ def main():
             "scan ~%s MB/s over NVM + live SSD against dd iflag=direct %d MB/s; YCSB-B %.0f ops/s"
             % (c["open_s"], c["recovered_s"], c["items"], c["items_per_s"], c["dropped"],
                c["back_to_90pct_s"], c["scan_mb_s"], c["dd_iflag_direct_mb_s"], after["throughput"]))
+
+        time.sleep(2)
+        srv.stop(signal.SIGKILL)
+        disk = dd_read_rate(ssd)
+        srv = Server(cmd, errpath, port)
+        while stats(port).get("recovery_state") not in ("done", "failed", "none"):
+            time.sleep(0.05)
+        with open(errpath) as f:
+            line = [ln for ln in f if "SSD scan:" in ln][-1]
+        # "restart: SSD scan: 1234.5 MB of bufs in 1.23 s (1000 MB/s), 2 threads"
+        mb = float(line.split("SSD scan: ")[1].split()[0])
+        secs = float(line.split(" in ")[1].split()[0])
+        res["scan"] = {"ssd_mb": mb, "ssd_s": secs, "ssd_mb_s": round(mb / secs),
+                       "dd_iflag_direct_mb_s": round(disk), "ratio": round(mb / secs / disk, 3),
+                       "log": line.strip()}
+        log("scan alone: SSD %.1f MB in %.2f s, %d MB/s against dd iflag=direct %d MB/s: %.2f"
+            % (mb, secs, mb / secs, disk, mb / secs / disk))
         srv.stop(signal.SIGTERM)
     finally:
         clean()

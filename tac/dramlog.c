@@ -243,8 +243,9 @@ bool tac_dramlog_on(void)
 
 /* The record at pos if it is whole and holds pos; its tuple in *tuple
  * (NULL for a wrap record) and its flags in *flags.  0 when the walk ends
- * here. */
-static uint32_t rec_at(uint64_t pos, const char **tuple, uint32_t *flags)
+ * here.  check: verify the checksums too (what a crash left; this run's
+ * own records below the head are whole). */
+static uint32_t rec_at(uint64_t pos, const char **tuple, uint32_t *flags, bool check)
 {
     uint64_t room = dl.size - pos % dl.size;
     *tuple = NULL;
@@ -256,16 +257,17 @@ static uint32_t rec_at(uint64_t pos, const char **tuple, uint32_t *flags)
     if (r.pos != pos || r.len < sizeof(r) || r.len > room || r.len % 8 != 0)
         return 0;
     if (r.magic == DL_WRAP)
-        return r.len == room && rec_crc(&r, 0) == r.crc ? r.len : 0;
+        return r.len == room && (!check || rec_crc(&r, 0) == r.crc) ? r.len : 0;
     if (r.magic != DL_REC)
         return 0;
     const char *t = at(pos) + sizeof(r);
     struct tac_tuple_hdr h;
     memcpy(&h, t, sizeof(h));
     if (!tac_tuple_sane(&h, r.len - sizeof(r)) ||
-        align8(sizeof(r) + tac_tuple_size(h.nkey, h.nbytes)) != r.len ||
-        rec_crc(&r, h.checksum) != r.crc ||
-        tac_tuple_checksum(&h, t + sizeof(h), t + sizeof(h) + h.nkey) != h.checksum)
+        align8(sizeof(r) + tac_tuple_size(h.nkey, h.nbytes)) != r.len)
+        return 0;
+    if (check && (rec_crc(&r, h.checksum) != r.crc ||
+                  tac_tuple_checksum(&h, t + sizeof(h), t + sizeof(h) + h.nkey) != h.checksum))
         return 0;
     *tuple = t;
     *flags = r.flags;
@@ -281,7 +283,7 @@ void tac_dramlog_start(bool replay)
     if (replay && dl.replayable) {
         const char *t;
         uint32_t n, flags;
-        while (head - tail < dl.size && (n = rec_at(head, &t, &flags)) != 0)
+        while (head - tail < dl.size && (n = rec_at(head, &t, &flags, true)) != 0)
             head += n;
         dl.replaying = true;
         __atomic_store_n(&dl.clear, UINT64_MAX, __ATOMIC_RELAXED);
@@ -389,7 +391,7 @@ static void clean_one(uint32_t own_hv, bool force)
 {
     const char *t;
     uint32_t flags;
-    uint32_t n = rec_at(dl.tail, &t, &flags);
+    uint32_t n = rec_at(dl.tail, &t, &flags, false);
     if (n == 0) {
         /* Never written by this run: nothing below the head is left. */
         tail_to(dl.head);
@@ -402,23 +404,27 @@ static void clean_one(uint32_t own_hv, bool force)
     struct tac_tuple_hdr h;
     memcpy(&h, t, sizeof(h));
     const char *key = t + sizeof(h);
-    bool dead = force || tac_journal_dead(key, h.nkey, h.seq);
     bool unread = dl.replaying && dl.tail >= dl.replay_at &&
                   (dl.tail < dl.replay_h0 || (flags & DL_CARRY));
     bool keep = false;
-    if (!dead && unread) {
-        put(&h, key, key + h.nkey, DL_CARRY);   /* for the replay */
-        keep = true;
-    } else if (!dead) {
+    if (force) {
+        /* dropped */
+    } else if (unread) {
+        keep = !tac_journal_dead(key, h.nkey, h.seq);
+        if (keep)
+            put(&h, key, key + h.nkey, DL_CARRY);   /* for the replay */
+    } else {
         uint32_t hv = item_hash(key, h.nkey);
         bool own = (hv & ITEM_LOCK_MASK) == (own_hv & ITEM_LOCK_MASK);
         if (own || item_trylock(hv)) {
-            keep = needed(&h, key, hv);
+            /* The journal is asked only about what is still needed (a
+             * touch shorter invalidates the version it leaves in DRAM). */
+            keep = needed(&h, key, hv) && !tac_journal_dead(key, h.nkey, h.seq);
             if (keep)
                 put(&h, key, key + h.nkey, 0);  /* the tuple as it is, seq included */
             if (!own)
                 item_unlock(hv);
-        } else {
+        } else if (!tac_journal_dead(key, h.nkey, h.seq)) {
             /* Its key is busy (maybe waiting for this log): kept unchecked,
              * and the journal frees no invalidation until the tail has
              * passed this copy. */
@@ -496,7 +502,7 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
         const char *t;
         uint32_t flags, n = 0;
         if (pos < dl.head)
-            n = rec_at(pos, &t, &flags);
+            n = rec_at(pos, &t, &flags, pos < dl.replay_h0);
         if (n == 0)
             break;                      /* at the head: done */
         if (t != NULL && (pos < dl.replay_h0 || (flags & DL_CARRY))) {
