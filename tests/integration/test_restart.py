@@ -739,3 +739,38 @@ def test_writes_during_recovery_win(server, tier_files):
     ds.compare(found, "after recovery with %d keys set and %d deleted while it ran"
                % (len(rewritten), len(deleted)))
     graceful_stop(srv, "SIGTERM")
+
+
+@pytest.mark.tac_only
+def test_port_in_use_leaves_the_restart_state_usable(server, tier_files):
+    """A start that cannot listen (its port is taken) fails before it opens a
+    tier file or reads the restart state, so the next start still brings
+    every item back."""
+    seed = new_seed()
+    nvm, ssd = tier_files()
+    args = tier_args(nvm, ssd, m=16, nvm_mb=32)
+    ds = DataSet(seed, 18500, 1500, 4096)
+    srv = server(args)
+    fill(srv, ds, 16)
+    graceful_stop(srv, "SIGTERM")
+    before = sorted(os.listdir(os.path.dirname(ssd)))
+
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        blocker.bind((srv.host, srv.port))
+        blocker.listen(1)
+        p = subprocess.run(srv.cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    finally:
+        blocker.close()
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode not in (0, None), "started on a port in use (seed %d): %s" % (seed, msg)
+    assert "failed to listen" in msg and "restart:" not in msg, (
+        "a start on a port in use must stop before recovery (seed %d): %s" % (seed, msg))
+    assert sorted(os.listdir(os.path.dirname(ssd))) == before, "the failed start changed the files"
+
+    srv = restart(server, srv, args)
+    c, rs = wait_recovered(srv, seed)
+    check_clean_recovery(rs, len(ds.val), seed)
+    ds.compare(gets_all(c, ds.all_keys()), "after a start refused for a port in use, then a restart")
+    graceful_stop(srv, "SIGTERM")
