@@ -1281,11 +1281,14 @@ static void *scan_worker(void *arg)
     return NULL;
 }
 
-/* The scan after a crash, on up to -t threads (at most 4): NVM pages
- * first, then SSD pages.  Scan threads share the table of sequences. */
+/* The scan after a crash, on twice -t threads (2 to 4): NVM pages first,
+ * then SSD pages; each thread waits for its buf reads, so twice as many
+ * threads as cores keep both the device and the cores busy.  Scan threads
+ * share the table of sequences. */
 static void crash_scan(void)
 {
-    int n = settings.num_threads < 1 ? 1 : settings.num_threads > 4 ? 4 : settings.num_threads;
+    int n = 2 * settings.num_threads;
+    n = n < 2 ? 2 : n > 4 ? 4 : n;
     pthread_t th[4];
     int started = 0;
     for (int i = 1; i < n; i++)
