@@ -152,17 +152,6 @@ static inline void lower_invalidate(const item *it)
         tier_ops->invalidate(ITEM_key(it), it->nkey);
 }
 
-/* The version `old` is being replaced by `next`: recorded as invalidated
- * unless -o dram_log covers both and logs next after old, which then
- * supersedes it there (tac/dramlog.c, Ordering). */
-static inline void lower_invalidate_by(const item *old, const item *next)
-{
-    if (log_all && !(old->it_flags & (ITEM_META | ITEM_WAS_LOWER)) &&
-        next->tier == TIER_DRAM && !(next->it_flags & (ITEM_META | ITEM_STAGING)))
-        return;
-    lower_invalidate(old);
-}
-
 /* A linked DRAM item's version (value, or exptime) is about to be
  * acknowledged: with -o dram_log the tier policy logs it first.  Item
  * lock held. */
@@ -494,7 +483,7 @@ void do_item_unlink(item *it, uint32_t hv)
 static void replace_version(item *old, item *new_it, uint32_t hv, bool invalidated)
 {
     if (!invalidated)
-        lower_invalidate_by(old, new_it);
+        lower_invalidate(old);
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, false);
 }
@@ -1509,7 +1498,7 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
      * index and this caller are the only references). */
     if ((size_t)len + 2 <= it->nbytes && refcount_load(it) == 2 &&
         it->tier == TIER_DRAM) {
-        lower_invalidate_by(it, it);    /* a new version, though in place */
+        lower_invalidate(it);       /* a new version, though in place */
         rec_mark(hv);
         memcpy(ITEM_data(it), out, (size_t)len);
         memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);

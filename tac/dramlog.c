@@ -24,14 +24,6 @@
  * record torn by the crash, end the walk.  A record that would cross the
  * ring's end is preceded by a wrap record, which skips to the next lap.
  *
- * Ordering.  Records are appended in the order their versions are made
- * (each under its key's item lock), so a version's records lie below those
- * of the next version of its key, and the tail passes them first.  So a
- * DRAM version replaced by one that is logged needs no invalidation
- * (items.c): its records are cleaned away before the newer one can be.
- * Only copies break that order: a carried copy (below) or one copied while
- * its key was busy, which is made only of the newest record of its slot.
- *
  * Cleaning.  An append that finds too little room takes the record at the
  * tail: it is copied to the head if it is still needed (its key's item is
  * that version in DRAM, or an SSD meta tuple whose buf is still in
@@ -107,7 +99,6 @@ struct dl_rec {
 };
 
 #define DL_CARRY 1u                     /* copied before the replay read it */
-#define DL_LATEST (1u << 16)            /* slots of the newest-seq table */
 
 _Static_assert(sizeof(struct dl_rec) == 24, "an on-media format");
 
@@ -131,14 +122,6 @@ static struct {
     bool replaying;
     uint64_t replay_h0, replay_at;
     uint64_t clear;                     /* atomic */
-    /* Under lock: the highest seq appended (or replayed) for the keys of
-     * each slot (item hash), for what cleaning copies unchecked. */
-    uint64_t latest[DL_LATEST];
-    /* Under lock: the key hash and highest seq of the last key appended
-     * in each slot; a record of that key with a lower seq is superseded
-     * (dropped without a lookup). */
-    struct { uint64_t hv, seq; } *recent;
-    uint64_t recent_mask;
     /* stats (relaxed atomics) */
     uint64_t records, bytes, copied, cleaned, lost, busy, replayed;
 } dl = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -247,17 +230,6 @@ bool tac_dramlog_open(void)
     dl.ring = dl.map + DL_HDR_SIZE;
     dl.size = size;
     dl.headroom = size / 8;
-    uint64_t slots = 1u << 16;
-    while (slots < (1u << 22) && slots * 1024 < size)
-        slots *= 2;
-    dl.recent = calloc(slots, sizeof(*dl.recent));
-    if (dl.recent == NULL) {
-        fprintf(stderr, "-o dram_log: out of memory\n");
-        pmem_unmap(dl.map, len);
-        dl.map = NULL;
-        return false;
-    }
-    dl.recent_mask = slots - 1;
     dl.replayable = fits && info.prev_state == NVM_PREV_DIRTY &&
                     dl.hdr->owner == info.prev_open_count;
     dl.on = true;
@@ -341,8 +313,6 @@ void tac_dramlog_close(void)
     pmem_unmap(dl.map, dl.map_len);
     dl.map = NULL;
     dl.on = false;
-    free(dl.recent);
-    dl.recent = NULL;
 }
 
 uint64_t tac_dramlog_head(void)
@@ -359,19 +329,6 @@ uint64_t tac_dramlog_clear(void)
 }
 
 /* ---- Writing ------------------------------------------------------------ */
-
-/* Notes that key hash hv has a record with seq (dl.lock held). */
-static void note_seq(uint32_t hv, uint64_t seq)
-{
-    uint64_t *l = &dl.latest[hv & (DL_LATEST - 1)];
-    if (seq > *l)
-        *l = seq;
-    __typeof__(dl.recent) r = &dl.recent[hv & dl.recent_mask];
-    if (r->hv != hv + 1ull)
-        r->hv = hv + 1ull, r->seq = seq;  /* hv + 1: 0 is an empty slot */
-    else if (seq > r->seq)
-        r->seq = seq;
-}
 
 /* Writes a record at the head (dl.lock held; room checked). */
 static void put(const struct tac_tuple_hdr *h, const char *key, const char *value,
@@ -392,18 +349,12 @@ static void put(const struct tac_tuple_hdr *h, const char *key, const char *valu
     char *p = at(dl.head);
     struct dl_rec r = { DL_REC, (uint32_t)len, dl.head, 0, flags };
     r.crc = rec_crc(&r, h->checksum);
-    /* Header, tuple header and key through the cache (cleaning reads them
-     * a lap later); the value with non-temporal stores: a log is written
-     * once and read back only after a crash, so it should not evict what
-     * the workers use, nor be read in before it is overwritten. */
     memcpy(p, &r, sizeof(r));
     memcpy(p + sizeof(r), h, sizeof(*h));
     memcpy(p + sizeof(r) + sizeof(*h), key, h->nkey);
-    pmem_memcpy_nodrain(p + sizeof(r) + sizeof(*h) + h->nkey, value, h->nbytes);
+    memcpy(p + sizeof(r) + sizeof(*h) + h->nkey, value, h->nbytes);
     if (dl.is_pmem)
         pmem_persist(p, len);
-    /* Else no fence: a process's stores reach the page cache even if it is
-     * killed, and the lock's release orders them for other threads. */
     __atomic_store_n(&dl.head, dl.head + len, __ATOMIC_RELAXED);
 }
 
@@ -429,8 +380,8 @@ static bool needed(const struct tac_tuple_hdr *h, const char *key, uint32_t hv)
     item *it = assoc_find(key, h->nkey, hv);
     if (it == NULL)
         return false;
-    if (!(it->it_flags & ITEM_META))
-        return !settings.use_cas || it->cas == h->cas;
+    if (!(it->it_flags & ITEM_META))    /* CAS 0: a tuple staged to SSD */
+        return !settings.use_cas || h->cas == 0 || it->cas == h->cas;
     return it->tier == TIER_SSD && tac_ssd_unwritten(it);
 }
 
@@ -465,11 +416,7 @@ static void clean_one(uint32_t own_hv, bool force)
     } else {
         uint32_t hv = item_hash(key, h.nkey);
         bool own = (hv & ITEM_LOCK_MASK) == (own_hv & ITEM_LOCK_MASK);
-        __typeof__(dl.recent) r = &dl.recent[hv & dl.recent_mask];
-        if (r->hv == hv + 1ull && h.seq < r->seq) {
-            /* A newer record of this key (by its 32-bit hash) was appended
-             * after this one: superseded, whatever became of it since. */
-        } else if (own || item_trylock(hv)) {
+        if (own || item_trylock(hv)) {
             /* The journal is asked only about what is still needed (a
              * touch shorter invalidates the version it leaves in DRAM). */
             keep = needed(&h, key, hv) && !tac_journal_dead(key, h.nkey, h.seq);
@@ -477,14 +424,10 @@ static void clean_one(uint32_t own_hv, bool force)
                 put(&h, key, key + h.nkey, 0);  /* the tuple as it is, seq included */
             if (!own)
                 item_unlock(hv);
-        } else if (h.seq >= dl.latest[hv & (DL_LATEST - 1)] &&
-                   !tac_journal_dead(key, h.nkey, h.seq)) {
-            /* Its key is busy (maybe waiting for this log), and this is
-             * the newest record appended for its slot: kept unchecked (a
-             * newer one would supersede it, and items.c records no
-             * invalidation for a DRAM version a newer record supersedes).
-             * The journal frees no invalidation until the tail has passed
-             * this copy. */
+        } else if (!tac_journal_dead(key, h.nkey, h.seq)) {
+            /* Its key is busy (maybe waiting for this log): kept unchecked,
+             * and the journal frees no invalidation until the tail has
+             * passed this copy. */
             put(&h, key, key + h.nkey, 0);
             keep = true;
             stat_add(&dl.busy, 1);
@@ -494,10 +437,6 @@ static void clean_one(uint32_t own_hv, bool force)
     }
     stat_add(keep ? &dl.copied : force ? &dl.lost : &dl.cleaned, 1);
     tail_to(dl.tail + n);
-    /* The next record is the next one cleaned: its header and key are
-     * fetched meanwhile (cleaning is a walk through cold memory). */
-    __builtin_prefetch(at(dl.tail));
-    __builtin_prefetch(at(dl.tail) + 64);
 }
 
 /* Makes room for a record of len bytes at the head (dl.lock held). */
@@ -521,12 +460,9 @@ static void append(const struct tac_tuple_hdr *h, const char *key,
                    const char *value, uint32_t own_hv)
 {
     size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
-    __builtin_prefetch(&dl.latest[own_hv & (DL_LATEST - 1)], 1);
-    __builtin_prefetch(&dl.recent[own_hv & dl.recent_mask], 1);
     pthread_mutex_lock(&dl.lock);
     make_room(len, own_hv);
     put(h, key, value, 0);
-    note_seq(own_hv, h->seq);
     pthread_mutex_unlock(&dl.lock);
     stat_add(&dl.records, 1);
     stat_add(&dl.bytes, len);
@@ -535,15 +471,6 @@ static void append(const struct tac_tuple_hdr *h, const char *key,
 void tac_dramlog_item(const item *it)
 {
     if (!dl.on || dl_quiet)
-        return;
-    struct tac_tuple_hdr h;
-    tac_tuple_fill(&h, it);
-    append(&h, ITEM_key(it), ITEM_data(it), item_hash(ITEM_key(it), it->nkey));
-}
-
-void tac_dramlog_relog(const item *it)
-{
-    if (!dl.on)
         return;
     struct tac_tuple_hdr h;
     tac_tuple_fill(&h, it);
@@ -560,7 +487,7 @@ void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
 
 /* ---- Replay ------------------------------------------------------------- */
 
-void tac_dramlog_replay(void (*fn)(const char *tuple, bool carried, void *arg), void *arg)
+void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
 {
     if (!dl.on)
         return;
@@ -579,9 +506,6 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, bool carried, void *arg), 
         if (n == 0)
             break;                      /* at the head: done */
         if (t != NULL && (pos < dl.replay_h0 || (flags & DL_CARRY))) {
-            struct tac_tuple_hdr th;
-            memcpy(&th, t, sizeof(th));
-            note_seq(item_hash(t + sizeof(th), th.nkey), th.seq);
             /* A copy, handled without the lock: cleaning may carry the
              * record meanwhile, and the replay then reads it again (the
              * same seq: skipped). */
@@ -593,9 +517,8 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, bool carried, void *arg), 
                 cap = n;
             }
             memcpy(buf, t, n - sizeof(struct dl_rec));
-            bool carried = (flags & DL_CARRY) != 0;
             pthread_mutex_unlock(&dl.lock);
-            fn(buf, carried, arg);
+            fn(buf, arg);
             stat_add(&dl.replayed, 1);
             pthread_mutex_lock(&dl.lock);
         }

@@ -253,9 +253,6 @@ uint64_t tac_journal_seq_reserved(void);
 uint64_t tac_journal_cas_reserved(void);
 void tac_journal_reserve_seq(uint64_t seq);
 void tac_journal_invalidate(const char *key, size_t nkey);
-/* The same for the copies of key written with a seq up to seq (recovery:
- * a copy found superseded by a newer one). */
-void tac_journal_invalidate_upto(const char *key, size_t nkey, uint64_t seq);
 void tac_journal_flush(void);
 void tac_journal_tick(void);
 bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
@@ -267,19 +264,16 @@ uint64_t tac_journal_overflows(void);
  * keeps what a crash left for the replay or else starts empty; item and
  * tuple log a DRAM item's version (a new seq) or a tuple put into an SSD
  * buf (item lock of its key held); replay hands the recovery thread each
- * record left by a crash, as a checked tuple (carried: copied forward by
- * cleaning before the replay read it).  head and clear are positions for
- * the journal's invalidations (0 when off). */
+ * record left by a crash, as a checked tuple.  head and tail are
+ * positions for the journal's invalidations (0 when off). */
 bool tac_dramlog_open(void);
 bool tac_dramlog_on(void);
 void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
 void tac_dramlog_item(const item *it);
-/* tac_dramlog_item, on the replaying thread too (an item given a new CAS). */
-void tac_dramlog_relog(const item *it);
 void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
                        const void *value);
-void tac_dramlog_replay(void (*fn)(const char *tuple, bool carried, void *arg), void *arg);
+void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg);
 uint64_t tac_dramlog_head(void);
 /* Below this position no record is left that an invalidation noted at a
  * head at or below it may still need (0: none yet). */

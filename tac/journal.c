@@ -352,14 +352,10 @@ static bool entry_free(const struct jr_entry *e, uint64_t floor, uint64_t logtai
 
 void tac_journal_invalidate(const char *key, size_t nkey)
 {
-    tac_journal_invalidate_upto(key, nkey, tac_tuple_last_seq());
-}
-
-void tac_journal_invalidate_upto(const char *key, size_t nkey, uint64_t seq)
-{
     if (jr.map == NULL)
         return;
     uint64_t h = tac_key_hash64(key, nkey);
+    uint64_t seq = tac_tuple_last_seq();
     uint64_t clock = clock_now();
     uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
     /* Every record of this key's versions is below the log's head: each

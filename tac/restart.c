@@ -1125,7 +1125,7 @@ release:
 /* A record of the dram_log, checked: linked as a DRAM item unless it is
  * dead, expired, older than the copy linked, or its key was written during
  * recovery. */
-static void replay_record(const char *tuple, bool carried, void *arg)
+static void replay_record(const char *tuple, void *arg)
 {
     (void)arg;
     struct tac_tuple_hdr h;
@@ -1153,13 +1153,7 @@ static void replay_record(const char *tuple, bool carried, void *arg)
     uint64_t seen = seq_seen(kh);
     item *old = assoc_find(key, h.nkey, hv);
     int res = 0;
-    bool written = do_item_recovery_written(hv);
-    /* A carried record superseded, by a newer copy or a write made
-     * meanwhile, is recorded as dead: cleaning carried it above the newer
-     * one, so the log's order no longer says so (tac/dramlog.c). */
-    if (carried && (written || (seen != UINT64_MAX && h.seq <= seen)))
-        tac_journal_invalidate_upto(key, h.nkey, h.seq);
-    if (!written && seen != UINT64_MAX && h.seq > seen) {
+    if (!do_item_recovery_written(hv) && seen != UINT64_MAX && h.seq > seen) {
         if (old != NULL) {
             do_item_unlink(old, hv);    /* an older copy found earlier */
             __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
@@ -1170,11 +1164,6 @@ static void replay_record(const char *tuple, bool carried, void *arg)
                         (t & LLRU_TIME_MASK) << 8, t, 0);
         if (res > 0)
             seq_set(kh, h.seq);
-        /* A tuple staged to SSD had CAS 0: its record does not name the
-         * new CAS, so the DRAM item is logged afresh. */
-        item *l = res > 0 && h.cas == 0 ? assoc_find(key, h.nkey, hv) : NULL;
-        if (l != NULL && !(l->it_flags & ITEM_META))
-            tac_dramlog_relog(l);
     }
     item_unlock(hv);
     count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);
@@ -1281,14 +1270,16 @@ static void *scan_worker(void *arg)
     return NULL;
 }
 
-/* The scan after a crash, on twice -t threads (2 to 4): NVM pages first,
- * then SSD pages; each thread waits for its buf reads, so twice as many
- * threads as cores keep both the device and the cores busy.  Scan threads
- * share the table of sequences. */
+/* The scan after a crash: NVM pages first, then SSD pages, taken from a
+ * shared counter by SCAN_THREADS threads that share the table of
+ * sequences.  One thread for now: with two to four, a kill right after a
+ * load lost 1 to 68 of 30,000 items in test_crash (not yet explained; see
+ * doc/design.md). */
+#define SCAN_THREADS 1
+
 static void crash_scan(void)
 {
-    int n = 2 * settings.num_threads;
-    n = n < 2 ? 2 : n > 4 ? 4 : n;
+    int n = SCAN_THREADS;
     pthread_t th[4];
     int started = 0;
     for (int i = 1; i < n; i++)
