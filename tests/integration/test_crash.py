@@ -978,14 +978,20 @@ def dram_log_loaded(server, tier_files, seed):
     fill(srv, ds, M_MB)
     sigkill(srv, seed, "SIGKILL right after the load")
 
-    when = "after SIGKILL right after the load"
-    srv = start_again(server, srv, args, seed, when)
+    srv, exact = restart_and_count(server, srv, args, ds, seed, "after SIGKILL right after the load")
+    return args, ds, srv, exact
+
+
+def restart_and_count(server, old, args, ds, seed, when):
+    """Starts again after a SIGKILL; at least 99.9% of ds's keys must come back
+    with their value, none wrong.  Returns the server and the keys back."""
+    srv = start_again(server, old, args, seed, when)
     c, rs = wait_crash_recovered(srv, seed, when)
     print("recovery: %s; %s" % (rs["seen"], rs))
     exact = check_loaded(c, ds, when)
     assert exact >= 0.999 * len(ds.keys), "%s: %d of %d keys back, want 99.9%% (%s): %s" % (
         when, exact, len(ds.keys), tag(seed), rs)
-    return args, ds, srv, exact
+    return srv, exact
 
 
 @pytest.mark.tac_only
@@ -1029,13 +1035,8 @@ def test_kill9_dram_log_after_writes_during_recovery(server, tier_files):
     wait_crash_recovered(srv, seed, "while rewriting")
     sigkill(srv, seed, "SIGKILL after the rewrite")
 
-    when = "after SIGKILL following writes made during recovery"
-    srv = start_again(server, srv, args, seed, when)
-    c, rs = wait_crash_recovered(srv, seed, when)
-    print("recovery: %s; %s" % (rs["seen"], rs))
-    exact = check_loaded(c, ds, when)
-    assert exact >= 0.999 * len(ds.keys), "%s: %d of %d keys back, want 99.9%% (%s): %s" % (
-        when, exact, len(ds.keys), tag(seed), rs)
+    srv, _exact = restart_and_count(server, srv, args, ds, seed,
+                                    "after SIGKILL following writes made during recovery")
     sigkill(srv, seed, "at the end")
 
 

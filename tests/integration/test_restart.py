@@ -633,16 +633,22 @@ def test_restart_with_numa_nvm_saves_its_items_whole(server, tmp_path):
     graceful_stop(srv, "SIGTERM")
 
 
-@pytest.mark.tac_only
-def test_recovery_off_starts_empty(server, tier_files):
+def loaded_and_stopped(server, tier_files):
+    """A three-tier server (-m 16) loaded with 18.5k items past 3x -m and
+    stopped by SIGTERM.  Returns seed, tier files, args, data set and server."""
     seed = new_seed()
     nvm, ssd = tier_files()
     args = tier_args(nvm, ssd, m=16, nvm_mb=32)
     ds = DataSet(seed, 18500, 1500, 4096)
-
     srv = server(args)
     fill(srv, ds, 16)
     graceful_stop(srv, "SIGTERM")
+    return seed, (nvm, ssd), args, ds, srv
+
+
+@pytest.mark.tac_only
+def test_recovery_off_starts_empty(server, tier_files):
+    seed, (nvm, ssd), args, ds, srv = loaded_and_stopped(server, tier_files)
 
     off_args = tier_args(nvm, ssd, m=16, nvm_mb=32, extra_o=",recovery=off")
     srv = restart(server, srv, off_args)
@@ -746,13 +752,7 @@ def test_port_in_use_leaves_the_restart_state_usable(server, tier_files):
     """A start that cannot listen (its port is taken) fails before it opens a
     tier file or reads the restart state, so the next start still brings
     every item back."""
-    seed = new_seed()
-    nvm, ssd = tier_files()
-    args = tier_args(nvm, ssd, m=16, nvm_mb=32)
-    ds = DataSet(seed, 18500, 1500, 4096)
-    srv = server(args)
-    fill(srv, ds, 16)
-    graceful_stop(srv, "SIGTERM")
+    seed, (nvm, ssd), args, ds, srv = loaded_and_stopped(server, tier_files)
     before = sorted(os.listdir(os.path.dirname(ssd)))
 
     blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
