@@ -152,6 +152,12 @@ item *assoc_find(const char *key, size_t nkey, uint32_t hv)
     return NULL;
 }
 
+void assoc_prefetch(uint32_t hv)
+{
+    struct assoc_table *t = table_state();
+    __builtin_prefetch(&t->primary[hv & HASHMASK(t->hashpower)]);
+}
+
 void assoc_visit_bucket(uint32_t hv, void (*fn)(item *it, void *arg), void *arg)
 {
     for (item *it = *bucket_for(hv); it != NULL; it = it->h_next)
@@ -256,6 +262,27 @@ bool assoc_expand_step(int budget)
     bool busy = t->expanding;
     pthread_mutex_unlock(&expand_lock);
     return busy;
+}
+
+void assoc_reserve(uint64_t n)
+{
+    pthread_mutex_lock(&expand_lock);
+    struct assoc_table *t = cur;
+    while (HASHSIZE(t->hashpower) < n || t->expanding) {
+        if (!t->expanding) {
+            expand_start(t);
+            if (cur == t)
+                break;          /* no room for a larger table: keep this one */
+            t = cur;
+        }
+        uint64_t oldsize = HASHSIZE(t->hashpower - 1);
+        for (uint64_t b = expand_bucket; b < oldsize; b++)
+            expand_bucket_move(t, b);
+        publish(t->primary, NULL, t->hashpower, false);
+        free(t->old);
+        t = cur;
+    }
+    pthread_mutex_unlock(&expand_lock);
 }
 
 unsigned int assoc_hashpower(void)

@@ -4,7 +4,7 @@
  * Buckets are protected by the item lock stripes (items.h): the table has
  * at least as many buckets as stripes, so each bucket falls under exactly
  * one stripe, before and during an incremental resize.  All functions
- * except assoc_init/assoc_expand_step are called with item_lock(hv) held.
+ * except assoc_init/assoc_expand_step/assoc_reserve are called with item_lock(hv) held.
  */
 #ifndef ASSOC_H
 #define ASSOC_H
@@ -19,6 +19,8 @@ struct item;
 void assoc_init(int hashpower);
 
 struct item *assoc_find(const char *key, size_t nkey, uint32_t hv);
+/* A hint that hv's bucket is looked up soon (no lock needed). */
+void assoc_prefetch(uint32_t hv);
 /* Calls fn on every item of the bucket that hash value hv falls in (the
  * sampler picks random hv).  Caller holds item_lock(hv); fn must not
  * change the bucket. */
@@ -35,6 +37,10 @@ void assoc_delete(const char *key, size_t nkey, uint32_t hv);
  * progress.  Called by the maintainer thread.
  */
 bool assoc_expand_step(int budget);
+/* Grows the table at once, within the calling thread, until it has at
+ * least n buckets (or cannot grow), finishing a resize in progress first.
+ * For a start that knows how many items are coming: the crash scan. */
+void assoc_reserve(uint64_t n);
 
 /* Calls fn on every item of the index, bucket by bucket (both tables
  * while a resize is half done).  Only for a quiescent server: no other

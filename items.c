@@ -185,17 +185,45 @@ void item_cas_floor(uint64_t cas)
 
 /* ---- Writes while a restart recovers (items.h). -------------------- */
 
-#define REC_MARK_BITS 26
-static uint64_t rec_marks[(1u << REC_MARK_BITS) / 64];   /* atomic words */
+/* The keys written while a restart recovers, as 64-bit fingerprints (the
+ * item hash and a CRC32C of the key): one small open-addressing set per
+ * item lock stripe, under that stripe's lock.  Exact but for a 64-bit
+ * collision, so a recovered copy is never skipped for another key's write. */
+struct rec_set {
+    uint64_t *fp;                   /* 0: empty */
+    uint32_t cap, n;
+};
+static struct rec_set rec_sets[ITEM_LOCK_COUNT];
 static bool rec_active;             /* atomic */
 static __thread bool rec_self;      /* this thread is the recovery: its own
                                        links (staged stores) mark nothing */
 static bool rec_flushed;            /* atomic */
+static bool rec_lost;               /* atomic: a set could not grow */
+
+static uint64_t rec_fp(const char *key, size_t nkey, uint32_t hv)
+{
+    uint64_t fp = ((uint64_t)hv << 32) | util_crc32c(0x5bd1e995u, key, nkey);
+    return fp != 0 ? fp : 1;
+}
+
+/* Frees every set, each under its stripe's lock (a writer that saw the
+ * recovery active and holds the lock finishes its insert first). */
+static void rec_sets_free(void)
+{
+    for (uint32_t s = 0; s < ITEM_LOCK_COUNT; s++) {
+        item_lock(s);
+        free(rec_sets[s].fp);
+        rec_sets[s].fp = NULL;
+        rec_sets[s].cap = rec_sets[s].n = 0;
+        item_unlock(s);
+    }
+}
 
 void items_recovery_begin(void)
 {
-    memset(rec_marks, 0, sizeof(rec_marks));
+    rec_sets_free();
     __atomic_store_n(&rec_flushed, false, __ATOMIC_RELAXED);
+    __atomic_store_n(&rec_lost, false, __ATOMIC_RELAXED);
     __atomic_store_n(&rec_active, true, __ATOMIC_RELEASE);
 }
 
@@ -207,23 +235,61 @@ void items_recovery_self(void)
 void items_recovery_end(void)
 {
     __atomic_store_n(&rec_active, false, __ATOMIC_RELEASE);
+    rec_sets_free();
 }
 
-/* A write of hv's key: a new version linked, or a delete.  Item lock held. */
-static inline void rec_mark(uint32_t hv)
+static bool rec_set_add(struct rec_set *rs, uint64_t fp)
+{
+    if ((rs->n + 1) * 2 > rs->cap) {
+        uint32_t cap = rs->cap ? rs->cap * 2 : 16;
+        uint64_t *n = calloc(cap, sizeof(*n));
+        if (n == NULL)
+            return false;
+        for (uint32_t i = 0; i < rs->cap; i++) {
+            if (rs->fp[i] == 0)
+                continue;
+            uint32_t j = (uint32_t)(rs->fp[i] >> 12) & (cap - 1);
+            while (n[j] != 0)
+                j = (j + 1) & (cap - 1);
+            n[j] = rs->fp[i];
+        }
+        free(rs->fp);
+        rs->fp = n;
+        rs->cap = cap;
+    }
+    uint32_t j = (uint32_t)(fp >> 12) & (rs->cap - 1);
+    while (rs->fp[j] != 0 && rs->fp[j] != fp)
+        j = (j + 1) & (rs->cap - 1);
+    if (rs->fp[j] == 0) {
+        rs->fp[j] = fp;
+        rs->n++;
+    }
+    return true;
+}
+
+/* A write of the key: a new version linked, or a delete.  Item lock held. */
+static inline void rec_mark(const char *key, size_t nkey, uint32_t hv)
 {
     if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0) &&
-        !rec_self) {
-        uint32_t b = hv & ((1u << REC_MARK_BITS) - 1);
-        __atomic_fetch_or(&rec_marks[b / 64], 1ull << (b % 64), __ATOMIC_RELAXED);
-    }
+        !rec_self &&
+        !rec_set_add(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv)))
+        __atomic_store_n(&rec_lost, true, __ATOMIC_RELAXED);  /* skip every key */
 }
 
-bool do_item_recovery_written(uint32_t hv)
+bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv)
 {
-    uint32_t b = hv & ((1u << REC_MARK_BITS) - 1);
-    return __atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
-           (__atomic_load_n(&rec_marks[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1;
+    if (__atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&rec_lost, __ATOMIC_RELAXED))
+        return true;
+    const struct rec_set *rs = &rec_sets[hv & ITEM_LOCK_MASK];
+    if (rs->n == 0)
+        return false;
+    uint64_t fp = rec_fp(key, nkey, hv);
+    for (uint32_t j = (uint32_t)(fp >> 12) & (rs->cap - 1); rs->fp[j] != 0;
+         j = (j + 1) & (rs->cap - 1))
+        if (rs->fp[j] == fp)
+            return true;
+    return false;
 }
 
 static inline void refcount_incr(item *it)
@@ -431,7 +497,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     assert((it->it_flags & (ITEM_LINKED | ITEM_SLABBED)) == 0);
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
-        rec_mark(hv);
+        rec_mark(ITEM_key(it), it->nkey, hv);
         /* A new version; a tier move (keep_cas) keeps time and CAS. */
         if (!item_compact(it))
             it->time = mc_now();
@@ -1499,7 +1565,7 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
     if ((size_t)len + 2 <= it->nbytes && refcount_load(it) == 2 &&
         it->tier == TIER_DRAM) {
         lower_invalidate(it);       /* a new version, though in place */
-        rec_mark(hv);
+        rec_mark(ITEM_key(it), it->nkey, hv);
         memcpy(ITEM_data(it), out, (size_t)len);
         memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);
         it->cas = item_next_cas();
@@ -1556,7 +1622,7 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     item_lock(hv);
-    rec_mark(hv);
+    rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
     if (clsid != NULL)
         *clsid = it != NULL ? it->slabs_clsid : 0;
@@ -1583,7 +1649,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     enum delete_result res = DELETE_OK;
     enum item_miss why;
     item_lock(hv);
-    rec_mark(hv);
+    rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, &why, false);
     *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {

@@ -161,17 +161,19 @@ void item_cas_set_limit(uint64_t limit);
 /*
  * While a restart brings items back in the background (tac/restart.c),
  * every write must beat the copy it finds later.  Between begin and end,
- * items.c marks each key hash that gets a new version linked or a delete
- * (found or not), and notes any flush_all; do_item_recovery_written(hv),
- * under hv's item lock, then says whether the recovered copy must be
- * skipped.  Marks are kept per hash bit (2^26 of them): another key of the
- * same bits skips a recovered copy too, which only costs a miss.
+ * items.c notes each key that gets a new version linked or a delete
+ * (found or not), and any flush_all; do_item_recovery_written, under the
+ * key's item lock, then says whether the recovered copy must be skipped.
+ * Keys are noted by a 64-bit fingerprint, so another key's write skips a
+ * recovered copy only on a 64-bit collision.  If the notes cannot grow
+ * (no memory), every later recovered copy is skipped: a miss, never a
+ * stale value.
  */
 void items_recovery_begin(void);
 /* Called by the recovery thread: what it links itself is not a write. */
 void items_recovery_self(void);
 void items_recovery_end(void);
-bool do_item_recovery_written(uint32_t hv);
+bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv);
 
 /* True if an item of this size can ever be stored (fits -I and the
  * largest slab class). */

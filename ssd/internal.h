@@ -57,6 +57,7 @@ struct ssd_page {
     uint64_t live;              /* live bytes */
     uint64_t seq;               /* order in which pages were opened */
     int next_free;              /* free list link, -1 ends */
+    bool pinned;                /* adopted, not yet released by a restart */
 };
 
 enum buf_state { BUF_FILLING = 0, BUF_INFLIGHT, BUF_FAILED };

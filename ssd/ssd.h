@@ -231,7 +231,9 @@ bool ssd_page_export(struct ssd_store *s, unsigned page,
                      struct ssd_page_state *out, uint32_t *buf_used,
                      uint32_t *buf_first);
 /* False for a bad page, version, live count or buf table, or a page
- * adopted already. */
+ * adopted already.  An adopted page is pinned: defrag and the drop of the
+ * oldest page never pick it (ssd_page_emptiest, ssd_page_oldest), for its
+ * tuples may not be indexed yet, until ssd_page_unpin or ssd_unpin_all. */
 bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
                     const uint32_t *buf_used, const uint32_t *buf_first);
 void ssd_adopt_done(struct ssd_store *s);
@@ -239,6 +241,12 @@ void ssd_adopt_done(struct ssd_store *s);
  * its page's live bytes grow by ssd_live_len(len).  False when ref's page
  * is free or of another version. */
 bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len);
+/* Releases the pin of an adopted page of that version and subtracts pin
+ * from its live bytes (a scan that counted 1 live byte to keep the page
+ * until it was read); a sealed page left with none is reclaimed. */
+void ssd_page_unpin(struct ssd_store *s, unsigned page, uint16_t version, uint64_t pin);
+/* Releases every pin: a restart has indexed what it will. */
+void ssd_unpin_all(struct ssd_store *s);
 /* Waits until no buf write or device read is in flight. */
 void ssd_wait_idle(struct ssd_store *s);
 

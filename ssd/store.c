@@ -518,6 +518,7 @@ static void do_page_reclaim(struct ssd_store *s, unsigned id)
     }
     atomic_store_explicit(&p->version, v, memory_order_release);
     p->state = PAGE_FREE;
+    p->pinned = false;
     p->next_free = s->free_head;
     s->free_head = (int)id;
     ST_ADD(s, reclaimed, 1);
@@ -648,7 +649,8 @@ static int page_pick(struct ssd_store *s, struct ssd_page_info *out,
     pthread_mutex_lock(&s->lock);
     for (unsigned i = 0; i < s->npages; i++) {
         const struct ssd_page *p = &s->pages[i];
-        if (p->state == PAGE_SEALED && (best < 0 || better(p, &s->pages[best])))
+        if (p->state == PAGE_SEALED && !p->pinned &&
+            (best < 0 || better(p, &s->pages[best])))
             best = (int)i;
     }
     if (best >= 0 && out != NULL) {
@@ -773,6 +775,7 @@ bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
         p->live = st->live;
         p->seq = st->seq;
         p->next_free = -1;
+        p->pinned = true;
         if (st->seq > s->page_seq)
             __atomic_store_n(&s->page_seq, st->seq, __ATOMIC_RELAXED);
         size_t base = (size_t)st->page * s->bufs_per_page;
@@ -782,6 +785,32 @@ bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
     }
     pthread_mutex_unlock(&s->lock);
     return ok;
+}
+
+void ssd_page_unpin(struct ssd_store *s, unsigned page, uint16_t version, uint64_t pin)
+{
+    if (page >= s->npages)
+        return;
+    pthread_mutex_lock(&s->lock);
+    struct ssd_page *p = &s->pages[page];
+    if (p->pinned && p->state != PAGE_FREE &&
+        atomic_load_explicit(&p->version, memory_order_relaxed) == version) {
+        p->pinned = false;
+        uint64_t d = pin < p->live ? pin : p->live;
+        p->live -= d;
+        ST_SUB(s, live_bytes, d);
+        if (p->state == PAGE_SEALED && p->live == 0)
+            do_page_reclaim(s, page);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void ssd_unpin_all(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->npages; i++)
+        s->pages[i].pinned = false;
+    pthread_mutex_unlock(&s->lock);
 }
 
 bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len)
@@ -814,6 +843,7 @@ void ssd_adopt_done(struct ssd_store *s)
             uint32_t v = atomic_load(&p->version);
             atomic_store(&p->version, v == UINT16_MAX ? 1 : v + 1);
             p->state = PAGE_FREE;
+            p->pinned = false;
         }
         if (p->state == PAGE_FREE) {
             p->next_free = head;

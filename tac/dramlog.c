@@ -480,7 +480,10 @@ void tac_dramlog_item(const item *it)
 void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
                        const void *value)
 {
-    if (!dl.on || dl_quiet)
+    /* Not quiet during the replay: a tuple the replay's own stores push
+     * into an SSD buf (an NVM item moved down to make room, a staged
+     * store) has no other record. */
+    if (!dl.on)
         return;
     append(h, key, value, item_hash(key, h->nkey));
 }

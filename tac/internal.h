@@ -255,7 +255,14 @@ void tac_journal_reserve_seq(uint64_t seq);
 void tac_journal_invalidate(const char *key, size_t nkey);
 void tac_journal_flush(void);
 void tac_journal_tick(void);
+/* Items indexed at the last tick before the file was last left (0: none
+ * known): how large the crash scan's tables should start. */
+uint64_t tac_journal_items_hint(void);
 bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
+/* The same for a key whose tac_key_hash64 is h, and a hint that h's
+ * bucket is looked up soon. */
+bool tac_journal_dead_h(uint64_t h, uint64_t seq);
+void tac_journal_prefetch(uint64_t h);
 uint64_t tac_journal_entries(void);
 uint64_t tac_journal_overflows(void);
 

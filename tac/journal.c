@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "assoc.h"
 #include "items.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
@@ -71,7 +72,7 @@ struct jr_header {
     uint64_t nvm_pages, ssd_words, buckets;
     uint64_t nvm_off, ssd_off, inv_off, size;
     uint32_t geo_crc;                   /* CRC32C of the fields above */
-    uint32_t pad;
+    uint32_t items_hint;                /* items indexed at the last tick */
     /* Changed while running (aligned 8-byte atomic stores). */
     uint64_t nvm_open_count;            /* owner: the tier opens described */
     uint64_t ssd_generation;
@@ -97,6 +98,7 @@ static struct {
     pthread_mutex_t stripes[JR_STRIPES];
     uint64_t clock_floor;               /* atomic: entries older are free */
     uint64_t entries, overflows;        /* atomic, stats */
+    uint64_t items_hint;                /* the header's, as opened */
 } jr = { .fd = -1 };
 
 static struct jr_entry *bucket_of(uint64_t h)
@@ -172,7 +174,7 @@ bool tac_journal_open(const char *state_path)
     struct jr_header want, found;
     geometry(&want);
     bool fits = pread(jr.fd, &found, sizeof(found), 0) == (ssize_t)sizeof(found) &&
-                memcmp(&found, &want, offsetof(struct jr_header, pad)) == 0;
+                memcmp(&found, &want, offsetof(struct jr_header, items_hint)) == 0;
     struct stat st;
     if (!fits || fstat(jr.fd, &st) != 0 || (uint64_t)st.st_size != want.size) {
         /* New, another geometry or damaged: start it afresh (sparse). */
@@ -225,6 +227,7 @@ bool tac_journal_open(const char *state_path)
                      info.prev_generation == jr.hdr->ssd_generation + 1);
     }
     jr.matched = fits && nvm_match && ssd_match;
+    jr.items_hint = jr.matched ? jr.hdr->items_hint : 0;
     return true;
 }
 
@@ -408,9 +411,33 @@ void tac_journal_tick(void)
     if (jr.map != NULL && tac.ssd != NULL)
         __atomic_store_n(&jr.clock_floor, ssd_oldest_page_seq(tac.ssd),
                          __ATOMIC_RELAXED);
+    if (jr.map != NULL) {
+        uint64_t n = assoc_count();
+        __atomic_store_n(&jr.hdr->items_hint, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n,
+                         __ATOMIC_RELAXED);
+    }
+}
+
+uint64_t tac_journal_items_hint(void)
+{
+    return jr.items_hint;
 }
 
 bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
+{
+    return jr.map != NULL && tac_journal_dead_h(tac_key_hash64(key, nkey), seq);
+}
+
+void tac_journal_prefetch(uint64_t h)
+{
+    if (jr.map != NULL) {
+        const char *b = (const char *)bucket_of(h);
+        for (size_t i = 0; i < JR_WAYS * sizeof(struct jr_entry); i += 64)
+            __builtin_prefetch(b + i);
+    }
+}
+
+bool tac_journal_dead_h(uint64_t h, uint64_t seq)
 {
     if (jr.map == NULL)
         return false;
@@ -419,7 +446,6 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
         return true;
     /* Workers add records meanwhile; a record added after the scan began
      * is one the recovery marks (items.c) cover as well. */
-    uint64_t h = tac_key_hash64(key, nkey);
     const struct jr_entry *b = bucket_of(h);
     for (unsigned i = 0; i < JR_WAYS; i++)
         if (__atomic_load_n(&b[i].hash, __ATOMIC_RELAXED) == h &&

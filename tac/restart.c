@@ -128,9 +128,13 @@ static struct {
     bool crash;
     uint8_t *nvm_map;
     uint32_t *ssd_table;
-    struct { uint64_t hash, seq; } *seqs;
-    size_t seqs_cap, seqs_n;
-    pthread_mutex_t seqs_lock;          /* the table, between scan threads */
+    /* The seq linked so far per key hash, one table per item lock stripe,
+     * under that stripe's lock (the scan threads and the replay). */
+    struct seq_table {
+        struct seq_ent { uint64_t hash, seq; } *e;  /* hash 0: empty */
+        uint32_t cap, n;
+    } *seqs;
+    bool meta_short;                    /* atomic: DRAM ran out for meta tuples */
     uint64_t scan_next;                 /* atomic: the next page to scan */
     uint64_t ssd_t0, ssd_t1, ssd_bytes; /* atomic: the SSD part's span and reads */
 
@@ -157,7 +161,7 @@ static struct {
     uint64_t lost;                  /* items not saved: unwritten or damaged */
     bool nvm_anon;                  /* NVM is anonymous memory (numa:N) */
     unsigned next_part;
-} rs = { .fd = -1, .seqs_lock = PTHREAD_MUTEX_INITIALIZER, .ssd_t0 = UINT64_MAX };
+} rs = { .fd = -1, .ssd_t0 = UINT64_MAX };
 
 /* ---- Stats -------------------------------------------------------------- */
 
@@ -857,6 +861,32 @@ union meta_src {
 
 /* The unlinked meta tuple (refcount 1) for a tuple at ref in tier (NVM
  * slot class cls), described by src; NULL when DRAM has no chunk. */
+/* A key's two hashes: tac_key_hash64 holds item_hash in its low half
+ * unless both halves were 0. */
+static uint64_t key_hashes(const char *key, size_t nkey, uint32_t *hv)
+{
+    uint64_t kh = tac_key_hash64(key, nkey);
+    *hv = kh != 1 ? (uint32_t)kh : item_hash(key, nkey);
+    return kh;
+}
+
+/* Hints that the tables a scanned key is looked up in are read soon. */
+static void scan_prefetch(uint64_t kh, uint32_t hv)
+{
+    tac_journal_prefetch(kh);
+    assoc_prefetch(hv);
+    /* Read without the lock: a table being replaced costs a useless hint. */
+    if (rs.seqs == NULL)
+        return;
+    struct seq_table *t = &rs.seqs[hv & ITEM_LOCK_MASK];
+    struct seq_ent *e = __atomic_load_n(&t->e, __ATOMIC_RELAXED);
+    uint32_t cap = __atomic_load_n(&t->cap, __ATOMIC_RELAXED);
+    if (e != NULL && cap != 0)
+        __builtin_prefetch(&e[(kh >> ITEM_LOCK_POWER) & (cap - 1)]);
+}
+
+#define META_TRIES 100
+
 static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
                       unsigned cls, const char *key)
 {
@@ -864,10 +894,22 @@ static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
     src->tier = TIER_DRAM;              /* the full layout: key in data */
     memcpy(src->data, key, src->nkey);
     src->data[src->nkey] = '\0';
-    int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
-                     (unsigned)settings.partitions);
-    return tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
-                            : tac_ssd_meta_adopt(src, ref, part);
+    /* DRAM can be short for a moment (a slab page on its way to another
+     * class) or for good (more keys than -m indexes): a few retries 1 ms
+     * apart, and none once they all failed. */
+    for (int tries = 0;; tries++) {
+        int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
+                         (unsigned)settings.partitions);
+        item *it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
+                                    : tac_ssd_meta_adopt(src, ref, part);
+        if (it != NULL || __atomic_load_n(&rs.meta_short, __ATOMIC_RELAXED))
+            return it;
+        if (tries == META_TRIES) {
+            __atomic_store_n(&rs.meta_short, true, __ATOMIC_RELAXED);
+            return NULL;
+        }
+        usleep(1000);
+    }
 }
 
 /* Links `it`, brought back for key, with the CAS, access and time it had:
@@ -896,7 +938,7 @@ static int link_back(item *it, const char *key, size_t nkey, uint32_t hv,
         item_unlock(hv);
         usleep(5000);
         item_lock(hv);
-        if (do_item_recovery_written(hv) || assoc_find(key, nkey, hv) != NULL)
+        if (do_item_recovery_written(key, nkey, hv) || assoc_find(key, nkey, hv) != NULL)
             return 0;
     }
     if (res != STORE_STORED)
@@ -959,7 +1001,7 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
     }
     item_lock(hv);
     int res = 0;
-    if (!do_item_recovery_written(hv) && assoc_find(key, r->nkey, hv) == NULL)
+    if (!do_item_recovery_written(key, r->nkey, hv) && assoc_find(key, r->nkey, hv) == NULL)
         res = link_back(it, key, r->nkey, hv, part, r->cas, access, t,
                         r->it_flags & RS_KEEP_FLAGS);
     bool linked = res > 0;
@@ -994,64 +1036,86 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n)
 
 /* ---- The scan after a crash ---------------------------------------------- */
 
-/* The seq slot of hash h in the table of keys linked so far; NULL when
- * the table cannot grow. */
-static uint64_t *seq_slot(uint64_t h)
+/* The seq slot of key hash kh (item hash hv) in the table of keys linked
+ * so far; NULL when the table cannot grow.  hv's item lock held. */
+static uint64_t *seq_slot(uint64_t kh, uint32_t hv)
 {
-    if (rs.seqs_n * 2 >= rs.seqs_cap) {
-        size_t cap = rs.seqs_cap ? rs.seqs_cap * 2 : 1u << 16;
-        __typeof__(rs.seqs) n = calloc(cap, sizeof(*n));
+    if (rs.seqs == NULL)
+        return NULL;
+    struct seq_table *t = &rs.seqs[hv & ITEM_LOCK_MASK];
+    if ((t->n + 1) * 2 > t->cap) {
+        uint32_t cap = t->cap ? t->cap * 2 : 16;
+        struct seq_ent *n = calloc(cap, sizeof(*n));
         if (n == NULL)
             return NULL;
-        for (size_t i = 0; i < rs.seqs_cap; i++) {
-            if (rs.seqs[i].hash == 0)
+        for (uint32_t i = 0; i < t->cap; i++) {
+            if (t->e[i].hash == 0)
                 continue;
-            size_t j = rs.seqs[i].hash & (cap - 1);
+            uint32_t j = (uint32_t)(t->e[i].hash >> ITEM_LOCK_POWER) & (cap - 1);
             while (n[j].hash != 0)
                 j = (j + 1) & (cap - 1);
-            n[j] = rs.seqs[i];
+            n[j] = t->e[i];
         }
-        free(rs.seqs);
-        rs.seqs = n;
-        rs.seqs_cap = cap;
+        free(t->e);
+        __atomic_store_n(&t->e, n, __ATOMIC_RELAXED);
+        __atomic_store_n(&t->cap, cap, __ATOMIC_RELAXED);
     }
-    size_t j = h & (rs.seqs_cap - 1);
-    while (rs.seqs[j].hash != 0 && rs.seqs[j].hash != h)
-        j = (j + 1) & (rs.seqs_cap - 1);
-    if (rs.seqs[j].hash == 0) {
-        rs.seqs[j].hash = h;
-        rs.seqs[j].seq = 0;
-        rs.seqs_n++;
+    uint32_t j = (uint32_t)(kh >> ITEM_LOCK_POWER) & (t->cap - 1);
+    while (t->e[j].hash != 0 && t->e[j].hash != kh)
+        j = (j + 1) & (t->cap - 1);
+    if (t->e[j].hash == 0) {
+        t->e[j].hash = kh;
+        t->e[j].seq = 0;
+        t->n++;
     }
-    return &rs.seqs[j].seq;
+    return &t->e[j].seq;
 }
 
-/* The seq linked for key hash kh so far (0: none; UINT64_MAX: the table
- * cannot grow, link nothing), and setting it.  The caller holds the key's
- * item lock, so no other scan thread changes this key's entry meanwhile. */
-static uint64_t seq_seen(uint64_t kh)
+/* The seq linked for the key so far (0: none; UINT64_MAX: the table cannot
+ * grow, link nothing), and setting it.  hv's item lock held. */
+static uint64_t seq_seen(uint64_t kh, uint32_t hv)
 {
-    pthread_mutex_lock(&rs.seqs_lock);
-    uint64_t *p = seq_slot(kh);
-    uint64_t v = p != NULL ? *p : UINT64_MAX;
-    pthread_mutex_unlock(&rs.seqs_lock);
-    return v;
+    uint64_t *p = seq_slot(kh, hv);
+    return p != NULL ? *p : UINT64_MAX;
 }
 
-static void seq_set(uint64_t kh, uint64_t seq)
+static void seq_set(uint64_t kh, uint32_t hv, uint64_t seq)
 {
-    pthread_mutex_lock(&rs.seqs_lock);
-    uint64_t *p = seq_slot(kh);
+    uint64_t *p = seq_slot(kh, hv);
     if (p != NULL)
         *p = seq;
-    pthread_mutex_unlock(&rs.seqs_lock);
+}
+
+/* Allocates the tables, each with room for about n / stripes keys. */
+static bool seqs_init(uint64_t n)
+{
+    rs.seqs = calloc(ITEM_LOCK_COUNT, sizeof(*rs.seqs));
+    if (rs.seqs == NULL)
+        return false;
+    uint32_t cap = 16;
+    while (cap < 2 * n / ITEM_LOCK_COUNT + 2 && cap < (1u << 24))
+        cap *= 2;
+    for (uint32_t i = 0; i < ITEM_LOCK_COUNT && n > 0; i++)
+        if ((rs.seqs[i].e = calloc(cap, sizeof(struct seq_ent))) != NULL)
+            rs.seqs[i].cap = cap;
+    return true;
+}
+
+static void seqs_free(void)
+{
+    if (rs.seqs == NULL)
+        return;
+    for (uint32_t i = 0; i < ITEM_LOCK_COUNT; i++)
+        free(rs.seqs[i].e);
+    free(rs.seqs);
+    rs.seqs = NULL;
 }
 
 /* A tuple found by the scan, checksum verified: linked as its key's item
  * unless the journal says it is dead, it expired, a newer copy is linked
  * already, or the key was written during recovery. */
 static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
-                       const char *tuple)
+                       const char *tuple, uint64_t kh, uint32_t hv)
 {
     struct tac_tuple_hdr h;
     memcpy(&h, tuple, sizeof(h));
@@ -1059,7 +1123,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     size_t len = tac_tuple_size(h.nkey, h.nbytes);
     item *it = NULL;
     rel_time_t exptime;
-    if (tac_journal_dead(key, h.nkey, h.seq) || !exptime_ahead(h.exptime, &exptime))
+    if (tac_journal_dead_h(kh, h.seq) || !exptime_ahead(h.exptime, &exptime))
         goto skip;
     rel_time_t now = mc_now();
     int64_t t = (int64_t)h.time - (int64_t)process_started;
@@ -1083,12 +1147,10 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     /* The meta tuple's release marks the tuple dead; count it live first. */
     if (tier == TIER_SSD)
         (void)ssd_adopt_tuple(tac.ssd, ref, len);
-    uint64_t kh = tac_key_hash64(key, h.nkey);
-    uint32_t hv = item_hash(key, h.nkey);
     item_lock(hv);
-    uint64_t seen = seq_seen(kh);
+    uint64_t seen = seq_seen(kh, hv);
     item *old = assoc_find(key, h.nkey, hv);
-    bool link = !do_item_recovery_written(hv) && seen != UINT64_MAX &&
+    bool link = !do_item_recovery_written(key, h.nkey, hv) && seen != UINT64_MAX &&
                 (old == NULL || h.seq > seen);
     if (link) {
         if (old != NULL)
@@ -1097,7 +1159,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
         if (!item_compact(it))
             it->time = time;
         do_item_link(it, hv, true);
-        seq_set(kh, h.seq);
+        seq_set(kh, hv, h.seq);
         count(&rs.items);
         __atomic_add_fetch(&rs.bytes, h.nbytes, __ATOMIC_RELAXED);
     }
@@ -1150,10 +1212,10 @@ static void replay_record(const char *tuple, void *arg)
     uint64_t kh = tac_key_hash64(key, h.nkey);
     uint32_t hv = item_hash(key, h.nkey);
     item_lock(hv);
-    uint64_t seen = seq_seen(kh);
+    uint64_t seen = seq_seen(kh, hv);
     item *old = assoc_find(key, h.nkey, hv);
     int res = 0;
-    if (!do_item_recovery_written(hv) && seen != UINT64_MAX && h.seq > seen) {
+    if (!do_item_recovery_written(key, h.nkey, hv) && seen != UINT64_MAX && h.seq > seen) {
         if (old != NULL) {
             do_item_unlink(old, hv);    /* an older copy found earlier */
             __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
@@ -1163,7 +1225,7 @@ static void replay_record(const char *tuple, void *arg)
                         h.cas != 0 ? h.cas : item_next_cas(),
                         (t & LLRU_TIME_MASK) << 8, t, 0);
         if (res > 0)
-            seq_set(kh, h.seq);
+            seq_set(kh, hv, h.seq);
     }
     item_unlock(hv);
     count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);
@@ -1172,10 +1234,50 @@ static void replay_record(const char *tuple, void *arg)
     item_release(it);
 }
 
+/* The valid tuples of one SSD buf, each with its hashes, gathered before
+ * any is linked so that the lookups of the next few overlap. */
+struct scan_batch {
+    size_t n, cap;
+    struct scan_ent { uint64_t ref, kh; const char *tuple; uint32_t hv; } *e;
+};
+
+#define SCAN_AHEAD 8
+
 static void scan_ssd_tuple(uint64_t tref, const char *tuple, void *arg)
 {
-    (void)arg;
-    scan_tuple(TIER_SSD, tref, 0, tuple);
+    struct scan_batch *b = arg;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 64;
+        struct scan_ent *e = realloc(b->e, cap * sizeof(*e));
+        if (e == NULL) {
+            struct tac_tuple_hdr h;
+            memcpy(&h, tuple, sizeof(h));
+            uint32_t hv;
+            uint64_t kh = key_hashes(tuple + sizeof(h), h.nkey, &hv);
+            scan_tuple(TIER_SSD, tref, 0, tuple, kh, hv);
+            return;
+        }
+        b->e = e;
+        b->cap = cap;
+    }
+    struct tac_tuple_hdr h;
+    memcpy(&h, tuple, sizeof(h));
+    struct scan_ent *e = &b->e[b->n++];
+    e->ref = tref;
+    e->tuple = tuple;
+    e->kh = key_hashes(tuple + sizeof(h), h.nkey, &e->hv);
+}
+
+static void scan_batch_run(struct scan_batch *b)
+{
+    for (size_t i = 0; i < b->n && i < SCAN_AHEAD; i++)
+        scan_prefetch(b->e[i].kh, b->e[i].hv);
+    for (size_t i = 0; i < b->n; i++) {
+        if (i + SCAN_AHEAD < b->n)
+            scan_prefetch(b->e[i + SCAN_AHEAD].kh, b->e[i + SCAN_AHEAD].hv);
+        scan_tuple(TIER_SSD, b->e[i].ref, 0, b->e[i].tuple, b->e[i].kh, b->e[i].hv);
+    }
+    b->n = 0;
 }
 
 /* Checks every slot of NVM page p, which the journal says class cls cut. */
@@ -1194,7 +1296,9 @@ static void scan_nvm_page(uint64_t p, const struct nvm_info *info)
         const char *key = slot + sizeof(h);
         if (tac_tuple_sane(&h, size) &&
             tac_tuple_checksum(&h, key, key + h.nkey) == h.checksum) {
-            scan_tuple(TIER_NVM, ref, cls, slot);
+            uint32_t hv;
+            uint64_t kh = key_hashes(key, h.nkey, &hv);
+            scan_tuple(TIER_NVM, ref, cls, slot, kh, hv);
             continue;
         }
         /* A freed slot reads as version 0; anything else that was a tuple
@@ -1206,7 +1310,8 @@ static void scan_nvm_page(uint64_t p, const struct nvm_info *info)
 }
 
 /* Reads and checks every written buf of SSD page p, then unpins it. */
-static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_iobuf *io)
+static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_iobuf *io,
+                          struct scan_batch *batch)
 {
     size_t per = SSD_TABLE_HDR + info->bufs_per_page;
     const uint32_t *t = rs.ssd_table + (size_t)p * per;
@@ -1219,13 +1324,14 @@ static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_io
             continue;
         uint64_t damaged = 0;
         uint64_t ref = ssd_ref_pack(v, (uint16_t)p, (uint32_t)((size_t)i * info->buf_size));
-        if (!tac_ssd_scan_buf(ref, io, scan_ssd_tuple, NULL, &damaged))
+        if (!tac_ssd_scan_buf(ref, io, scan_ssd_tuple, batch, &damaged))
             damaged++;
+        scan_batch_run(batch);
         __atomic_add_fetch(&rs.dropped, damaged, __ATOMIC_RELAXED);
         __atomic_add_fetch(&rs.ssd_bytes, w, __ATOMIC_RELAXED);
     }
     /* The scan is over: the page keeps what was linked from it. */
-    ssd_mark_dead(tac.ssd, ssd_ref_pack(v, (uint16_t)p, 0), 1);
+    ssd_page_unpin(tac.ssd, p, v, 1);
 }
 
 /* A scan thread: takes NVM pages, then SSD pages, one at a time, until
@@ -1246,6 +1352,7 @@ static void *scan_worker(void *arg)
         ssd_pages = si.npages;
     }
     struct tac_iobuf io = { NULL, 0 };
+    struct scan_batch batch = { 0, 0, NULL };
     for (;;) {
         uint64_t i = __atomic_fetch_add(&rs.scan_next, 1, __ATOMIC_RELAXED);
         if (i < nvm_pages) {
@@ -1263,24 +1370,42 @@ static void *scan_worker(void *arg)
         while (t0 < was && !__atomic_compare_exchange_n(&rs.ssd_t0, &was, t0, false,
                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
-        scan_ssd_page((unsigned)i, &si, &io);
+        scan_ssd_page((unsigned)i, &si, &io, &batch);
         (void)util_atomic_max(&rs.ssd_t1, util_now_ns());
     }
     free(io.mem);
+    free(batch.e);
     return NULL;
 }
 
 /* The scan after a crash: NVM pages first, then SSD pages, taken from a
- * shared counter by SCAN_THREADS threads that share the table of
- * sequences.  One thread for now: with two to four, a kill right after a
- * load lost 1 to 68 of 30,000 items in test_crash (not yet explained; see
- * doc/design.md). */
-#define SCAN_THREADS 1
+ * shared counter by one thread per online CPU, at most SCAN_THREADS, that
+ * share the table of sequences. */
+#define SCAN_THREADS 4
+
+/* Sizes the index and the table of sequences for the items the last run
+ * held, so that neither grows while the scan links.  The hint is bounded
+ * by what -m can index, at 64 bytes for the smallest meta tuple. */
+static void scan_reserve(void)
+{
+    uint64_t n = tac_journal_items_hint();
+    uint64_t most = settings.maxbytes / 64;
+    if (n > most)
+        n = most;
+    if (!seqs_init(n))
+        fprintf(stderr, "restart: no memory for the scan's table of sequences; "
+                "nothing will be linked\n");
+    if (n == 0)
+        return;
+    assoc_reserve(n);
+}
 
 static void crash_scan(void)
 {
-    int n = SCAN_THREADS;
-    pthread_t th[4];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cpus < 1 ? 1 : cpus > SCAN_THREADS ? SCAN_THREADS : (int)cpus;
+    scan_reserve();
+    pthread_t th[SCAN_THREADS];
     int started = 0;
     for (int i = 1; i < n; i++)
         if (pthread_create(&th[started], NULL, scan_worker, NULL) == 0)
@@ -1307,10 +1432,10 @@ static void *recover_main(void *arg)
         /* The tiers first, into a DRAM that their meta tuples need; then
          * the DRAM items of the log, which find room as stores do. */
         crash_scan();
+        if (tac.ssd != NULL)
+            ssd_unpin_all(tac.ssd);     /* pages a failed scan left */
         tac_dramlog_replay(replay_record, NULL);
-        free(rs.seqs);
-        rs.seqs = NULL;
-        rs.seqs_cap = rs.seqs_n = 0;
+        seqs_free();
         items_recovery_end();
         __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
         set_state(RS_DONE);
@@ -1353,6 +1478,8 @@ static void *recover_main(void *arg)
         off += c.len;
     }
     free(buf);
+    if (tac.ssd != NULL)
+        ssd_unpin_all(tac.ssd);         /* defrag may now pick them */
     items_recovery_end();
     close(rs.fd);
     rs.fd = -1;
@@ -1379,6 +1506,8 @@ void tac_restart_run(void)
     if (pthread_create(&rs.thread, NULL, recover_main, NULL) != 0) {
         fprintf(stderr, "restart: cannot start the recovery thread; starting "
                 "empty\n");
+        if (tac.ssd != NULL)
+            ssd_unpin_all(tac.ssd);
         items_recovery_end();
         set_state(RS_FAILED);
         return;

@@ -1014,9 +1014,6 @@ def test_kill9_dram_log_right_after_load_and_after_graceful_restart(server, tier
 
 
 @pytest.mark.tac_only
-@pytest.mark.xfail(strict=False, reason="known, issue 18: writes made while a crash is "
-                   "recovered, then another kill, lose up to 0.3% of the keys with "
-                   "-o dram_log=on (29,906 of 30,000 under ASan)")
 def test_kill9_dram_log_after_writes_during_recovery(server, tier_files):
     """-o dram_log=on: after a kill right after a load, a quarter of the keys is
     rewritten while the restart recovers, and the server is killed again: at
