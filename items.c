@@ -498,10 +498,13 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
         rec_mark(ITEM_key(it), it->nkey, hv);
-        /* A new version; a tier move (keep_cas) keeps time and CAS. */
+        /* A new version; a tier move (keep_cas) keeps time and CAS.  A
+         * staged store's meta tuple got its CAS before its tuple was
+         * written (store_ready). */
         if (!item_compact(it))
             it->time = mc_now();
-        it->cas = item_next_cas();
+        if (!(it->it_flags & ITEM_META) || it->cas == 0)
+            it->cas = item_next_cas();
     }
     assoc_insert(it, hv);
 
@@ -1286,6 +1289,11 @@ static item *store_ready(item *it, int partition)
         refcount_incr(it);
         return it;
     }
+    /* The CAS comes before the tuple is written, so that the copy on the
+     * media holds it and a crash brings it back with it; do_item_link keeps
+     * a meta tuple's CAS.  A recovery that links a saved item sets it. */
+    if (it->cas == 0)
+        it->cas = item_next_cas();
     return tier_ops != NULL ? tier_ops->stage(it, partition) : NULL;
 }
 

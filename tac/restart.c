@@ -932,6 +932,7 @@ static int link_back(item *it, const char *key, size_t nkey, uint32_t hv,
         return 1;
     }
     enum store_result res;
+    it->cas = cas;                      /* the staged tuple holds it too */
     for (int tries = 0;
          (res = do_item_store(it, STORE_ADD, 0, NULL, hv, part)) == STORE_NO_MEMORY &&
          tries < 400; tries++) {
@@ -943,7 +944,6 @@ static int link_back(item *it, const char *key, size_t nkey, uint32_t hv,
     }
     if (res != STORE_STORED)
         return res == STORE_NOT_STORED ? 0 : -1;
-    /* Under a new CAS that nobody has seen yet. */
     item *l = assoc_find(key, nkey, hv);
     if (l != NULL) {
         l->cas = cas;

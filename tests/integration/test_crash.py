@@ -1037,6 +1037,57 @@ def test_kill9_dram_log_after_writes_during_recovery(server, tier_files):
     sigkill(srv, seed, "at the end")
 
 
+class LargeDataSet(DataSet):
+    """Keys of 200 to 250 bytes (250 is memcached's limit) and values of 16 KB
+    to 500 KB: an SSD tuple may span several bufs, and few keys fill -m."""
+
+    def new_key(self):
+        idx = self.next_idx
+        self.next_idx += 1
+        n = self.rng.randint(200, 250) - len(KEY_PREFIX) - 8
+        return KEY_PREFIX + b"%08d" % idx + bytes(self.rng.choices(b"abcdefghijklmnopqrstuvwxyz0123456789", k=n))
+
+
+@pytest.mark.tac_only
+def test_kill9_dram_log_long_keys_and_large_values(server, tier_files):
+    """-o dram_log=on with 200-250 B keys and 16-500 KB values over three tiers:
+    a kill right after the load, then one right after a third is rewritten
+    (other sizes) and a tenth deleted, bring back every acknowledged state with
+    its value, flags and CAS, and no deleted key."""
+    seed = crash_seed()
+    nvm, ssd = tier_files()
+    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on")
+    ds = LargeDataSet(seed, 200, 16 << 10, 500 << 10)
+    assert ds.value_bytes() >= 3 * M_MB * MB
+    srv = server(args)
+    load(srv, ds, ds.keys, batch=8)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    ds.record(gets_all(c, ds.all_keys(), batch=10), "after loading, before the kill")
+    assert_spread(c, ds)
+    sigkill(srv, seed, "SIGKILL right after the load")
+
+    srv = start_again(server, srv, args, seed, "after SIGKILL right after the load")
+    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL right after the load")
+    ds.compare(gets_all(c, ds.all_keys(), batch=10), "after SIGKILL right after the load (%s, %s)" % (tag(seed), rs))
+
+    keys = list(ds.val)
+    ds.rng.shuffle(keys)
+    rewrite, delete = keys[: len(keys) // 3], keys[len(keys) // 3: len(keys) // 3 + len(keys) // 10]
+    for k in rewrite:
+        ds.make(k, 2)
+    load(srv, ds, rewrite, batch=8)
+    r = replies(c, [b"delete %s\r\n" % k for k in delete])
+    assert r == [b"DELETED"] * len(delete), "deletes answered %s (%s)" % (sorted(set(r)), tag(seed))
+    for k in delete:
+        ds.drop(k)
+    sigkill(srv, seed, "SIGKILL right after the rewrite")
+
+    srv = start_again(server, srv, args, seed, "after SIGKILL right after the rewrite")
+    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL right after the rewrite")
+    ds.compare(gets_all(c, ds.all_keys(), batch=10), "after SIGKILL right after the rewrite (%s, %s)" % (tag(seed), rs))
+    sigkill(srv, seed, "at the end")
+
+
 @pytest.mark.tac_only
 @pytest.mark.parametrize("opts, want", [
     ("dram_log=on", "needs a file-backed NVM tier"),
