@@ -1,6 +1,7 @@
 /*
  * test_assoc.c - the hash index: insert/find/delete, incremental resize
- * with lookups and deletes interleaved, no-resize fallback, concurrency.
+ * with lookups and deletes interleaved, no-resize fallback, concurrency,
+ * and assoc_reserve (growing at once, finishing a resize in progress).
  */
 #include "config.h"
 
@@ -10,6 +11,7 @@
 #include "hash.h"
 #include "items.h"
 #include "settings.h"
+#include "stats.h"
 #include "unit.h"
 
 static item *make(const char *key)
@@ -238,6 +240,184 @@ static void test_concurrent_resize(void)
     CHECK(assoc_hashpower() > ITEM_LOCK_POWER + 1);
 }
 
+/* ---- assoc_reserve: growing at once, in the calling thread. ---- */
+
+/* hash_is_expanding as `stats` reports it. */
+static struct {
+    char val[32];
+    int seen;
+} expanding_stat;
+
+static void expanding_emit(void *ctx, const char *key, const char *val)
+{
+    (void)ctx;
+    if (strcmp(key, "hash_is_expanding") == 0) {
+        snprintf(expanding_stat.val, sizeof(expanding_stat.val), "%s", val);
+        expanding_stat.seen++;
+    }
+}
+
+static bool hash_is_expanding(void)
+{
+    struct stat_sink sink = { expanding_emit, NULL };
+    expanding_stat.seen = 0;
+    CHECK(stats_run(NULL, &sink));
+    CHECK_EQ(expanding_stat.seen, 1);
+    CHECK(strcmp(expanding_stat.val, "0") == 0 ||
+          strcmp(expanding_stat.val, "1") == 0);
+    return expanding_stat.val[0] == '1';
+}
+
+static void count_item(item *it, void *arg)
+{
+    (void)it;
+    (*(uint64_t *)arg)++;
+}
+
+/* Every item is found, and the table holds each exactly once. */
+static void check_all_found(item **items, int n)
+{
+    for (int i = 0; i < n; i++)
+        CHECK(find(ITEM_key(items[i])) == items[i]);
+    uint64_t seen = 0;
+    assoc_each(count_item, &seen);
+    CHECK_UEQ(seen, (uint64_t)n);
+    CHECK_UEQ(assoc_count(), (uint64_t)n);
+}
+
+/* Two keys, one in the first and one in the last bucket of every table
+ * up to 2^EDGE_BITS buckets: a resize that skips a boundary bucket loses
+ * one of them. */
+#define EDGE_BITS 18
+static char edge[2][32];
+
+static void edge_keys(void)
+{
+    const uint32_t mask = (1u << EDGE_BITS) - 1;
+    for (int e = 0; e < 2; e++) {
+        if (edge[e][0] != '\0')
+            continue;
+        uint32_t want = e == 0 ? 0 : mask;
+        for (uint32_t i = 0;; i++) {
+            CHECK(i < 64u << EDGE_BITS);
+            snprintf(edge[e], sizeof(edge[e]), "edge%d:%u", e, i);
+            if ((item_hash(edge[e], strlen(edge[e])) & mask) == want)
+                break;
+        }
+    }
+}
+
+static void insert_keys(item **items, int n)
+{
+    char k[64];
+    edge_keys();
+    for (int i = 0; i < n; i++) {
+        if (i < 2)
+            snprintf(k, sizeof(k), "%s", edge[i]);
+        else
+            keyname(k, sizeof(k), i);
+        items[i] = make(k);
+        insert(items[i]);
+    }
+}
+
+static void free_keys(item **items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        delete(ITEM_key(items[i]));
+        CHECK(find(ITEM_key(items[i])) == NULL);
+        free(items[i]);
+    }
+    CHECK_UEQ(assoc_count(), 0);
+}
+
+static void test_reserve(void)
+{
+    setup(ITEM_LOCK_POWER + 1);
+    enum { N = 5000 };
+    static item *items[N];
+    insert_keys(items, N);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 1);
+    CHECK(!hash_is_expanding());
+
+    /* Three doublings at once, no further than needed. */
+    assoc_reserve((uint64_t)1 << (ITEM_LOCK_POWER + 4));
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 4);
+    CHECK(!hash_is_expanding());
+    CHECK_UEQ(gstats.hash_bytes,
+              ((uint64_t)1 << (ITEM_LOCK_POWER + 4)) * sizeof(item *));
+    check_all_found(items, N);
+
+    /* Not a power of two: rounded up. */
+    assoc_reserve(((uint64_t)1 << (ITEM_LOCK_POWER + 5)) + 1);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 6);
+    CHECK(!hash_is_expanding());
+    check_all_found(items, N);
+
+    /* Already as large or larger: nothing changes. */
+    uint64_t bytes = gstats.hash_bytes;
+    assoc_reserve((uint64_t)1 << (ITEM_LOCK_POWER + 6));
+    assoc_reserve(1 << 10);
+    assoc_reserve(0);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 6);
+    CHECK_UEQ(gstats.hash_bytes, bytes);
+    CHECK(!hash_is_expanding());
+    check_all_found(items, N);
+
+    /* The table keeps working: inserts, deletes, no resize pending. */
+    CHECK(!assoc_expand_step(1000));
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 6);
+    item *x = make("after-reserve");
+    insert(x);
+    CHECK(find("after-reserve") == x);
+    delete("after-reserve");
+    CHECK(find("after-reserve") == NULL);
+    free(x);
+    free_keys(items, N);
+}
+
+/* Past the load factor, one small step starts a resize: the new table is
+ * published and a few old buckets moved. */
+static void start_resize(item **items, int n)
+{
+    insert_keys(items, n);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 1);
+    CHECK(assoc_expand_step(3));
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 2);
+    CHECK(hash_is_expanding());
+    check_all_found(items, n);
+}
+
+static void test_reserve_during_resize(void)
+{
+    enum { N = (1 << (ITEM_LOCK_POWER + 1)) * 3 / 2 + 500 };
+    static item *items[N];
+
+    /* A smaller n still finishes the resize in progress. */
+    setup(ITEM_LOCK_POWER + 1);
+    start_resize(items, N);
+    assoc_reserve(1);
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 2);
+    CHECK(!hash_is_expanding());
+    CHECK_UEQ(gstats.hash_bytes,
+              ((uint64_t)1 << (ITEM_LOCK_POWER + 2)) * sizeof(item *));
+    check_all_found(items, N);
+    CHECK(!assoc_expand_step(1000));            /* nothing left to move */
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 2);
+    check_all_found(items, N);
+    free_keys(items, N);
+
+    /* A larger n finishes it, then keeps growing. */
+    setup(ITEM_LOCK_POWER + 1);
+    start_resize(items, N);
+    assoc_reserve((uint64_t)1 << (ITEM_LOCK_POWER + 4));
+    CHECK_EQ(assoc_hashpower(), ITEM_LOCK_POWER + 4);
+    CHECK(!hash_is_expanding());
+    check_all_found(items, N);
+    CHECK(!assoc_expand_step(1000));
+    free_keys(items, N);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -246,6 +426,8 @@ int main(int argc, char **argv)
     RUN_TEST(test_incremental_resize);
     RUN_TEST(test_no_resize_still_works);
     RUN_TEST(test_concurrent_resize);
+    RUN_TEST(test_reserve);
+    RUN_TEST(test_reserve_during_resize);
     fprintf(stderr, "test_assoc: ok\n");
     return 0;
 }

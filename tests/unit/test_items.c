@@ -2,7 +2,8 @@
  * test_items.c - item lifecycle and store semantics: link/unlink and
  * refcounts, expiry, flush, CAS, add/replace/append/prepend, incr/decr,
  * eviction vs -M, pinned items, the expiry crawler, lazy LRU access
- * records, stats, and a multi-threaded run with verified values.
+ * records, stats, the writes noted while a restart recovers, and a
+ * multi-threaded run with verified values.
  */
 #include "config.h"
 
@@ -901,6 +902,161 @@ static void test_threads(void)
             mt_check_get(&args[i], k);
 }
 
+/* ---- Writes noted while a restart recovers (items_recovery_*). ---- */
+
+static bool rec_written(const char *key)
+{
+    uint32_t hv = item_hash(key, strlen(key));
+    item_lock(hv);
+    bool w = do_item_recovery_written(key, strlen(key), hv);
+    item_unlock(hv);
+    return w;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Two different keys with the same 32-bit item hash (a birthday search):
+ * same stripe, same bucket, and the same bits a bitmap of hash bits
+ * would use. */
+static void same_hash_keys(char *a, char *c, size_t len)
+{
+    enum { N = 1 << 18 };
+    static uint64_t h[N];
+    char k[32];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "rc:%u", i);
+        h[i] = (uint64_t)item_hash(k, strlen(k)) << 32 | i;
+    }
+    qsort(h, N, sizeof(h[0]), cmp_u64);
+    for (uint32_t i = 1; i < N; i++) {
+        if (h[i] >> 32 == h[i - 1] >> 32) {
+            snprintf(a, len, "rc:%u", (uint32_t)h[i - 1]);
+            snprintf(c, len, "rc:%u", (uint32_t)h[i]);
+            CHECK(strcmp(a, c) != 0);
+            CHECK_UEQ(item_hash(a, strlen(a)), item_hash(c, strlen(c)));
+            return;
+        }
+    }
+    CHECK(!"no two keys share a hash");
+}
+
+static void *rec_self_store(void *arg)
+{
+    items_recovery_self();
+    CHECK_EQ(store(arg, "self", STORE_SET), STORE_STORED);
+    CHECK_EQ(item_delete("self-deleted", 12, 0, NULL), DELETE_NOT_FOUND);
+    return NULL;
+}
+
+static void test_recovery_written(void)
+{
+    setup(64 * MB, 1);
+    char a[32], c[32];
+    same_hash_keys(a, c, sizeof(a));
+    const char *b = "rec-deleted-never-stored";
+    CHECK_EQ(store("rec-before", "1", STORE_SET), STORE_STORED);
+    CHECK_EQ(store("rec-incr", "10", STORE_SET), STORE_STORED);
+    CHECK_EQ(store("rec-append", "a", STORE_SET), STORE_STORED);
+
+    items_recovery_begin();
+    /* Writes before begin are not notes. */
+    CHECK(!rec_written("rec-before"));
+    CHECK(!rec_written(a));
+    CHECK(!rec_written(b));
+    CHECK_EQ(store(a, "va", STORE_SET), STORE_STORED);
+    CHECK_EQ(item_delete(b, strlen(b), 0, NULL), DELETE_NOT_FOUND);
+    CHECK(rec_written(a));
+    CHECK(rec_written(b));
+    /* c shares a's whole 32-bit hash, never written: not noted. */
+    CHECK(!rec_written(c));
+    CHECK(!rec_written("rec-before"));
+    CHECK(!rec_written("rec-never"));
+    CHECK(has_value(a, "va"));
+
+    /* An in-place incr is a write too. */
+    char out[32];
+    CHECK_EQ(delta("rec-incr", true, 1, out), DELTA_OK);
+    CHECK_STR_EQ(out, "11");
+    CHECK(rec_written("rec-incr"));
+    /* So are a replaced value and an append. */
+    CHECK_EQ(store("rec-before", "2", STORE_SET), STORE_STORED);
+    CHECK(rec_written("rec-before"));
+    CHECK(!rec_written("rec-append"));
+    CHECK_EQ(store("rec-append", "+", STORE_APPEND), STORE_STORED);
+    CHECK(has_value("rec-append", "a+"));
+    CHECK(rec_written("rec-append"));
+
+    /* A tier move (a link keeping the CAS) is not a write. */
+    item *kc = item_alloc("rec-keepcas", 11, 0, 0, 3, 0);
+    CHECK(kc != NULL);
+    memcpy(ITEM_data(kc), "k\r\n", 3);
+    uint32_t hv = item_hash("rec-keepcas", 11);
+    item_lock(hv);
+    do_item_link(kc, hv, true);
+    item_unlock(hv);
+    item_release(kc);
+    CHECK(has_value("rec-keepcas", "k"));
+    CHECK(!rec_written("rec-keepcas"));
+
+    /* Many notes in one stripe (the set grows): each kept, exact. */
+    uint32_t stripe = item_hash(a, strlen(a)) & ITEM_LOCK_MASK;
+    enum { MANY = 100 };
+    char same[2 * MANY][32];
+    int got = 0;
+    for (uint32_t i = 0; got < 2 * MANY; i++) {
+        CHECK(i < 8u * MANY * ITEM_LOCK_COUNT);
+        snprintf(same[got], sizeof(same[got]), "rs:%u", i);
+        if ((item_hash(same[got], strlen(same[got])) & ITEM_LOCK_MASK) == stripe)
+            got++;
+    }
+    for (int i = 0; i < MANY; i++)
+        CHECK_EQ(item_delete(same[i], strlen(same[i]), 0, NULL),
+                 DELETE_NOT_FOUND);
+    for (int i = 0; i < 2 * MANY; i++)
+        CHECK(rec_written(same[i]) == (i < MANY));
+    CHECK(rec_written(a));
+    CHECK(!rec_written(c));
+
+    /* The recovery thread's own links and deletes are not writes; another
+     * thread's still are. */
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, rec_self_store, "rec-self"), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK(has_value("rec-self", "self"));
+    CHECK(!rec_written("rec-self"));
+    CHECK(!rec_written("self-deleted"));
+    CHECK_EQ(store("rec-self", "other", STORE_SET), STORE_STORED);
+    CHECK(rec_written("rec-self"));
+
+    /* A new recovery starts with no notes. */
+    items_recovery_end();
+    items_recovery_begin();
+    CHECK(!rec_written(a));
+    CHECK(!rec_written(b));
+    CHECK(!rec_written(same[0]));
+    CHECK(!rec_written("rec-incr"));
+    CHECK(!rec_written("rec-self"));
+    CHECK_EQ(store(c, "vc", STORE_SET), STORE_STORED);
+    CHECK(rec_written(c));
+    CHECK(!rec_written(a));
+
+    /* flush_all notes every key, even one never written; until the next
+     * recovery begins. */
+    item_flush(0);
+    CHECK(rec_written(a));
+    CHECK(rec_written("rec-never"));
+    items_recovery_end();
+    items_recovery_begin();
+    CHECK(!rec_written(a));
+    CHECK(!rec_written(c));
+    CHECK(!rec_written("rec-never"));
+    items_recovery_end();
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -918,6 +1074,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_lazy_lru_policy);
     RUN_TEST(test_thresholds_rule);
     RUN_TEST(test_stats);
+    RUN_TEST(test_recovery_written);
     RUN_TEST(test_threads);
     fprintf(stderr, "test_items: ok\n");
     return 0;

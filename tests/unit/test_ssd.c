@@ -1085,6 +1085,159 @@ static void test_large_bufs(void)
     ssd_close(s);
 }
 
+/* Adoption as a restart does it, on a fresh open: an adopted page is
+ * pinned, so defrag's pickers (ssd_page_oldest, ssd_page_emptiest) skip it
+ * until ssd_page_unpin (right version only; the pin's live byte goes, and
+ * a page left with none is reclaimed) or ssd_unpin_all (live bytes kept). */
+static void test_adopt_pins(void)
+{
+    /* 5 pages of 2 bufs. */
+    struct ssd_store *s = open_store("pin", HDR + 5 * 128 * KB, 128 * KB,
+                                     64 * KB);
+    struct ssd_info in;
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.npages, 5);
+    CHECK_EQ(in.bufs_per_page, 2);
+    uint32_t used[2] = { 4096, 0 }, first[2] = { 0, 1 };
+    /* Page 0: only the pin (a crash scan's live 1).  Page 1: the pin and a
+     * tuple the scan finds.  Page 2: oldest, 300 live bytes (a graceful
+     * stop's count).  Page 4: only the pin, stays pinned.  Page 3 is not
+     * adopted: free, and the next page written. */
+    struct ssd_page_state st[4] = {
+        { 0, 5, 10, 1 }, { 1, 9, 20, 1 }, { 2, 3, 5, 300 }, { 4, 7, 15, 1 },
+    };
+    for (int i = 0; i < 4; i++)
+        CHECK(ssd_adopt_page(s, &st[i], used, first));
+    CHECK(!ssd_adopt_page(s, &st[0], used, first));     /* adopted already */
+    CHECK(ssd_adopt_tuple(s, ssd_ref_pack(9, 1, 0), 500));
+    ssd_adopt_done(s);
+    uint64_t ref0 = ssd_ref_pack(5, 0, 0), ref1 = ssd_ref_pack(9, 1, 0);
+    uint64_t ref2 = ssd_ref_pack(3, 2, 0), ref4 = ssd_ref_pack(7, 4, 0);
+    struct ssd_stats ss;
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.pages_used, 4);
+    CHECK_UEQ(ss.pages_free, 1);
+    CHECK_UEQ(ss.live_bytes, 1 + 501 + 300 + 1);
+    CHECK_UEQ(ss.reclaimed, 0);
+
+    /* Every sealed page is pinned: nothing to pick. */
+    struct ssd_page_info pi;
+    CHECK_EQ(ssd_page_oldest(s, &pi), -1);
+    CHECK_EQ(ssd_page_emptiest(s, &pi), -1);
+
+    /* Page 3, written now, is newer and fuller than every adopted page,
+     * yet the only one picked. */
+    static struct tup t[1024];
+    struct wstate w = { 0, 0 };
+    size_t n = write_bufs(s, 2, t, 1024, &w, 1);
+    wait_writes(&w, 2);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(ssd_ref_page(t[i].ref), 3);
+    CHECK_EQ(ssd_page_oldest(s, &pi), 3);
+    CHECK(pi.seq > 20);                 /* opened after what was adopted */
+    uint64_t live3 = pi.live;
+    CHECK(live3 > 1000);
+    CHECK_EQ(ssd_page_emptiest(s, &pi), 3);
+    ssd_get_stats(s, &ss);
+    uint64_t live_all = ss.live_bytes;
+    CHECK_UEQ(live_all, 803 + live3);
+
+    /* The wrong version (or page) changes nothing: page 0 is not
+     * reclaimed, nor unpinned. */
+    ssd_page_unpin(s, 0, 6, 1);
+    ssd_page_unpin(s, 0, 4, 1);
+    ssd_page_unpin(s, 5, 5, 1);         /* no such page */
+    CHECK(ssd_ref_current(s, ref0));
+    CHECK_EQ(ssd_page_oldest(s, &pi), 3);
+    CHECK_EQ(ssd_page_emptiest(s, &pi), 3);
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.live_bytes, live_all);
+    CHECK_UEQ(ss.reclaimed, 0);
+    CHECK_UEQ(ss.pages_free, 0);
+
+    /* Page 1 unpinned: its pin byte goes, its tuple stays; older and
+     * emptier than page 3, it is picked now. */
+    ssd_page_unpin(s, 1, 9, 1);
+    CHECK_EQ(ssd_page_oldest(s, &pi), 1);
+    CHECK_EQ(pi.version, 9);
+    CHECK_UEQ(pi.live, 500);
+    CHECK_EQ(ssd_page_emptiest(s, &pi), 1);
+    CHECK(ssd_ref_current(s, ref1));
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.live_bytes, live_all - 1);
+    CHECK_UEQ(ss.reclaimed, 0);
+    /* Its pin is gone: a second unpin takes no other byte. */
+    ssd_page_unpin(s, 1, 9, 1);
+    CHECK_EQ(ssd_page_oldest(s, &pi), 1);
+    CHECK_UEQ(pi.live, 500);
+
+    /* Page 0's only live byte was the pin: reclaimed, free again. */
+    ssd_page_unpin(s, 0, 5, 1);
+    CHECK(!ssd_ref_current(s, ref0));
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.live_bytes, live_all - 2);
+    CHECK_UEQ(ss.reclaimed, 1);
+    CHECK_UEQ(ss.pages_free, 1);
+    CHECK_UEQ(ss.pages_used, 4);
+    CHECK_EQ(ssd_page_oldest(s, &pi), 1);   /* not the old page 0 (seq 10) */
+    uint64_t pref;
+    CHECK_UEQ(ssd_page_buf(s, 0, 0, &pref), 0);
+    CHECK_UEQ(pref, 0);
+    int again = ssd_page_alloc(s);
+    CHECK_EQ(again, 0);
+    ssd_page_finish(s, again);          /* no bufs: sealed empty, reclaimed */
+
+    /* Pages 2 and 4 still pinned; ssd_unpin_all releases them and keeps
+     * their live bytes (page 4 keeps its pin byte and is not reclaimed). */
+    CHECK_EQ(ssd_page_emptiest(s, &pi), 1);
+    ssd_get_stats(s, &ss);
+    live_all = ss.live_bytes;
+    uint64_t reclaimed = ss.reclaimed;
+    ssd_unpin_all(s);
+    CHECK_EQ(ssd_page_oldest(s, &pi), 2);
+    CHECK_EQ(pi.version, 3);
+    CHECK_UEQ(pi.live, 300);
+    CHECK_EQ(ssd_page_emptiest(s, &pi), 4);
+    CHECK_EQ(pi.version, 7);
+    CHECK_UEQ(pi.live, 1);
+    CHECK(ssd_ref_current(s, ref2));
+    CHECK(ssd_ref_current(s, ref4));
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.live_bytes, live_all);
+    CHECK_UEQ(ss.reclaimed, reclaimed);
+
+    /* Unpinned pages are defrag's like any other. */
+    CHECK(ssd_page_drop(s, 2, 3));
+    CHECK(!ssd_ref_current(s, ref2));
+    CHECK_EQ(ssd_page_oldest(s, &pi), 4);
+    ssd_close(s);
+
+    /* A pin ends with the page's life: a page adopted with no live bytes
+     * (freed by ssd_adopt_done) or reclaimed while pinned (its tuples all
+     * died) is pickable once written again. */
+    s = open_store("pin", HDR + 2 * 128 * KB, 128 * KB, 64 * KB);
+    struct ssd_page_state st2[2] = { { 0, 4, 3, 100 }, { 1, 6, 2, 0 } };
+    for (int i = 0; i < 2; i++)
+        CHECK(ssd_adopt_page(s, &st2[i], used, first));
+    ssd_adopt_done(s);
+    CHECK(!ssd_ref_current(s, ssd_ref_pack(6, 1, 0)));
+    CHECK_EQ(ssd_page_oldest(s, NULL), -1);
+    CHECK(ssd_mark_dead(s, ssd_ref_pack(4, 0, 0), 100));
+    CHECK(!ssd_ref_current(s, ssd_ref_pack(4, 0, 0)));
+    ssd_get_stats(s, &ss);
+    CHECK_UEQ(ss.pages_free, 2);
+    w = (struct wstate){ 0, 0 };
+    n = write_bufs(s, 4, t, 1024, &w, 1);
+    wait_writes(&w, 4);
+    int pa = ssd_ref_page(t[0].ref), pb = ssd_ref_page(t[n - 1].ref);
+    CHECK(pa != pb);
+    CHECK_EQ(ssd_page_oldest(s, &pi), pa);
+    CHECK(ssd_page_drop(s, pa, pi.version));
+    CHECK_EQ(ssd_page_oldest(s, &pi), pb);
+    CHECK_EQ(ssd_page_emptiest(s, NULL), pb);
+    ssd_close(s);
+}
+
 static void run_all(void)
 {
     RUN_TEST(test_bad_inputs);
@@ -1100,6 +1253,7 @@ static void run_all(void)
     RUN_TEST(test_read_error);
     RUN_TEST(test_pages);
     RUN_TEST(test_large_bufs);
+    RUN_TEST(test_adopt_pins);
 }
 
 int main(int argc, char **argv)
@@ -1127,7 +1281,7 @@ int main(int argc, char **argv)
         run_all();
     }
     static const char *const names[] = { "hdr", "rw", "rb", "mem", "recl",
-        "full", "mt", "werr", "rerr", "fb", "small", "pg", "big" };
+        "full", "mt", "werr", "rerr", "fb", "small", "pg", "big", "pin" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[512];
         path_of(p, sizeof p, names[i]);
