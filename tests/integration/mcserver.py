@@ -5,6 +5,7 @@ must pass against stock memcached (TAC_SERVER=/usr/bin/memcached); tests that
 check tac-specific behaviour carry the `tac_only` marker.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,6 +50,17 @@ def base_args():
     if os.geteuid() == 0:
         args += ["-u", "root"]  # memcached refuses to run as root without -u
     return args
+
+
+def remove_tier_file(path):
+    """Removes a tier file and what the server keeps beside it: the restart
+    state and its journal (<path>.state, <path>.state.journal) and the DRAM
+    log (<path>.dramlog)."""
+    for p in (path, path + ".state", path + ".state.journal", path + ".dramlog"):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
 
 
 def recv_until(sock, terminators, timeout=10.0, limit=64 << 20):
@@ -281,6 +293,7 @@ class ServerFactory:
                                 % (STOP_TIMEOUT, rc, " ".join(srv.cmd), srv.stderr_text()))
         for srv in self.servers:
             srv.stderr_file.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)   # stderr printed above on failure
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
 

@@ -16,7 +16,7 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
-from mcserver import IS_STOCK
+from mcserver import IS_STOCK, remove_tier_file
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -41,10 +41,7 @@ def dirs():
     nvm = "/dev/shm/tac-fetch-%d-%s" % (os.getpid(), os.path.basename(d))
     yield d, nvm
     shutil.rmtree(d, ignore_errors=True)
-    try:
-        os.unlink(nvm)
-    except OSError:
-        pass
+    remove_tier_file(nvm)
 
 
 def test_hot_items_come_back_to_dram(server, dirs):

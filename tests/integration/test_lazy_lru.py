@@ -35,7 +35,7 @@ import uuid
 import pytest
 from pymemcache.client.base import Client
 
-from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port
+from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, remove_tier_file
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -151,10 +151,7 @@ def dirs():
     nvm = "/dev/shm/tac-llru-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
     yield d, nvm
     shutil.rmtree(d, ignore_errors=True)
-    try:
-        os.unlink(nvm)
-    except OSError:
-        pass
+    remove_tier_file(nvm)
 
 
 # ---------------------------------------------------------------- DRAM lane

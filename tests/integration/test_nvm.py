@@ -19,7 +19,7 @@ import zlib
 
 import pytest
 
-from mcserver import SERVER_BIN, base_args, free_port, recv_until
+from mcserver import SERVER_BIN, base_args, free_port, recv_until, remove_tier_file
 from test_binary import (APPEND, DELETE, ENOENT, GAT, GET, GETK, INCR, OK, PREPEND, TOUCH, Bin)
 
 pytestmark = pytest.mark.tac_only
@@ -42,10 +42,7 @@ def nvm_file():
 
     yield make
     for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+        remove_tier_file(p)
 
 
 def make_value(key, version, size):

@@ -12,7 +12,7 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
-from mcserver import IS_STOCK
+from mcserver import IS_STOCK, remove_tier_file
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -58,10 +58,7 @@ def test_sampler_sets_thresholds(server):
         settings = stats(c, b"settings")
         assert str(settings["temp_sample_interval"]) == "1" and str(settings["temp_sample_size"]) == "500"
     finally:
-        try:
-            os.unlink(nvm)
-        except OSError:
-            pass
+        remove_tier_file(nvm)
 
 
 def test_no_sampling_without_a_lower_tier(server):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mcserver import SERVER_BIN, base_args, free_port
+from mcserver import SERVER_BIN, base_args, free_port, remove_tier_file
 
 SSD_MB = 64
 NVM_MB = 32
@@ -81,8 +81,7 @@ def test_foreign_nvm_file_stops_the_start(server, tmp_path):
         start_refused(opts, path, "not a tac-memcached NVM tier")
         roundtrip(server(["-o", opts + ",tier_reformat=yes"]))
     finally:
-        if os.path.exists(path):
-            os.unlink(path)
+        remove_tier_file(path)
 
 
 def test_other_geometry_and_version(server, tmp_path):

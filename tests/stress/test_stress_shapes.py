@@ -81,7 +81,7 @@ import uuid
 
 import pytest
 
-from mcserver import IS_STOCK, SERVER_BIN
+from mcserver import IS_STOCK, SERVER_BIN, remove_tier_file
 from shapes_client import (CpuHog, Mux, Skewed, WrongValue, check_value, fmt_bytes, make_keys, make_value,
                            sanitizer_build, stall_windows)
 
@@ -501,10 +501,7 @@ def tier_paths():
     nvm = "/dev/shm/tac-shapes-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
     yield nvm, os.path.join(d, "ssd")
     shutil.rmtree(d, ignore_errors=True)
-    try:
-        os.unlink(nvm)
-    except FileNotFoundError:
-        pass
+    remove_tier_file(nvm)
 
 
 def sanitizer_reports(srv):

@@ -25,7 +25,7 @@ import uuid
 import pytest
 
 import test_stress_tiers as tt
-from mcserver import IS_STOCK
+from mcserver import IS_STOCK, remove_tier_file
 from test_stress_tiers import COUNTERS, OWNED, SHARED, THREADS, Raw, Shared, preload, worker
 
 pytestmark = [pytest.mark.tac_only,
@@ -44,10 +44,7 @@ def ssd_dir():
 def nvm_path():
     p = "/dev/shm/tac-stress-ssd-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
     yield p
-    try:
-        os.unlink(p)
-    except FileNotFoundError:
-        pass
+    remove_tier_file(p)
 
 
 # Every run has fetchers (STRESS_FETCH, default 2), the DRAM and NVM LRU

@@ -31,7 +31,7 @@ import zlib
 
 import pytest
 
-from mcserver import IS_STOCK
+from mcserver import IS_STOCK, remove_tier_file
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -528,10 +528,7 @@ def final_sweep(port, sh, check=True):
 def nvm_path():
     p = "/dev/shm/tac-stress-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
     yield p
-    try:
-        os.unlink(p)
-    except FileNotFoundError:
-        pass
+    remove_tier_file(p)
 
 
 @pytest.mark.tac_only
