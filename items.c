@@ -189,11 +189,7 @@ void item_cas_floor(uint64_t cas)
  * item hash and a CRC32C of the key): one small open-addressing set per
  * item lock stripe, under that stripe's lock.  Exact but for a 64-bit
  * collision, so a recovered copy is never skipped for another key's write. */
-struct rec_set {
-    uint64_t *fp;                   /* 0: empty */
-    uint32_t cap, n;
-};
-static struct rec_set rec_sets[ITEM_LOCK_COUNT];
+static struct util_u64map rec_sets[ITEM_LOCK_COUNT];
 static bool rec_active;             /* atomic */
 static __thread bool rec_self;      /* this thread is the recovery: its own
                                        links (staged stores) mark nothing */
@@ -212,9 +208,7 @@ static void rec_sets_free(void)
 {
     for (uint32_t s = 0; s < ITEM_LOCK_COUNT; s++) {
         item_lock(s);
-        free(rec_sets[s].fp);
-        rec_sets[s].fp = NULL;
-        rec_sets[s].cap = rec_sets[s].n = 0;
+        util_u64map_free(&rec_sets[s]);
         item_unlock(s);
     }
 }
@@ -238,41 +232,13 @@ void items_recovery_end(void)
     rec_sets_free();
 }
 
-static bool rec_set_add(struct rec_set *rs, uint64_t fp)
-{
-    if ((rs->n + 1) * 2 > rs->cap) {
-        uint32_t cap = rs->cap ? rs->cap * 2 : 16;
-        uint64_t *n = calloc(cap, sizeof(*n));
-        if (n == NULL)
-            return false;
-        for (uint32_t i = 0; i < rs->cap; i++) {
-            if (rs->fp[i] == 0)
-                continue;
-            uint32_t j = (uint32_t)(rs->fp[i] >> 12) & (cap - 1);
-            while (n[j] != 0)
-                j = (j + 1) & (cap - 1);
-            n[j] = rs->fp[i];
-        }
-        free(rs->fp);
-        rs->fp = n;
-        rs->cap = cap;
-    }
-    uint32_t j = (uint32_t)(fp >> 12) & (rs->cap - 1);
-    while (rs->fp[j] != 0 && rs->fp[j] != fp)
-        j = (j + 1) & (rs->cap - 1);
-    if (rs->fp[j] == 0) {
-        rs->fp[j] = fp;
-        rs->n++;
-    }
-    return true;
-}
-
 /* A write of the key: a new version linked, or a delete.  Item lock held. */
 static inline void rec_mark(const char *key, size_t nkey, uint32_t hv)
 {
     if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0) &&
         !rec_self &&
-        !rec_set_add(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv)))
+        util_u64map_slot(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
+                         ITEM_LOCK_POWER) == NULL)
         __atomic_store_n(&rec_lost, true, __ATOMIC_RELAXED);  /* skip every key */
 }
 
@@ -281,15 +247,8 @@ bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv)
     if (__atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
         __atomic_load_n(&rec_lost, __ATOMIC_RELAXED))
         return true;
-    const struct rec_set *rs = &rec_sets[hv & ITEM_LOCK_MASK];
-    if (rs->n == 0)
-        return false;
-    uint64_t fp = rec_fp(key, nkey, hv);
-    for (uint32_t j = (uint32_t)(fp >> 12) & (rs->cap - 1); rs->fp[j] != 0;
-         j = (j + 1) & (rs->cap - 1))
-        if (rs->fp[j] == fp)
-            return true;
-    return false;
+    return util_u64map_find(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
+                            ITEM_LOCK_POWER) != NULL;
 }
 
 static inline void refcount_incr(item *it)

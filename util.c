@@ -403,3 +403,69 @@ bool util_file_blank(int fd, uint64_t from, uint64_t size)
     free(buf);
     return blank;
 }
+
+/* ---- A map of 64-bit keys (util.h) ---- */
+
+static bool u64map_grow(struct util_u64map *m, uint32_t cap, unsigned shift)
+{
+    struct util_u64ent *n = calloc(cap, sizeof(*n));
+    if (n == NULL)
+        return false;
+    for (uint32_t i = 0; i < m->cap; i++) {
+        if (m->e[i].key == 0)
+            continue;
+        uint32_t j = (uint32_t)(m->e[i].key >> shift) & (cap - 1);
+        while (n[j].key != 0)
+            j = (j + 1) & (cap - 1);
+        n[j] = m->e[i];
+    }
+    free(m->e);
+    /* Readers that only prefetch load these without the caller's lock. */
+    __atomic_store_n(&m->e, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->cap, cap, __ATOMIC_RELAXED);
+    return true;
+}
+
+bool util_u64map_reserve(struct util_u64map *m, uint64_t n, unsigned shift)
+{
+    uint64_t cap = m->cap ? m->cap : 16;
+    while (cap < 2 * n + 2)
+        cap *= 2;
+    if (cap > UINT32_MAX / 2)
+        return false;
+    return cap == m->cap || u64map_grow(m, (uint32_t)cap, shift);
+}
+
+uint64_t *util_u64map_slot(struct util_u64map *m, uint64_t key, unsigned shift)
+{
+    if ((m->n + 1) * 2 > m->cap &&
+        !u64map_grow(m, m->cap ? m->cap * 2 : 16, shift))
+        return NULL;
+    uint32_t j = (uint32_t)(key >> shift) & (m->cap - 1);
+    while (m->e[j].key != 0 && m->e[j].key != key)
+        j = (j + 1) & (m->cap - 1);
+    if (m->e[j].key == 0) {
+        m->e[j].key = key;
+        m->e[j].val = 0;
+        m->n++;
+    }
+    return &m->e[j].val;
+}
+
+const uint64_t *util_u64map_find(const struct util_u64map *m, uint64_t key, unsigned shift)
+{
+    if (m->n == 0)
+        return NULL;
+    for (uint32_t j = (uint32_t)(key >> shift) & (m->cap - 1); m->e[j].key != 0;
+         j = (j + 1) & (m->cap - 1))
+        if (m->e[j].key == key)
+            return &m->e[j].val;
+    return NULL;
+}
+
+void util_u64map_free(struct util_u64map *m)
+{
+    free(m->e);
+    m->e = NULL;
+    m->cap = m->n = 0;
+}

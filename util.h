@@ -106,6 +106,22 @@ static inline uint64_t util_atomic_max(uint64_t *p, uint64_t v)
  */
 uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* An open-addressing map of nonzero 64-bit keys to 64-bit values, grown by
+ * doubling at half full; the caller does the locking.  Slots are indexed
+ * by the key's bits above `shift` (bits the caller already partitions by).
+ * Zero-initialised, it is empty. */
+struct util_u64map {
+    struct util_u64ent { uint64_t key, val; } *e;   /* key 0: empty */
+    uint32_t cap, n;
+};
+/* key's value, added as 0 if absent; NULL when the map cannot grow. */
+uint64_t *util_u64map_slot(struct util_u64map *m, uint64_t key, unsigned shift);
+/* key's value, or NULL if absent. */
+const uint64_t *util_u64map_find(const struct util_u64map *m, uint64_t key, unsigned shift);
+/* Room for n keys without growing; false when out of memory (m unchanged). */
+bool util_u64map_reserve(struct util_u64map *m, uint64_t n, unsigned shift);
+void util_u64map_free(struct util_u64map *m);
+
 /*
  * True when the bytes of fd from `from` to `size` look unused: no data
  * (holes or unwritten extents, found with SEEK_DATA where the file system

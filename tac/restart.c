@@ -130,10 +130,7 @@ static struct {
     uint32_t *ssd_table;
     /* The seq linked so far per key hash, one table per item lock stripe,
      * under that stripe's lock (the scan threads and the replay). */
-    struct seq_table {
-        struct seq_ent { uint64_t hash, seq; } *e;  /* hash 0: empty */
-        uint32_t cap, n;
-    } *seqs;
+    struct util_u64map *seqs;
     bool meta_short;                    /* atomic: DRAM ran out for meta tuples */
     uint64_t scan_next;                 /* atomic: the next page to scan */
     uint64_t ssd_t0, ssd_t1, ssd_bytes; /* atomic: the SSD part's span and reads */
@@ -878,8 +875,8 @@ static void scan_prefetch(uint64_t kh, uint32_t hv)
     /* Read without the lock: a table being replaced costs a useless hint. */
     if (rs.seqs == NULL)
         return;
-    struct seq_table *t = &rs.seqs[hv & ITEM_LOCK_MASK];
-    struct seq_ent *e = __atomic_load_n(&t->e, __ATOMIC_RELAXED);
+    struct util_u64map *t = &rs.seqs[hv & ITEM_LOCK_MASK];
+    struct util_u64ent *e = __atomic_load_n(&t->e, __ATOMIC_RELAXED);
     uint32_t cap = __atomic_load_n(&t->cap, __ATOMIC_RELAXED);
     if (e != NULL && cap != 0)
         __builtin_prefetch(&e[(kh >> ITEM_LOCK_POWER) & (cap - 1)]);
@@ -1040,35 +1037,8 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n)
  * so far; NULL when the table cannot grow.  hv's item lock held. */
 static uint64_t *seq_slot(uint64_t kh, uint32_t hv)
 {
-    if (rs.seqs == NULL)
-        return NULL;
-    struct seq_table *t = &rs.seqs[hv & ITEM_LOCK_MASK];
-    if ((t->n + 1) * 2 > t->cap) {
-        uint32_t cap = t->cap ? t->cap * 2 : 16;
-        struct seq_ent *n = calloc(cap, sizeof(*n));
-        if (n == NULL)
-            return NULL;
-        for (uint32_t i = 0; i < t->cap; i++) {
-            if (t->e[i].hash == 0)
-                continue;
-            uint32_t j = (uint32_t)(t->e[i].hash >> ITEM_LOCK_POWER) & (cap - 1);
-            while (n[j].hash != 0)
-                j = (j + 1) & (cap - 1);
-            n[j] = t->e[i];
-        }
-        free(t->e);
-        __atomic_store_n(&t->e, n, __ATOMIC_RELAXED);
-        __atomic_store_n(&t->cap, cap, __ATOMIC_RELAXED);
-    }
-    uint32_t j = (uint32_t)(kh >> ITEM_LOCK_POWER) & (t->cap - 1);
-    while (t->e[j].hash != 0 && t->e[j].hash != kh)
-        j = (j + 1) & (t->cap - 1);
-    if (t->e[j].hash == 0) {
-        t->e[j].hash = kh;
-        t->e[j].seq = 0;
-        t->n++;
-    }
-    return &t->e[j].seq;
+    return rs.seqs != NULL ? util_u64map_slot(&rs.seqs[hv & ITEM_LOCK_MASK], kh, ITEM_LOCK_POWER)
+                           : NULL;
 }
 
 /* The seq linked for the key so far (0: none; UINT64_MAX: the table cannot
@@ -1092,12 +1062,8 @@ static bool seqs_init(uint64_t n)
     rs.seqs = calloc(ITEM_LOCK_COUNT, sizeof(*rs.seqs));
     if (rs.seqs == NULL)
         return false;
-    uint32_t cap = 16;
-    while (cap < 2 * n / ITEM_LOCK_COUNT + 2 && cap < (1u << 24))
-        cap *= 2;
     for (uint32_t i = 0; i < ITEM_LOCK_COUNT && n > 0; i++)
-        if ((rs.seqs[i].e = calloc(cap, sizeof(struct seq_ent))) != NULL)
-            rs.seqs[i].cap = cap;
+        (void)util_u64map_reserve(&rs.seqs[i], n / ITEM_LOCK_COUNT + 1, ITEM_LOCK_POWER);
     return true;
 }
 
@@ -1106,7 +1072,7 @@ static void seqs_free(void)
     if (rs.seqs == NULL)
         return;
     for (uint32_t i = 0; i < ITEM_LOCK_COUNT; i++)
-        free(rs.seqs[i].e);
+        util_u64map_free(&rs.seqs[i]);
     free(rs.seqs);
     rs.seqs = NULL;
 }
