@@ -871,7 +871,8 @@ def test_kill9_dram_log_keeps_acknowledged_items(server, tier_files):
     back = sum(b for _w, b in kept)
     print("-o dram_log=on: %d of %d acknowledged states back over %d restarts (%.3f%%)" % (
         back, want, len(kept), 100.0 * back / want))
-    worst = min(kept, key=lambda wb: wb[1] / wb[0])
+    # A restart may follow a flush_all with no acknowledged state to bring back.
+    worst = min((wb for wb in kept if wb[0]), key=lambda wb: wb[1] / wb[0], default=(1, 1))
     assert back >= 0.999 * want and worst[1] >= 0.99 * worst[0], (
         "-o dram_log=on: %d of %d acknowledged states came back (want 99.9%%), worst restart %d of %d; "
         "per restart (acknowledged, back): %s (%s)" % (back, want, worst[1], worst[0], kept, tag(seed)))
