@@ -15,19 +15,27 @@
  * (maintainer thread) allocates a table twice as big and publishes a new
  * table state {primary = new, old = previous, hashpower + 1, expanding}
  * with one atomic pointer store.  Then, one bucket at a time and holding
- * only that bucket's stripe, it moves old bucket `expand_bucket` into the
- * new table and advances expand_bucket (atomic).  A lookup for hash hv
- * uses old[hv & oldmask] if that bucket has not moved yet
- * (hv & oldmask >= expand_bucket), else primary[hv & mask].
+ * only that bucket's stripe, it moves the next old bucket b into the new
+ * table and advances a count of buckets moved (expand_moved, atomic).  A
+ * lookup for hash hv uses old[hv & oldmask] if that bucket has not moved
+ * yet (hv & oldmask >= the count less the state's base), else
+ * primary[hv & mask].
  *
- * Why no global lock is needed to start or finish: with expand_bucket = 0
+ * Why no global lock is needed to start or finish: with no bucket moved
  * the expanding state sends every lookup to exactly the bucket the
- * previous state did, and once expand_bucket reaches the old size the
+ * previous state did, and once every old bucket has moved the
  * non-expanding state that finishes the resize sends every lookup where
- * the expanding one did.  The comparison with expand_bucket is stable for
- * a reader holding its stripe, because expand_bucket only passes bucket b
+ * the expanding one did.  The comparison with the count is stable for a
+ * reader holding its stripe, because the count only passes bucket b
  * while b's stripe is held; so the old table can be freed once every
- * bucket has moved.  Table states live in a static array and are never
+ * bucket has moved.  The count never goes back: each expanding state
+ * notes the count it started from (its base).  A reader that loaded a
+ * state just before a resize finished and the next one started then still
+ * finds its bucket: every bucket of its state counts as moved, and its
+ * state's primary, the next state's old table, cannot lose the reader's
+ * bucket (or be freed) while the reader holds the stripe.  (A count reset
+ * to 0 at each start sent such a reader into the freed table.)  Table
+ * states live in a static array and are never
  * freed, so a state pointer loaded by a reader stays valid.  (Taking all
  * 2^ITEM_LOCK_POWER stripes would do the same but stalls every worker and
  * defeats ThreadSanitizer's deadlock detector.)
@@ -59,13 +67,14 @@ struct assoc_table {
     item **old;             /* 2^(hashpower-1) buckets while expanding */
     unsigned int hashpower;
     bool expanding;
+    uint64_t base;          /* expand_moved when this state began expanding */
 };
 
 /* Immutable once published; two per resize, never freed. */
 static struct assoc_table states[2 * ASSOC_MAX_POWER + 2];
 static int nstates;                 /* expand_lock */
 static struct assoc_table *cur;     /* atomic (acquire/release) */
-static uint64_t expand_bucket;      /* atomic; next old bucket to move */
+static uint64_t expand_moved;       /* atomic; old buckets moved, ever */
 static uint64_t hash_items;         /* atomic */
 static pthread_mutex_t expand_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -85,6 +94,7 @@ static void publish(item **primary, item **old, unsigned int hp, bool exp)
     t->old = old;
     t->hashpower = hp;
     t->expanding = exp;
+    t->base = __atomic_load_n(&expand_moved, __ATOMIC_RELAXED);
     uint64_t b = HASHSIZE(hp) * sizeof(item *);
     if (exp)
         b += HASHSIZE(hp - 1) * sizeof(item *);
@@ -116,7 +126,7 @@ void assoc_init(int power)
         free(t->old);
     }
     nstates = 0;
-    expand_bucket = 0;
+    expand_moved = 0;
     hash_items = 0;
     item **primary = calloc(HASHSIZE(power), sizeof(item *));
     if (primary == NULL) {
@@ -137,7 +147,7 @@ static item **bucket_for(uint32_t hv)
     struct assoc_table *t = table_state();
     if (t->expanding) {
         uint64_t ob = hv & HASHMASK(t->hashpower - 1);
-        if (ob >= __atomic_load_n(&expand_bucket, __ATOMIC_ACQUIRE))
+        if (ob >= __atomic_load_n(&expand_moved, __ATOMIC_ACQUIRE) - t->base)
             return &t->old[ob];
     }
     return &t->primary[hv & HASHMASK(t->hashpower)];
@@ -195,7 +205,7 @@ void assoc_each(void (*fn)(item *it, void *arg), void *arg)
             fn(it, arg);
     if (!t->expanding)
         return;
-    uint64_t from = __atomic_load_n(&expand_bucket, __ATOMIC_ACQUIRE);
+    uint64_t from = __atomic_load_n(&expand_moved, __ATOMIC_ACQUIRE) - t->base;
     for (uint64_t b = from; b < HASHSIZE(t->hashpower - 1); b++)
         for (item *it = t->old[b]; it != NULL; it = it->h_next)
             fn(it, arg);
@@ -215,7 +225,6 @@ static void expand_start(struct assoc_table *t)
     item **n = calloc(HASHSIZE(t->hashpower + 1), sizeof(item *));
     if (n == NULL)
         return;     /* retried on the next step; lookups keep working */
-    __atomic_store_n(&expand_bucket, 0, __ATOMIC_RELEASE);
     publish(n, t->primary, t->hashpower + 1, true);
     if (settings.verbose > 1)
         fprintf(stderr, "assoc: expanding to 2^%u buckets\n",
@@ -236,7 +245,7 @@ static void expand_bucket_move(struct assoc_table *t, uint64_t b)
         it = next;
     }
     t->old[b] = NULL;
-    __atomic_store_n(&expand_bucket, b + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&expand_moved, t->base + b + 1, __ATOMIC_RELEASE);
     item_unlock((uint32_t)b);
 }
 
@@ -250,7 +259,7 @@ bool assoc_expand_step(int budget)
     }
     if (t->expanding) {
         uint64_t oldsize = HASHSIZE(t->hashpower - 1);
-        uint64_t b = __atomic_load_n(&expand_bucket, __ATOMIC_RELAXED);
+        uint64_t b = __atomic_load_n(&expand_moved, __ATOMIC_RELAXED) - t->base;
         for (int n = 0; n < budget && b < oldsize; n++, b++)
             expand_bucket_move(t, b);
         if (b >= oldsize) {
@@ -276,7 +285,7 @@ void assoc_reserve(uint64_t n)
             t = cur;
         }
         uint64_t oldsize = HASHSIZE(t->hashpower - 1);
-        for (uint64_t b = expand_bucket; b < oldsize; b++)
+        for (uint64_t b = expand_moved - t->base; b < oldsize; b++)
             expand_bucket_move(t, b);
         publish(t->primary, NULL, t->hashpower, false);
         free(t->old);
