@@ -1119,8 +1119,10 @@ static void mg_apply(struct item_mg *mg, item *it)
 {
     rel_time_t now = mc_now();
     bool won = false;
-    if (mg->set_cas)
+    if (mg->set_cas) {
         it->cas = mg->cas;
+        log_version(it);                /* the log's copy holds the CAS too */
+    }
     for (unsigned int i = 0; i < mg->nops; i++) {
         int64_t v = 0;
         switch (mg->op[i]) {
@@ -1466,6 +1468,7 @@ enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
     }
     if (ret == STORE_STORED && set_cas) {
         it->cas = cas;
+        log_version(it);                /* the log's copy holds the CAS too */
         if (cas_out != NULL)
             *cas_out = cas;
     }
@@ -1629,6 +1632,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
         it->it_flags |= ITEM_STALE;
         it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
         it->cas = md->set_cas ? md->cas : item_next_cas();
+        log_version(it);
         res = DELETE_STALE;
     } else {
         lower_invalidate(it);

@@ -28,14 +28,18 @@
  * tail: it is copied to the head if it is still needed (its key's item is
  * that version in DRAM, or an SSD meta tuple whose buf is still in
  * memory), and dropped otherwise (invalidated by the journal, moved to
- * NVM or a written SSD buf, deleted or evicted).  The check holds the
- * key's item lock, taken with trylock: the appender already holds its own
- * key's lock, and a thread waiting for the log may hold another's.  When
- * the lock is busy, the appender lets go of the log and tries again; a
- * record is never copied without its key's lock, so that no stale record
- * is ever written above the position a journal invalidation noted
- * (tac_dramlog_head; tac/journal.c frees an invalidation only when the
- * tail has passed it).  When everything in the ring is needed, the oldest
+ * NVM or a written SSD buf, deleted or evicted).  A record of a DRAM item
+ * written by this run holds the item's address (its hint): the check reads
+ * that item's flags and CAS, prefetched a few records ahead, with no
+ * lookup and no item lock (hint_live says why that is safe).  Other
+ * records (SSD tuples, records of an earlier run, items without CAS) are
+ * checked by a lookup under the key's item lock, taken with trylock: the
+ * appender already holds its own key's lock, and a thread waiting for the
+ * log may hold another's.  When that lock is busy, the record is copied
+ * unchecked unless the journal says it is dead, and the journal frees no
+ * invalidation before the tail has passed that copy (tac_dramlog_clear;
+ * tac/journal.c also frees an invalidation only when the tail has passed
+ * the head it noted).  When everything in the ring is needed, the oldest
  * record is dropped (dram_log_lost): the ring is sized at twice -m.
  *
  * After a crash the records from the tail to the end of the walk (the old
@@ -72,7 +76,7 @@
 #include "util.h"
 
 #define DL_MAGIC "TACDLOG\n"
-#define DL_VERSION 1u
+#define DL_VERSION 2u                   /* 2: struct dl_rec gained hint */
 #define DL_HDR_SIZE 4096u
 #define DL_REC 0x4c524344u              /* a record */
 #define DL_WRAP 0x50415257u             /* skip to the next lap */
@@ -96,11 +100,17 @@ struct dl_rec {
     uint32_t crc;                       /* CRC32C of this header (crc 0),
                                            seeded with the tuple's checksum */
     uint32_t flags;                     /* DL_CARRY */
+    uint64_t hint;                      /* this run's DRAM item holding the
+                                           version, or 0 (see clean_one) */
 };
 
 #define DL_CARRY 1u                     /* copied before the replay read it */
 
-_Static_assert(sizeof(struct dl_rec) == 24, "an on-media format");
+_Static_assert(sizeof(struct dl_rec) == 32, "an on-media format");
+
+/* Cleaning reads the headers of this many records ahead of the tail and
+ * prefetches the items their hints name. */
+#define DL_AHEAD 8
 
 static struct {
     bool on;
@@ -115,6 +125,9 @@ static struct {
     uint64_t headroom;                  /* kept free too, but for a replay */
     pthread_mutex_t lock;
     uint64_t head, tail;                /* atomic stores under lock */
+    uint64_t run_from;                  /* first position of this run */
+    uint64_t ahead_pos;                 /* lock: prefetched up to here, */
+    unsigned ahead;                     /*   this many records past the tail */
     bool replayable;
     /* After a crash (under lock): the replay reads the records below h0
      * and those carried, from replay_at on, until it reaches the head;
@@ -195,8 +208,11 @@ bool tac_dramlog_open(void)
     bool fits = dl.map != NULL && len == DL_HDR_SIZE + size &&
                 memcmp(dl.map, &want, offsetof(struct dl_header, pad)) == 0;
     if (!fits) {
-        if (dl.map != NULL)
+        if (dl.map != NULL) {
             pmem_unmap(dl.map, len);
+            fprintf(stderr, "-o dram_log: %s has another size or format version; "
+                    "the log starts afresh\n", dl.path);
+        }
         /* New, another size or damaged: the log starts afresh (a crash
          * then loses what only it held, as without it). */
         if (unlink(dl.path) != 0 && errno != ENOENT) {
@@ -296,6 +312,7 @@ void tac_dramlog_start(bool replay)
         __atomic_store_n(&dl.hdr->tail, tail, __ATOMIC_RELAXED);
     }
     dl.tail = tail;
+    dl.run_from = head;
     __atomic_store_n(&dl.head, head, __ATOMIC_RELAXED);
     struct nvm_info info;
     nvm_get_info(tac.nvm, &info);
@@ -332,13 +349,13 @@ uint64_t tac_dramlog_clear(void)
 
 /* Writes a record at the head (dl.lock held; room checked). */
 static void put(const struct tac_tuple_hdr *h, const char *key, const char *value,
-                uint32_t flags)
+                uint32_t flags, uint64_t hint)
 {
     size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
     uint64_t room = dl.size - dl.head % dl.size;
     if (room < len) {
         if (room >= sizeof(struct dl_rec)) {
-            struct dl_rec w = { DL_WRAP, (uint32_t)room, dl.head, 0, 0 };
+            struct dl_rec w = { DL_WRAP, (uint32_t)room, dl.head, 0, 0, 0 };
             w.crc = rec_crc(&w, 0);
             memcpy(at(dl.head), &w, sizeof(w));
             if (dl.is_pmem)
@@ -347,7 +364,7 @@ static void put(const struct tac_tuple_hdr *h, const char *key, const char *valu
         __atomic_store_n(&dl.head, dl.head + room, __ATOMIC_RELAXED);
     }
     char *p = at(dl.head);
-    struct dl_rec r = { DL_REC, (uint32_t)len, dl.head, 0, flags };
+    struct dl_rec r = { DL_REC, (uint32_t)len, dl.head, 0, flags, hint };
     r.crc = rec_crc(&r, h->checksum);
     memcpy(p, &r, sizeof(r));
     memcpy(p + sizeof(r), h, sizeof(*h));
@@ -385,6 +402,73 @@ static bool needed(const struct tac_tuple_hdr *h, const char *key, uint32_t hv)
     return it->tier == TIER_SSD && tac_ssd_unwritten(it);
 }
 
+/* The hint a record of this run was written with (0 for a record of an
+ * earlier run: its addresses mean nothing now). */
+static uint64_t rec_hint(uint64_t pos)
+{
+    if (pos < dl.run_from)
+        return 0;
+    uint64_t hint;
+    memcpy(&hint, at(pos) + offsetof(struct dl_rec, hint), sizeof(hint));
+    return hint;
+}
+
+/* The hint for a record of DRAM item it: its address, when the address
+ * and the CAS tell its version apart for as long as the chunk lives.  A
+ * slab chunk stays mapped while the server runs, and every new version
+ * gets a new CAS (an item is zeroed when its chunk is taken, and linked
+ * with its CAS).  Without CAS, or for an item outside the slabs, 0. */
+static uint64_t item_hint(const item *it)
+{
+    return settings.use_cas && it->cas != 0 && it->slabs_clsid != 0 ? (uintptr_t)it : 0;
+}
+
+/* Whether the DRAM item a hint names still holds the record's version:
+ * read without its lock, under dl.lock.  A version is unlinked (or given
+ * a new CAS) before its successor's record is appended under dl.lock, so
+ * a record judged live here is copied below that record, never above it:
+ * the order a key's records have in the ring is kept.  A chunk taken for
+ * another item reads as not linked, or with another CAS, until its own
+ * version is linked. */
+static bool hint_live(uint64_t hint, const struct tac_tuple_hdr *h)
+{
+    const item *it = (const item *)(uintptr_t)hint;
+    uint16_t fl = __atomic_load_n(&it->it_flags, __ATOMIC_RELAXED);
+    return (fl & (ITEM_LINKED | ITEM_META)) == ITEM_LINKED &&
+           __atomic_load_n(&it->tier, __ATOMIC_RELAXED) == TIER_DRAM &&
+           __atomic_load_n(&it->cas, __ATOMIC_RELAXED) == h->cas;
+}
+
+/* Reads the headers of the next DL_AHEAD records past the tail and
+ * prefetches the items their hints name, so that cleaning seldom waits
+ * for a cache miss (dl.lock held). */
+static void prefetch_ahead(void)
+{
+    if (dl.ahead_pos < dl.tail) {
+        dl.ahead_pos = dl.tail;
+        dl.ahead = 0;
+    }
+    while (dl.ahead < DL_AHEAD && dl.ahead_pos < dl.head) {
+        uint64_t pos = dl.ahead_pos;
+        uint64_t room = dl.size - pos % dl.size;
+        uint32_t len = (uint32_t)room;
+        if (room >= sizeof(struct dl_rec)) {
+            struct dl_rec r;
+            memcpy(&r, at(pos), sizeof(r));
+            if (r.pos != pos || r.len < sizeof(r) || r.len > room)
+                break;                  /* clean_one will see why */
+            len = r.len;
+            if (r.magic == DL_REC && r.hint != 0 && pos >= dl.run_from) {
+                __builtin_prefetch((const void *)(uintptr_t)r.hint);
+                __builtin_prefetch((const char *)(uintptr_t)r.hint + 32);
+            }
+        }
+        __builtin_prefetch(at(pos + len));
+        dl.ahead_pos = pos + len;
+        dl.ahead++;
+    }
+}
+
 /* Cleans the record at the tail (dl.lock held): copied to the head or
  * dropped.  own_hv: the item lock the caller holds. */
 static void clean_one(uint32_t own_hv, bool force)
@@ -392,6 +476,8 @@ static void clean_one(uint32_t own_hv, bool force)
     const char *t;
     uint32_t flags;
     uint32_t n = rec_at(dl.tail, &t, &flags, false);
+    if (dl.ahead > 0 && dl.ahead_pos > dl.tail)
+        dl.ahead--;
     if (n == 0) {
         /* Never written by this run: nothing below the head is left. */
         tail_to(dl.head);
@@ -406,29 +492,34 @@ static void clean_one(uint32_t own_hv, bool force)
     const char *key = t + sizeof(h);
     bool unread = dl.replaying && dl.tail >= dl.replay_at &&
                   (dl.tail < dl.replay_h0 || (flags & DL_CARRY));
+    uint64_t hint = rec_hint(dl.tail);
     bool keep = false;
     if (force) {
         /* dropped */
     } else if (unread) {
         keep = !tac_journal_dead(key, h.nkey, h.seq);
         if (keep)
-            put(&h, key, key + h.nkey, DL_CARRY);   /* for the replay */
+            put(&h, key, key + h.nkey, DL_CARRY, 0);   /* for the replay */
+    } else if (hint != 0) {
+        /* The journal is asked only about what is still needed (a touch
+         * shorter invalidates the version it leaves in DRAM). */
+        keep = hint_live(hint, &h) && !tac_journal_dead(key, h.nkey, h.seq);
+        if (keep)
+            put(&h, key, key + h.nkey, 0, hint);
     } else {
         uint32_t hv = item_hash(key, h.nkey);
         bool own = (hv & ITEM_LOCK_MASK) == (own_hv & ITEM_LOCK_MASK);
         if (own || item_trylock(hv)) {
-            /* The journal is asked only about what is still needed (a
-             * touch shorter invalidates the version it leaves in DRAM). */
             keep = needed(&h, key, hv) && !tac_journal_dead(key, h.nkey, h.seq);
             if (keep)
-                put(&h, key, key + h.nkey, 0);  /* the tuple as it is, seq included */
+                put(&h, key, key + h.nkey, 0, 0);  /* the tuple as it is, seq included */
             if (!own)
                 item_unlock(hv);
         } else if (!tac_journal_dead(key, h.nkey, h.seq)) {
             /* Its key is busy (maybe waiting for this log): kept unchecked,
              * and the journal frees no invalidation until the tail has
              * passed this copy. */
-            put(&h, key, key + h.nkey, 0);
+            put(&h, key, key + h.nkey, 0, 0);
             keep = true;
             stat_add(&dl.busy, 1);
             if (dl.head > __atomic_load_n(&dl.clear, __ATOMIC_RELAXED))
@@ -451,18 +542,19 @@ static void make_room(size_t len, uint32_t own_hv)
         /* A whole lap scanned and every record still needed: the ring is
          * too small for what DRAM holds; the oldest goes. */
         uint64_t before = dl.tail;
+        prefetch_ahead();
         clean_one(own_hv, scanned > dl.size);
         scanned += dl.tail - before;
     }
 }
 
 static void append(const struct tac_tuple_hdr *h, const char *key,
-                   const char *value, uint32_t own_hv)
+                   const char *value, uint32_t own_hv, uint64_t hint)
 {
     size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
     pthread_mutex_lock(&dl.lock);
     make_room(len, own_hv);
-    put(h, key, value, 0);
+    put(h, key, value, 0, hint);
     pthread_mutex_unlock(&dl.lock);
     stat_add(&dl.records, 1);
     stat_add(&dl.bytes, len);
@@ -474,7 +566,8 @@ void tac_dramlog_item(const item *it)
         return;
     struct tac_tuple_hdr h;
     tac_tuple_fill(&h, it);
-    append(&h, ITEM_key(it), ITEM_data(it), item_hash(ITEM_key(it), it->nkey));
+    append(&h, ITEM_key(it), ITEM_data(it), item_hash(ITEM_key(it), it->nkey),
+           item_hint(it));
 }
 
 void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
@@ -485,7 +578,7 @@ void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
      * store) has no other record. */
     if (!dl.on)
         return;
-    append(h, key, value, item_hash(key, h->nkey));
+    append(h, key, value, item_hash(key, h->nkey), 0);
 }
 
 /* ---- Replay ------------------------------------------------------------- */

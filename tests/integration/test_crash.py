@@ -1090,6 +1090,63 @@ def test_kill9_dram_log_long_keys_and_large_values(server, tier_files):
 
 
 @pytest.mark.tac_only
+def test_kill9_dram_log_keeps_client_set_cas(server, tier_files):
+    """-o dram_log=on: items stored by `ms ... E<cas>` (the client picks the
+    CAS) stay in DRAM while other writes wrap the log's ring several times;
+    after a kill each comes back with its value and the client's CAS.  (The
+    log once held the CAS the server made before the E flag replaced it, so
+    the copy came back with that CAS, or cleaning took it for a replaced
+    version and dropped it.)"""
+    seed = crash_seed()
+    rng = random.Random(seed)
+    nvm, ssd = tier_files()
+    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on,dram_log_size=16m")
+    srv = server(args)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    want = {}
+    for i in range(60):
+        k = b"crash:ecas:%04d:%s" % (i, b"x" * rng.randint(20, 40))
+        v = make_value(rng, k, 1, rng.randint(100, 3000))
+        cas = rng.randint(1 << 40, 1 << 50)
+        want[k] = (v, cas)
+    r = replies(c, [b"ms %s %d E%d\r\n%s\r\n" % (k, len(v), cas, v) for k, (v, cas) in want.items()])
+    assert r == [b"HD"] * len(want), "ms with E answered %s (%s)" % (sorted(set(r)), tag(seed))
+    # 200 keys of 1000 B rewritten 120 times: 24 MB through a 16 MB ring,
+    # while DRAM holds everything.
+    filler = [b"crash:ecas:fill:%03d" % i for i in range(200)]
+    for rnd in range(120):
+        reqs = []
+        for k in filler:
+            v = make_value(rng, k, rnd, 1000)
+            reqs.append(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v))
+        assert set(replies(c, reqs)) == {b"STORED"}, tag(seed)
+    st = c.stats(b"tiers")
+    assert int(st["dram_log_bytes"]) > 16 * MB and int(st["dram_log_cleaned"]) > 0, (
+        "the ring did not wrap (%s): %s" % (tag(seed), {
+            k: v for k, v in st.items() if k.startswith("dram_log")}))
+    sigkill(srv, seed, "SIGKILL after the E stores")
+
+    srv = start_again(server, srv, args, seed, "after SIGKILL")
+    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL")
+    rd = Reader(c.sock)
+    c.sock.sendall(b"".join(b"mg %s c v\r\n" % k for k in want))
+    bad = []
+    for k, (v, cas) in want.items():
+        ln = rd.line()
+        if not ln.startswith(b"VA "):
+            bad.append((k, ln))
+            continue
+        data = rd.exact(int(ln.split(b" ")[1]) + 2)[:-2]
+        got_cas = [int(p[1:]) for p in ln.split(b" ")[2:] if p.startswith(b"c")]
+        if data != v or got_cas != [cas]:
+            bad.append((k, "cas %s want %d, value %s" % (got_cas, cas, "ok" if data == v else "WRONG")))
+    rd.drained()
+    assert not bad, "%d of %d E-stored items came back wrong (%s, %s): %s" % (
+        len(bad), len(want), tag(seed), rs, bad[:5])
+    sigkill(srv, seed, "at the end")
+
+
+@pytest.mark.tac_only
 @pytest.mark.parametrize("opts, want", [
     ("dram_log=on", "needs a file-backed NVM tier"),
     ("nvm_path=numa:0:16m,dram_log=on", "needs a file-backed NVM tier"),
