@@ -30,6 +30,9 @@
                                    DRAM is full; stored into a lower tier */
 #define ITEM_WAS_LOWER  0x0400  /* DRAM item brought up from NVM or SSD: its
                                    version may still lie there (restart) */
+#define ITEM_LOG_ORDERED 0x0800 /* -o dram_log: every record of this version
+                                   in the log lies below its successor's
+                                   first record (items.c, replace_version) */
 
 /* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same

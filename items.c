@@ -155,11 +155,30 @@ static inline void lower_invalidate(const item *it)
 /* A linked DRAM item's version (value, or exptime) is about to be
  * acknowledged: with -o dram_log the tier policy logs it first.  Item
  * lock held. */
-static inline void log_version(const item *it)
+static inline void log_version(item *it)
 {
     if (log_all && it->tier == TIER_DRAM && !(it->it_flags & ITEM_META) &&
-        (it->it_flags & ITEM_LINKED))
-        tier_ops->logged(it);
+        (it->it_flags & ITEM_LINKED)) {
+        if (tier_ops->logged(it))
+            it->it_flags |= ITEM_LOG_ORDERED;
+        else
+            it->it_flags &= (uint16_t)~ITEM_LOG_ORDERED;
+    }
+}
+
+/* Whether old, a version that only DRAM and the log ever held, needs no
+ * invalidation when new_it replaces it: every record of old lies below
+ * the first record of new_it, which is logged at its link, so the log
+ * holds a record of a later version for as long as it holds one of old
+ * (the tail passes old's records first), and the replay, in position
+ * order, lets the later one win (or, expired, take old away).  Item lock
+ * held. */
+static inline bool superseded_in_log(const item *old, const item *new_it)
+{
+    return log_all && (old->it_flags & ITEM_LOG_ORDERED) &&
+           !(old->it_flags & (ITEM_META | ITEM_WAS_LOWER)) &&
+           new_it->tier == TIER_DRAM && !(new_it->it_flags & ITEM_META) &&
+           tier_ops->log_ordered != NULL && tier_ops->log_ordered(new_it);
 }
 
 /* A touch: a shorter life than the lower-tier copy says is recorded too. */
@@ -510,7 +529,7 @@ void do_item_unlink(item *it, uint32_t hv)
  * already (store_ready_for). */
 static void replace_version(item *old, item *new_it, uint32_t hv, bool invalidated)
 {
-    if (!invalidated)
+    if (!invalidated && !superseded_in_log(old, new_it))
         lower_invalidate(old);
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, false);
@@ -1534,7 +1553,10 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
      * index and this caller are the only references). */
     if ((size_t)len + 2 <= it->nbytes && refcount_load(it) == 2 &&
         it->tier == TIER_DRAM) {
-        lower_invalidate(it);       /* a new version, though in place */
+        /* A new version, though in place: its record goes above the
+         * old one's, as for a replacement (superseded_in_log). */
+        if (!superseded_in_log(it, it))
+            lower_invalidate(it);
         rec_mark(ITEM_key(it), it->nkey, hv);
         memcpy(ITEM_data(it), out, (size_t)len);
         memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);

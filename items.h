@@ -504,8 +504,13 @@ struct item_tier_ops {
      * in-place incr, a new exptime, a copy fetched up) is about to be
      * acknowledged: log it durably now.  With it set, invalidate is
      * called for every version replaced, deleted or given a shorter life,
-     * not only those with a lower-tier copy.  Item lock held. */
-    void (*logged)(const item *it);
+     * not only those with a lower-tier copy.  Returns true when the
+     * records of this version keep their order in the log: none is ever
+     * copied above a record of a later version.  Item lock held. */
+    bool (*logged)(const item *it);
+    /* Optional (-o dram_log): whether logged(it) will return true for a
+     * DRAM item about to be linked with a new CAS. */
+    bool (*log_ordered)(const item *it);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

@@ -277,7 +277,8 @@ bool tac_dramlog_open(void);
 bool tac_dramlog_on(void);
 void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
-void tac_dramlog_item(const item *it);
+bool tac_dramlog_item(const item *it);
+bool tac_dramlog_ordered(const item *it);
 void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
                        const void *value);
 void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg);

@@ -1160,7 +1160,29 @@ static void replay_record(const char *tuple, void *arg)
     memcpy(&h, tuple, sizeof(h));
     const char *key = tuple + sizeof(h);
     rel_time_t exptime;
-    if (tac_journal_dead(key, h.nkey, h.seq) || !exptime_ahead(h.exptime, &exptime)) {
+    if (tac_journal_dead(key, h.nkey, h.seq)) {
+        count(&rs.stale);
+        return;
+    }
+    if (!exptime_ahead(h.exptime, &exptime)) {
+        /* Expired, but newer than a copy linked for its key: that copy is
+         * an older version, which the log does not invalidate when this
+         * one replaced it (items.c, superseded_in_log). */
+        uint32_t hv;
+        uint64_t kh = key_hashes(key, h.nkey, &hv);
+        item_lock(hv);
+        uint64_t seen = seq_seen(kh, hv);
+        if (!do_item_recovery_written(key, h.nkey, hv) && seen != UINT64_MAX &&
+            h.seq > seen) {
+            item *old = assoc_find(key, h.nkey, hv);
+            if (old != NULL) {
+                do_item_unlink(old, hv);
+                __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
+                count(&rs.stale);
+            }
+            seq_set(kh, hv, h.seq);
+        }
+        item_unlock(hv);
         count(&rs.stale);
         return;
     }

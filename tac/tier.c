@@ -561,8 +561,10 @@ static bool tac_plug_in(void)
      * mover then moves freed data pages over to the meta tuples' class. */
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
-    if (tac_dramlog_on())
+    if (tac_dramlog_on()) {
         tier_ops.logged = tac_dramlog_item;
+        tier_ops.log_ordered = tac_dramlog_ordered;
+    }
     items_set_tier_ops(&tier_ops);
     /* anti2: NVM is more DRAM; nothing is told apart by temperature, so
      * items leave DRAM and NVM in the order they came in, and come in

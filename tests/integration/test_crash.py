@@ -1090,6 +1090,62 @@ def test_kill9_dram_log_long_keys_and_large_values(server, tier_files):
 
 
 @pytest.mark.tac_only
+def test_kill9_dram_log_expired_overwrite_stays_gone(server, tier_files):
+    """-o dram_log=on: a key stored without a TTL and then overwritten (set,
+    in-place incr, append) by a version that expires before a kill is a miss
+    after the restart, never its first value; a key overwritten without a TTL
+    comes back with its last value.  (An overwrite of a DRAM-only version
+    writes no journal record: the log's later record, expired, takes the
+    older one away at the replay.)"""
+    seed = crash_seed()
+    rng = random.Random(seed)
+    nvm, ssd = tier_files()
+    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on")
+    srv = server(args)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    keys = [b"crash:expov:%04d:%s" % (i, b"k" * rng.randint(20, 40)) for i in range(300)]
+    first = {k: make_value(rng, k, 1, rng.randint(100, 2000)) for k in keys}
+    r = replies(c, [b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v) for k, v in first.items()])
+    assert r == [b"STORED"] * len(keys), tag(seed)
+    expiring, kept = keys[:200], keys[200:]
+    last = {}
+    reqs = []
+    for i, k in enumerate(expiring):
+        if i % 2 == 0:
+            v = make_value(rng, k, 2, rng.randint(100, 2000))
+            reqs.append(b"set %s 0 2 %d\r\n%s\r\n" % (k, len(v), v))
+        else:
+            # a TTL first (a shorter life: journal), then an append (a
+            # replacement the log orders)
+            reqs.append(b"touch %s 2\r\n" % k)
+            reqs.append(b"append %s 0 0 3\r\nabc\r\n" % k)
+    for k in kept:
+        v = make_value(rng, k, 2, rng.randint(100, 2000))
+        last[k] = v
+        reqs.append(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v))
+    r = replies(c, reqs)
+    assert set(r) <= {b"STORED", b"TOUCHED"}, "answers %s (%s)" % (sorted(set(r)), tag(seed))
+    time.sleep(3.2)
+    # Half of the expired keys read (and so reaped) before the kill.
+    r = replies(c, [b"mg %s v\r\n" % k for k in expiring[::2]])
+    assert r == [b"EN"] * len(expiring[::2]), "expired keys answered %s (%s)" % (sorted(set(r)), tag(seed))
+    sigkill(srv, seed, "SIGKILL after the expiring overwrites")
+
+    srv = start_again(server, srv, args, seed, "after SIGKILL")
+    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL")
+    r = replies(c, [b"mg %s v\r\n" % k for k in expiring])
+    back = [k for k, a in zip(expiring, r) if a != b"EN"]
+    assert not back, "%d of %d keys whose last version expired came back (%s, %s): %s" % (
+        len(back), len(expiring), tag(seed), rs, back[:5])
+    got = gets_all(c, kept)
+    wrong = [k for k in kept if k in got and got[k][2] != last[k]]
+    assert not wrong, "%d keys came back with a value other than their last (%s)" % (len(wrong), tag(seed))
+    assert len(got) >= 0.999 * len(kept), "%d of %d kept keys back (%s, %s)" % (
+        len(got), len(kept), tag(seed), rs)
+    sigkill(srv, seed, "at the end")
+
+
+@pytest.mark.tac_only
 def test_kill9_dram_log_keeps_client_set_cas(server, tier_files):
     """-o dram_log=on: items stored by `ms ... E<cas>` (the client picks the
     CAS) stay in DRAM while other writes wrap the log's ring several times;
