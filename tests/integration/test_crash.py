@@ -1089,6 +1089,16 @@ def test_kill9_dram_log_long_keys_and_large_values(server, tier_files):
     sigkill(srv, seed, "at the end")
 
 
+def dram_log_server(server, tier_files, extra=""):
+    """A -o dram_log=on server (more options in extra) over new tier files:
+    (seed, its rng, the arguments, the server, a connection)."""
+    seed = crash_seed()
+    nvm, ssd = tier_files()
+    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on" + extra)
+    srv = server(args)
+    return seed, random.Random(seed), args, srv, srv.connect(timeout=IO_TIMEOUT)
+
+
 @pytest.mark.tac_only
 def test_kill9_dram_log_expired_overwrite_stays_gone(server, tier_files):
     """-o dram_log=on: a key stored without a TTL and then overwritten (set,
@@ -1097,12 +1107,7 @@ def test_kill9_dram_log_expired_overwrite_stays_gone(server, tier_files):
     comes back with its last value.  (An overwrite of a DRAM-only version
     writes no journal record: the log's later record, expired, takes the
     older one away at the replay.)"""
-    seed = crash_seed()
-    rng = random.Random(seed)
-    nvm, ssd = tier_files()
-    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on")
-    srv = server(args)
-    c = srv.connect(timeout=IO_TIMEOUT)
+    seed, rng, args, srv, c = dram_log_server(server, tier_files)
     keys = [b"crash:expov:%04d:%s" % (i, b"k" * rng.randint(20, 40)) for i in range(300)]
     first = {k: make_value(rng, k, 1, rng.randint(100, 2000)) for k in keys}
     r = replies(c, [b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v) for k, v in first.items()])
@@ -1153,12 +1158,7 @@ def test_kill9_dram_log_keeps_client_set_cas(server, tier_files):
     log once held the CAS the server made before the E flag replaced it, so
     the copy came back with that CAS, or cleaning took it for a replaced
     version and dropped it.)"""
-    seed = crash_seed()
-    rng = random.Random(seed)
-    nvm, ssd = tier_files()
-    args = tier_args(nvm, ssd, m=M_MB, extra_o=",dram_log=on,dram_log_size=16m")
-    srv = server(args)
-    c = srv.connect(timeout=IO_TIMEOUT)
+    seed, rng, args, srv, c = dram_log_server(server, tier_files, ",dram_log_size=16m")
     want = {}
     for i in range(60):
         k = b"crash:ecas:%04d:%s" % (i, b"x" * rng.randint(20, 40))
