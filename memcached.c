@@ -8,6 +8,7 @@
  * the `shutdown` command, which raises SIGINT) into a graceful stop: stop
  * accepting, stop the workers and background threads, save the restart
  * state and close the tiers clean (tac_close), remove the pid file, exit 0.
+ * SIGHUP is ignored, as in memcached.
  */
 #include "config.h"
 
@@ -574,6 +575,9 @@ int main(int argc, char **argv)
         exit(EX_USAGE);
 
     signal(SIGPIPE, SIG_IGN);
+    /* memcached ignores SIGHUP (a closed terminal, a log rotation's kill
+     * -HUP); so does this server. */
+    signal(SIGHUP, SIG_IGN);
     /* A file size limit makes an SSD write fail with EFBIG (it is then
      * retried) instead of killing the server. */
     signal(SIGXFSZ, SIG_IGN);

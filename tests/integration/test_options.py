@@ -148,6 +148,21 @@ def test_signal_clean_exit(server, sig):
     assert rc == 0, "exit code %s after %s\n%s" % (rc, sig, s.stderr_text())
 
 
+def test_sighup_is_ignored(server):
+    """SIGHUP (a closed terminal, a log rotation's kill -HUP) neither stops
+    the server nor loses what it holds, as in memcached."""
+    s = server()
+    c = s.connect()
+    assert c.line(b"set hup:key 5 0 3\r\nabc\r\n") == b"STORED\r\n"
+    for _ in range(3):
+        s.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.2)
+    assert s.alive(), "SIGHUP stopped the server\n%s" % s.stderr_text()
+    assert c.get(b"get hup:key\r\n") == b"VALUE hup:key 5 3\r\nabc\r\nEND\r\n"
+    c2 = s.connect()
+    assert c2.line(b"version\r\n").startswith(b"VERSION ")
+
+
 def test_daemon_pidfile():
     d = tempfile.mkdtemp(prefix="tacd-")
     pidfile = os.path.join(d, "mc.pid")
