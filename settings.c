@@ -339,6 +339,10 @@ static const struct option_def options[] = {
       "their first 16k read buffer (long request lines, values over 16k being "
       "read); past it the connection holding the most is closed (default: the "
       "larger of 64m and -m/8, and at least twice -I plus 16m)") },
+    { OPT(0, "read_buf_mem_limit", OPT_MEGABYTES, S(read_buf_mem_limit), 0, 1 << 30,
+      true, "read_buf_mem_limit", "<mb>", "memcached's limit on connection "
+      "buffers, in megabytes: sets conn_mem_limit when that is not given (raised "
+      "to its floor, with a note); 0 leaves the default") },
     { OPT(0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
       "store_wait_ms", "<ms>", "longest a store waits, parked on its "
       "connection, for a lower tier to make room before it is answered "
@@ -354,6 +358,25 @@ static const struct option_def options[] = {
     { OPT(0, "hash_algorithm", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
     { OPT(0, "tail_repair_time", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
     { OPT(0, "slab_chunk_max", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_maxconns_fast", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "lru_crawler_sleep", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "lru_crawler_tocrawl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "hot_lru_pct", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "warm_lru_pct", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "hot_max_factor", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "warm_max_factor", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "temporary_ttl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "watcher_logbuf_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "worker_logbuf_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "track_sizes", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_hashexpand", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "sock_cookie_id", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "slab_automove_ratio", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "slab_automove_window", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "slab_automove_freeratio", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "no_chunked_items", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
 };
 #undef S
 #undef OPT
@@ -431,6 +454,9 @@ static void opt_apply(const struct option_def *o, const char *arg)
     case OPT_INT:
     case OPT_MEGABYTES:
     case OPT_DOUBLE:
+        /* A 0|1 option given bare, as memcached takes maxconns_fast: 1. */
+        if (!arg && o->kind == OPT_INT && o->min == 0 && o->max == 1)
+            arg = "1";
         if (!arg)
             die("option '%s' needs a value%s", name, "");
         errno = 0;
@@ -713,7 +739,7 @@ void settings_usage(void)
         usage_row(left, o);
     }
     /* The memcached tuning names, by name. */
-    char names[512] = "";
+    char names[1024] = "";
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
         if (!o->extended || o->help != NULL)
@@ -722,7 +748,7 @@ void settings_usage(void)
         snprintf(names + len, sizeof(names) - len, "%s%s", len ? ", " : "", o->name);
     }
     printf("   ");
-    char text[640];
+    char text[1200];
     snprintf(text, sizeof(text), "memcached tuning options, accepted and "
              "ignored: %s", names);
     print_wrapped(3, 3, text);
@@ -884,6 +910,14 @@ bool settings_finalize(void)
      * CONN_RBUF_MAX for a long get line; the bound must let the largest
      * of each through, twice over. */
     size_t conn_floor = 2 * ((size_t)settings.item_size_max + CONN_RBUF_MAX);
+    if (settings.conn_mem_limit == 0 && settings.read_buf_mem_limit != 0) {
+        settings.conn_mem_limit = settings.read_buf_mem_limit;
+        if (settings.conn_mem_limit < conn_floor) {
+            fprintf(stderr, "tac-memcached: -o read_buf_mem_limit raised to %zu "
+                    "megabytes, twice (-I + 16m)\n", (conn_floor + (1u << 20) - 1) >> 20);
+            settings.conn_mem_limit = conn_floor;
+        }
+    }
     if (settings.conn_mem_limit == 0) {
         size_t v = (size_t)64 << 20;
         if (settings.maxbytes / 8 > v)

@@ -117,6 +117,8 @@ struct settings {
     int temp_sample_size;   /* -o temp_sample_size: items per sample */
     size_t conn_mem_limit;  /* -o conn_mem_limit, bytes (0 = auto until
                                settings_finalize) */
+    size_t read_buf_mem_limit; /* -o read_buf_mem_limit (memcached's name,
+                               megabytes), bytes; 0 = not given */
     int store_wait_ms;      /* -o store_wait_ms: longest wait for room */
 };
 

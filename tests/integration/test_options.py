@@ -390,6 +390,47 @@ def test_ignored_options_say_so_at_start(server):
     ], s.stderr_text()
 
 
+# memcached 1.6.18's tuning options (its -h) that have no meaning here, in
+# the forms memcached takes: each starts the server with one line naming it.
+MEMCACHED_TUNING = ["no_maxconns_fast", "lru_crawler_sleep=100", "lru_crawler_tocrawl=0",
+                    "hot_lru_pct=20", "warm_lru_pct=40", "hot_max_factor=0.2",
+                    "warm_max_factor=2.0", "temporary_ttl=61", "watcher_logbuf_size=256",
+                    "worker_logbuf_size=64", "track_sizes", "no_hashexpand",
+                    "sock_cookie_id=7", "slab_automove_ratio=0.8", "slab_automove_window=30",
+                    "slab_automove_freeratio=0.01", "inline_ascii_resp",
+                    "no_inline_ascii_resp", "no_chunked_items"]
+
+
+@pytest.mark.tac_only
+def test_memcached_tuning_options_start_with_a_note(server):
+    s = server(["-o", ",".join(MEMCACHED_TUNING + ["maxconns_fast"])])
+    c = s.connect()
+    assert c.line(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+    notes = set(ln for ln in s.stderr_text().splitlines() if "no effect" in ln)
+    want = set("tac-memcached: -o %s is accepted for compatibility and has no effect"
+               % o.split("=")[0] for o in MEMCACHED_TUNING + ["maxconns_fast"])
+    assert notes == want, "missing: %s; extra: %s" % (sorted(want - notes), sorted(notes - want))
+
+
+@pytest.mark.tac_only
+def test_read_buf_mem_limit_sets_conn_mem_limit(server):
+    """memcached's read_buf_mem_limit (megabytes) is the connection memory
+    bound here: it sets conn_mem_limit, raised to that option's floor with a
+    note; 0 leaves the default; conn_mem_limit given wins."""
+    MB = 1 << 20
+    st = server(["-o", "read_buf_mem_limit=100"]).connect().stats(b"settings")
+    assert st["read_buf_mem_limit"] == str(100 * MB) and st["conn_mem_limit"] == str(100 * MB), st
+    s = server(["-o", "read_buf_mem_limit=1"])
+    st = s.connect().stats(b"settings")
+    assert int(st["conn_mem_limit"]) >= 2 * (1 * MB + 16 * MB), st
+    assert "read_buf_mem_limit raised to" in s.stderr_text(), s.stderr_text()
+    default = server().connect().stats(b"settings")["conn_mem_limit"]
+    assert server(["-o", "read_buf_mem_limit=0"]).connect().stats(b"settings")[
+        "conn_mem_limit"] == default
+    st = server(["-o", "read_buf_mem_limit=100,conn_mem_limit=200m"]).connect().stats(b"settings")
+    assert st["conn_mem_limit"] == str(200 * MB), st
+
+
 @pytest.mark.tac_only
 @pytest.mark.parametrize("opt,why", [
     ("nvm_path=/dev/shm/tac-test-x:12q", "a size with a bad unit"),
