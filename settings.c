@@ -130,6 +130,8 @@ static bool check_ssd_path(const struct option_def *o);
 static bool check_nvm_latency(const struct option_def *o);
 static bool check_nvm_admission(const struct option_def *o);
 static bool check_ssd_buf_size(const struct option_def *o);
+static bool check_ext_path(const struct option_def *o);
+static bool check_ext_size(const struct option_def *o);
 
 /* Choice names, indexed by enum settings_tier_policy and settings_ssd_engine. */
 static const char *const tier_policies[] = {
@@ -316,6 +318,17 @@ static const struct option_def options[] = {
     { OPT(0, "ssd_free_pages", OPT_INT, S(ssd_free_pages), 0, 65536, true, NULL,
       "<num>", "free SSD pages defrag keeps (default: 0 = auto: 2% of the "
       "pages, at least 3)") },
+    /* memcached's extstore options, mapped onto the SSD tier in its units. */
+    { OPT(0, "ext_path", OPT_STRING, S(ext_path), 0, 0, true, NULL, "<path:size>",
+      "memcached's extstore file: the SSD tier's, as ssd_path (one file; an "
+      "extstore file needs tier_reformat=yes once)"), .check = check_ext_path,
+      .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
+    { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
+      "ssd_page_size in megabytes"), .check = check_ext_size,
+      .expect = "megabytes, 1 to 1024" },
+    { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
+      "ssd_buf_size in megabytes"), .check = check_ext_size,
+      .expect = "megabytes, 1 to 1024" },
     { OPT(0, "tier_reformat", OPT_CHOICE, S(tier_reformat), 0, 0, true,
       "tier_reformat", "<no|yes>", "format the NVM and SSD tier files even when "
       "they hold something else: another format version or size, a damaged "
@@ -377,6 +390,16 @@ static const struct option_def options[] = {
     { OPT(0, "inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
     { OPT(0, "no_inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
     { OPT(0, "no_chunked_items", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_threads", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_item_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_item_age", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_low_ttl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_drop_unread", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_recache_rate", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_compact_under", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_drop_under", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_max_frag", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    { OPT(0, "ext_max_sleep", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
 };
 #undef S
 #undef OPT
@@ -642,6 +665,29 @@ static bool check_nvm_admission(const struct option_def *o)
     return true;
 }
 
+/* ext_path: the SSD tier's file, once. */
+static bool check_ext_path(const struct option_def *o)
+{
+    static int times;
+    if (++times > 1)
+        die("-o ext_path: given twice; tac-memcached takes one SSD file%s%s",
+            " (one ext_path or one ssd_path)", "");
+    free(settings.ssd_path);
+    settings.ssd_path = strdup(settings.ext_path);
+    return settings.ssd_path != NULL && check_ssd_path(o);
+}
+
+/* ext_page_size and ext_wbuf_size: megabytes into the SSD tier's bytes. */
+static bool check_ext_size(const struct option_def *o)
+{
+    if (strcmp(o->name, "ext_page_size") == 0) {
+        settings.ssd_page_size = settings.ext_page_size << 20;
+        return true;
+    }
+    settings.ssd_buf_size = settings.ext_wbuf_size << 20;
+    return check_ssd_buf_size(o);
+}
+
 /* O_DIRECT writes whole 4 KiB blocks. */
 static bool check_ssd_buf_size(const struct option_def *o)
 {
@@ -853,6 +899,17 @@ bool settings_finalize(void)
     /* The default listen address, shown as such by `stats settings`. */
     if (settings.inter == NULL && settings.socketpath == NULL)
         settings.inter = strdup("127.0.0.1");
+    if (opt_given("ext_path") && opt_given("ssd_path")) {
+        fprintf(stderr, "-o ext_path and -o ssd_path both name the SSD tier's "
+                "file; give one\n");
+        return false;
+    }
+    if ((opt_given("ext_page_size") && opt_given("ssd_page_size")) ||
+        (opt_given("ext_wbuf_size") && opt_given("ssd_buf_size"))) {
+        fprintf(stderr, "-o ext_page_size / ext_wbuf_size and ssd_page_size / "
+                "ssd_buf_size set the same thing; give one of each\n");
+        return false;
+    }
     if (settings.partitions == 0)
         settings.partitions = settings.num_threads;
     if (!opt_given("fetch_threads"))

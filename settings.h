@@ -107,6 +107,9 @@ struct settings {
     int ssd_buf_size;       /* -o ssd_buf_size, bytes */
     int ssd_io_engine;      /* -o ssd_io_engine: enum settings_ssd_engine */
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
+    char *ext_path;         /* -o ext_path (memcached's extstore): ssd_path */
+    int ext_page_size;      /* -o ext_page_size, megabytes: ssd_page_size */
+    int ext_wbuf_size;      /* -o ext_wbuf_size, megabytes: ssd_buf_size */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
     int recovery;           /* -o recovery: 1 = on (default), 0 = off */

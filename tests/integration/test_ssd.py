@@ -403,6 +403,48 @@ def test_ssd_defaults_and_repeated_o(server, ssd_dir):
     assert t.get("tiers") == "dram,ssd", t
 
 
+def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
+    """memcached's extstore command line starts the SSD tier: ext_path is its
+    file, ext_page_size and ext_wbuf_size (megabytes) its page and buf, and
+    the other ext_* options start the server with a note naming each.  Four
+    times -m of 2-8 KB values comes back byte-exact, much of it from SSD."""
+    path = os.path.join(ssd_dir, "extstore")
+    ignored = ["ext_threads=4", "ext_item_size=512", "ext_item_age=0", "ext_max_frag=0.8"]
+    s = server(["-m", "16", "-t", "2", "-o", ",".join(
+        ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1"] + ignored)])
+    c = s.connect()
+    st = c.stats(b"settings")
+    assert st.get("ssd_path") == path + ":256m", st
+    assert st.get("ssd_page_size") == str(4 * MB) and st.get("ssd_buf_size") == str(1 * MB), st
+    notes = set(ln for ln in s.stderr_text().splitlines() if "no effect" in ln)
+    assert notes == set("tac-memcached: -o %s is accepted for compatibility and has no effect"
+                        % o.split("=")[0] for o in ignored), s.stderr_text()
+    keys = keys_totalling(b"ext:key:with:a:longer:name:", 64 * MB)
+    want = {k: make_value(k, 1) for k in keys}
+    stored, failures, _ = load(c, want.items())
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    hits, misses, wrong = read_check(c, keys, lambda k: (0, want[k]))
+    assert not wrong and not misses, (wrong[:3], misses[:3])
+    assert stat_int(c.stats(b"tiers"), "ssd_items") > len(keys) // 2, c.stats(b"tiers")
+
+
+@pytest.mark.parametrize("opts,says", [
+    ("ext_path={p}:64m,ext_path={p}2:64m", "given twice"),
+    ("ext_path={p}:64m,ssd_path={p}2:64m", "give one"),
+    ("ext_path={p}:64m,ext_wbuf_size=1,ssd_buf_size=1m", "give one of each"),
+], ids=["ext_path-twice", "ext_path-and-ssd_path", "ext_wbuf_size-and-ssd_buf_size"])
+def test_extstore_options_that_conflict_fail(ssd_dir, opts, says):
+    o = opts.format(p=os.path.join(ssd_dir, "ext"))
+    cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0", "-o", o]
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("server started with -o %s" % o)
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode != 0 and says in msg, "-o %s: rc=%d, output %r" % (o, p.returncode, msg)
+    assert not os.path.exists(os.path.join(ssd_dir, "ext")), "a refused start created the SSD file"
+
+
 @pytest.mark.parametrize("case", ["dev-shm", "no-size", "missing-dir", "nvm-and-bad-ssd"])
 def test_bad_ssd_path_fails(ssd_dir, case):
     tag = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
