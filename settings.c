@@ -705,6 +705,9 @@ static void opt_apply_extended(const char *list)
         if (val)
             *val++ = '\0';
         const struct option_def *o = opt_by_name(tok);
+        if (!o && (strncmp(tok, "ssl_", 4) == 0 || strcmp(tok, "drop_privileges") == 0))
+            die("-o %s is not supported yet: refusing to start rather than "
+                "serve without what it asks for%s", tok, "");
         if (!o || !o->extended)
             die("Illegal suboption \"%s\"%s", tok, "");
         given[o - options] = true;
@@ -858,6 +861,10 @@ void settings_parse_args(int argc, char **argv)
         for (size_t i = 0; i < NOPTIONS; i++)
             if (!options[i].extended && options[i].short_flag == ch)
                 o = &options[i];
+        if (!o && ch == '?' && optopt != 0 && strchr("ZSY", optopt) != NULL)
+            die("-%s (%s) is not supported yet: refusing to start rather than "
+                "serve without it", optopt == 'Z' ? "Z" : optopt == 'S' ? "S" : "Y",
+                optopt == 'Z' ? "TLS" : optopt == 'S' ? "SASL" : "ASCII authentication");
         if (!o) {
             fprintf(stderr, "Illegal argument \"%s\"\n",
                     optind > 0 && optind <= argc ? argv[optind - 1] : "?");

@@ -413,6 +413,24 @@ def test_memcached_tuning_options_start_with_a_note(server):
 
 
 @pytest.mark.tac_only
+@pytest.mark.parametrize("args,names", [
+    (["-Z"], "-Z (TLS)"), (["-S"], "-S (SASL)"), (["-Y", "/nonexistent-authfile"], "-Y (ASCII auth"),
+    (["-o", "ssl_chain_cert=/nonexistent.pem"], "-o ssl_chain_cert"),
+    (["-o", "drop_privileges"], "-o drop_privileges"),
+], ids=["Z", "S", "Y", "ssl_chain_cert", "drop_privileges"])
+def test_security_options_refused_clearly(args, names):
+    """Until TLS, SASL, ASCII auth and the syscall sandbox exist, asking for
+    one stops the start with a message naming it: never a server without it."""
+    cmd = [SERVER_BIN] + base_args() + ["-p", str(free_port()), "-U", "0"] + args
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the server started with %s" % " ".join(args))
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert p.returncode != 0 and names in msg and "not supported yet" in msg, (p.returncode, msg)
+
+
+@pytest.mark.tac_only
 def test_read_buf_mem_limit_sets_conn_mem_limit(server):
     """memcached's read_buf_mem_limit (megabytes) is the connection memory
     bound here: it sets conn_mem_limit, raised to that option's floor with a
