@@ -131,7 +131,8 @@ static bool check_nvm_latency(const struct option_def *o);
 static bool check_nvm_admission(const struct option_def *o);
 static bool check_ssd_buf_size(const struct option_def *o);
 static bool check_ext_path(const struct option_def *o);
-static bool check_ext_size(const struct option_def *o);
+static bool check_ext_page_size(const struct option_def *o);
+static bool check_ext_wbuf_size(const struct option_def *o);
 
 /* Choice names, indexed by enum settings_tier_policy and settings_ssd_engine. */
 static const char *const tier_policies[] = {
@@ -156,6 +157,8 @@ static const char *const off_on[] = { "off", "on", NULL };
     .arg = (a), .help = (h)
 #define S(field) offsetof(struct settings, field)
 #define NOFIELD 0
+/* A memcached -o name with no meaning here (listed by name in -h). */
+#define IGNORED(nm) { OPT(0, nm, OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) }
 static const struct option_def options[] = {
     { OPT('p', "port", OPT_INT, S(port), 0, 65535, false, "tcpport", "<num>",
       "TCP port to listen on, 0 is off"), .def = "11211" },
@@ -324,10 +327,10 @@ static const struct option_def options[] = {
       "extstore file needs tier_reformat=yes once)"), .check = check_ext_path,
       .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
     { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
-      "ssd_page_size in megabytes"), .check = check_ext_size,
+      "ssd_page_size in megabytes"), .check = check_ext_page_size,
       .expect = "megabytes, 1 to 1024" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
-      "ssd_buf_size in megabytes"), .check = check_ext_size,
+      "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
     { OPT(0, "tier_reformat", OPT_CHOICE, S(tier_reformat), 0, 0, true,
       "tier_reformat", "<no|yes>", "format the NVM and SSD tier files even when "
@@ -362,45 +365,46 @@ static const struct option_def options[] = {
       "SERVER_ERROR out of memory; 0 answers at once"), .def = "2000" },
     /* memcached tuning options that have no meaning here; accepted so that
      * existing command lines keep working. */
-    { OPT(0, "modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_modern", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_lru_crawler", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_lru_maintainer", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "hash_algorithm", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "tail_repair_time", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "slab_chunk_max", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_maxconns_fast", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "lru_crawler_sleep", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "lru_crawler_tocrawl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "hot_lru_pct", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "warm_lru_pct", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "hot_max_factor", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "warm_max_factor", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "temporary_ttl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "watcher_logbuf_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "worker_logbuf_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "track_sizes", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_hashexpand", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "sock_cookie_id", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "slab_automove_ratio", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "slab_automove_window", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "slab_automove_freeratio", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_inline_ascii_resp", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "no_chunked_items", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_threads", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_item_size", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_item_age", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_low_ttl", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_drop_unread", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_recache_rate", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_compact_under", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_drop_under", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_max_frag", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
-    { OPT(0, "ext_max_sleep", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) },
+    IGNORED("modern"),
+    IGNORED("no_modern"),
+    IGNORED("lru_crawler"),
+    IGNORED("no_lru_crawler"),
+    IGNORED("lru_maintainer"),
+    IGNORED("no_lru_maintainer"),
+    IGNORED("hash_algorithm"),
+    IGNORED("tail_repair_time"),
+    IGNORED("slab_chunk_max"),
+    IGNORED("no_maxconns_fast"),
+    IGNORED("lru_crawler_sleep"),
+    IGNORED("lru_crawler_tocrawl"),
+    IGNORED("hot_lru_pct"),
+    IGNORED("warm_lru_pct"),
+    IGNORED("hot_max_factor"),
+    IGNORED("warm_max_factor"),
+    IGNORED("temporary_ttl"),
+    IGNORED("watcher_logbuf_size"),
+    IGNORED("worker_logbuf_size"),
+    IGNORED("track_sizes"),
+    IGNORED("no_hashexpand"),
+    IGNORED("sock_cookie_id"),
+    IGNORED("slab_automove_ratio"),
+    IGNORED("slab_automove_window"),
+    IGNORED("slab_automove_freeratio"),
+    IGNORED("inline_ascii_resp"),
+    IGNORED("no_inline_ascii_resp"),
+    IGNORED("no_chunked_items"),
+    IGNORED("ext_threads"),
+    IGNORED("ext_item_size"),
+    IGNORED("ext_item_age"),
+    IGNORED("ext_low_ttl"),
+    IGNORED("ext_drop_unread"),
+    IGNORED("ext_recache_rate"),
+    IGNORED("ext_compact_under"),
+    IGNORED("ext_drop_under"),
+    IGNORED("ext_max_frag"),
+    IGNORED("ext_max_sleep"),
 };
+#undef IGNORED
 #undef S
 #undef OPT
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
@@ -408,6 +412,7 @@ static const struct option_def options[] = {
 /* Which rows the command line gave, for the automatic defaults and the
  * no-effect notes. */
 static bool given[NOPTIONS];
+static int ext_paths;                   /* -o ext_path seen so often */
 
 static void *opt_field(const struct option_def *o)
 {
@@ -563,6 +568,7 @@ static void settings_defaults(void)
 {
     memset(&settings, 0, sizeof(settings));
     memset(given, 0, sizeof(given));
+    ext_paths = 0;
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
         if (o->def == NULL)
@@ -668,8 +674,7 @@ static bool check_nvm_admission(const struct option_def *o)
 /* ext_path: the SSD tier's file, once. */
 static bool check_ext_path(const struct option_def *o)
 {
-    static int times;
-    if (++times > 1)
+    if (++ext_paths > 1)
         die("-o ext_path: given twice; tac-memcached takes one SSD file%s%s",
             " (one ext_path or one ssd_path)", "");
     free(settings.ssd_path);
@@ -678,12 +683,15 @@ static bool check_ext_path(const struct option_def *o)
 }
 
 /* ext_page_size and ext_wbuf_size: megabytes into the SSD tier's bytes. */
-static bool check_ext_size(const struct option_def *o)
+static bool check_ext_page_size(const struct option_def *o)
 {
-    if (strcmp(o->name, "ext_page_size") == 0) {
-        settings.ssd_page_size = settings.ext_page_size << 20;
-        return true;
-    }
+    (void)o;
+    settings.ssd_page_size = settings.ext_page_size << 20;
+    return true;
+}
+
+static bool check_ext_wbuf_size(const struct option_def *o)
+{
     settings.ssd_buf_size = settings.ext_wbuf_size << 20;
     return check_ssd_buf_size(o);
 }
@@ -831,6 +839,19 @@ static void handle_action(char flag, const char *arg)
     }
 }
 
+/* memcached's security flags, until they are implemented: a user who asks
+ * for one must never get a server without it. */
+static void refuse_unsupported_flag(int flag)
+{
+    static const struct { char flag[2]; const char *what; } unsupported[] = {
+        { "Z", "TLS" }, { "S", "SASL" }, { "Y", "ASCII authentication" },
+    };
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
+        if (flag == unsupported[i].flag[0])
+            die("-%s (%s) is not supported yet: refusing to start rather than "
+                "serve without it", unsupported[i].flag, unsupported[i].what);
+}
+
 void settings_parse_args(int argc, char **argv)
 {
     struct option longopts[NOPTIONS + 1];
@@ -861,10 +882,8 @@ void settings_parse_args(int argc, char **argv)
         for (size_t i = 0; i < NOPTIONS; i++)
             if (!options[i].extended && options[i].short_flag == ch)
                 o = &options[i];
-        if (!o && ch == '?' && optopt != 0 && strchr("ZSY", optopt) != NULL)
-            die("-%s (%s) is not supported yet: refusing to start rather than "
-                "serve without it", optopt == 'Z' ? "Z" : optopt == 'S' ? "S" : "Y",
-                optopt == 'Z' ? "TLS" : optopt == 'S' ? "SASL" : "ASCII authentication");
+        if (!o && ch == '?')
+            refuse_unsupported_flag(optopt);
         if (!o) {
             fprintf(stderr, "Illegal argument \"%s\"\n",
                     optind > 0 && optind <= argc ? argv[optind - 1] : "?");

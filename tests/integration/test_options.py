@@ -286,6 +286,10 @@ def option_table():
             "arg": _c_string(a[8]), "help": _c_string(a[9]),
             "def": _c_string(extra["def"]) if "def" in extra else None,
         })
+    # IGNORED("name"): an extended row of kind OPT_IGNORED with no help.
+    for m in re.finditer(r'^\s*IGNORED\("(\w+)"\),', body, re.M):
+        rows.append({"flag": None, "name": m.group(1), "kind": "OPT_IGNORED", "stat": None,
+                     "arg": None, "help": None, "def": None})
     return rows
 
 
