@@ -152,6 +152,14 @@ static inline void lower_invalidate(const item *it)
         tier_ops->invalidate(ITEM_key(it), it->nkey);
 }
 
+/* Before the item lock of hv is taken for a change: the tier policy may
+ * fetch what an invalidation of that key would read. */
+static inline void hint_change(uint32_t hv)
+{
+    if (tier_ops != NULL && tier_ops->will_change != NULL)
+        tier_ops->will_change(hv);
+}
+
 /* A linked DRAM item's version (value, or exptime) is about to be
  * acknowledged: with -o dram_log the tier policy logs it first.  Item
  * lock held. */
@@ -1236,6 +1244,7 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
                          enum item_miss *why)
 {
     uint32_t hv = item_hash(key, nkey);
+    hint_change(hv);
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, why, true);
     if (it != NULL)
@@ -1433,6 +1442,7 @@ static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
                                const struct item_got *prior)
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    hint_change(hv);
     item_lock(hv);
     enum store_result res = do_item_store_prior(it, op, req_cas, cas_out, hv,
                                                 partition, prior);
@@ -1471,6 +1481,7 @@ enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
     enum store_result ret;
+    hint_change(hv);
     item_lock(hv);
     item *old = NULL;
     if (stale_if_older) {
@@ -1593,6 +1604,7 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
 {
     uint32_t hv = item_hash(key, nkey);
     enum delta_result res;
+    hint_change(hv);
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, NULL, true);
     if (it == NULL)
@@ -1613,6 +1625,7 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
 {
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
+    hint_change(hv);
     item_lock(hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
@@ -1640,6 +1653,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     enum item_miss why;
+    hint_change(hv);
     item_lock(hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, &why, false);

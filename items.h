@@ -498,6 +498,10 @@ struct item_tier_ops {
      * that a restart after a crash never brings that copy back.  Item
      * lock held. */
     void (*invalidate)(const char *key, size_t nkey);
+    /* Optional: a hint, before the item lock is taken, that a version of
+     * the key whose item_hash is hv may be replaced, deleted or touched
+     * (so invalidate may follow): fetch what that would read. */
+    void (*will_change)(uint32_t hv);
     /* Optional: flush_all ran (every copy written before is dead). */
     void (*flush)(void);
     /* Optional (-o dram_log): a version of a linked DRAM item (a store, an

@@ -263,6 +263,9 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
  * bucket is looked up soon. */
 bool tac_journal_dead_h(uint64_t h, uint64_t seq);
 void tac_journal_prefetch(uint64_t h);
+/* A hint that the key whose item_hash is hv may soon be invalidated (its
+ * bucket depends on those bits alone). */
+void tac_journal_prefetch_hv(uint32_t hv);
 uint64_t tac_journal_entries(void);
 uint64_t tac_journal_overflows(void);
 

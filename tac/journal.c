@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "assoc.h"
+#include "item_lock.h"
 #include "items.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
@@ -62,7 +63,6 @@
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
 #define JR_BUCKETS_MIN (1u << 13)
 #define JR_BUCKETS_MAX (1u << 22)
-#define JR_STRIPES 1024u
 #define JR_RESERVE (1ull << 20)         /* seq and CAS reserved ahead */
 
 struct jr_header {
@@ -95,16 +95,23 @@ static struct {
     size_t size;
     struct jr_header *hdr;
     bool matched;                       /* describes the tier files as found */
-    pthread_mutex_t stripes[JR_STRIPES];
     uint64_t clock_floor;               /* atomic: entries older are free */
     uint64_t entries, overflows;        /* atomic, stats */
     uint64_t items_hint;                /* the header's, as opened */
 } jr = { .fd = -1 };
 
+/* A key's bucket is picked by the low bits of h, which are its item_hash:
+ * the buckets are a power of two, at least as many as the item lock
+ * stripes, so every key of a bucket shares one item lock stripe, and the
+ * holder of that lock is the only writer of the bucket. */
+_Static_assert((JR_BUCKETS_MIN & (JR_BUCKETS_MIN - 1)) == 0 &&
+               JR_BUCKETS_MIN >= ITEM_LOCK_COUNT && JR_BUCKETS_MAX <= (1ull << 32),
+               "a journal bucket must lie within one item lock stripe");
+
 static struct jr_entry *bucket_of(uint64_t h)
 {
     return (struct jr_entry *)(jr.map + jr.hdr->inv_off) +
-           (size_t)(h % jr.hdr->buckets) * JR_WAYS;
+           (size_t)(h & (jr.hdr->buckets - 1)) * JR_WAYS;
 }
 
 uint64_t tac_key_hash64(const char *key, size_t nkey)
@@ -158,8 +165,6 @@ bool tac_journal_open(const char *state_path)
 {
     if (state_path == NULL || (tac.nvm == NULL && tac.ssd == NULL))
         return false;
-    for (unsigned i = 0; i < JR_STRIPES; i++)
-        pthread_mutex_init(&jr.stripes[i], NULL);
     size_t n = strlen(state_path) + sizeof(".journal");
     jr.path = malloc(n);
     if (jr.path == NULL)
@@ -365,9 +370,9 @@ void tac_journal_invalidate(const char *key, size_t nkey)
      * was written under the key's item lock, which the caller holds. */
     uint64_t logpos = tac_dramlog_head();
     uint64_t logtail = tac_dramlog_clear();
+    /* The caller's item lock makes it the bucket's only writer (see
+     * bucket_of); a recovery reading it meanwhile is covered by its marks. */
     struct jr_entry *b = bucket_of(h);
-    pthread_mutex_t *lk = &jr.stripes[(h % jr.hdr->buckets) % JR_STRIPES];
-    pthread_mutex_lock(lk);
     struct jr_entry *slot = NULL, *oldest = &b[0];
     for (unsigned i = 0; i < JR_WAYS; i++) {
         if (b[i].hash == h) {
@@ -397,7 +402,6 @@ void tac_journal_invalidate(const char *key, size_t nkey)
         __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->logpos, logpos, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(lk);
 }
 
 void tac_journal_flush(void)
@@ -426,6 +430,11 @@ uint64_t tac_journal_items_hint(void)
 bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
 {
     return jr.map != NULL && tac_journal_dead_h(tac_key_hash64(key, nkey), seq);
+}
+
+void tac_journal_prefetch_hv(uint32_t hv)
+{
+    tac_journal_prefetch(hv);
 }
 
 void tac_journal_prefetch(uint64_t h)

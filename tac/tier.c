@@ -462,6 +462,7 @@ static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .skip_dram = tac_anti2_to_nvm,
     .room_later = tier_room_later,
     .invalidate = tac_journal_invalidate,
+    .will_change = tac_journal_prefetch_hv,
     .flush = tac_journal_flush,
 };
 
