@@ -174,6 +174,31 @@ void assoc_visit_bucket(uint32_t hv, void (*fn)(item *it, void *arg), void *arg)
         fn(it, arg);
 }
 
+/* The table state is loaded with the stripe held, so no bucket of the
+ * stripe moves meanwhile (a move takes its stripe), and neither table
+ * holding them can be freed (a free waits for every bucket to move).  An
+ * old bucket not yet moved holds the items of two new buckets: each is
+ * visited from the new bucket its hash picks. */
+void assoc_visit_stripe(unsigned int stripe, void (*fn)(item *it, void *arg), void *arg)
+{
+    struct assoc_table *t = table_state();
+    uint64_t mask = HASHMASK(t->hashpower);
+    for (uint64_t b = stripe & ITEM_LOCK_MASK; b <= mask; b += ITEM_LOCK_COUNT) {
+        item *head = t->primary[b];
+        bool shared = false;
+        if (t->expanding) {
+            uint64_t ob = b & HASHMASK(t->hashpower - 1);
+            if (ob >= __atomic_load_n(&expand_moved, __ATOMIC_ACQUIRE) - t->base) {
+                head = t->old[ob];
+                shared = true;
+            }
+        }
+        for (item *it = head; it != NULL; it = it->h_next)
+            if (!shared || (item_hash(ITEM_key(it), it->nkey) & mask) == b)
+                fn(it, arg);
+    }
+}
+
 void assoc_insert(item *it, uint32_t hv)
 {
     item **b = bucket_for(hv);

@@ -42,6 +42,14 @@ bool assoc_expand_step(int budget);
  * For a start that knows how many items are coming: the crash scan. */
 void assoc_reserve(uint64_t n);
 
+/* Calls fn once on every item of the index whose hash falls in item lock
+ * stripe `stripe` (hv & ITEM_LOCK_MASK), while a resize may be under way.
+ * Caller holds that stripe (item_lock(stripe)); fn must not change the
+ * index.  Walking every stripe in turn visits each item that stays in the
+ * index meanwhile exactly once, without stopping the server. */
+void assoc_visit_stripe(unsigned int stripe, void (*fn)(struct item *it, void *arg),
+                        void *arg);
+
 /* Calls fn on every item of the index, bucket by bucket (both tables
  * while a resize is half done).  Only for a quiescent server: no other
  * thread may touch the index meanwhile (a graceful stop saving it); fn

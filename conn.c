@@ -862,7 +862,10 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
     c->rsize = rsize;
     c->rcurr = c->rbuf;
     c->transport = transport;
-    c->protocol = transport == TRANSPORT_UDP ? PROTO_TEXT : PROTO_NEGOTIATING;
+    c->protocol = transport == TRANSPORT_UDP ? PROTO_TEXT
+                : settings.protocol == PROTOCOL_ASCII ? PROTO_TEXT
+                : settings.protocol == PROTOCOL_BINARY ? PROTO_BINARY
+                : PROTO_NEGOTIATING;
     c->thread = w;
     c->state = transport == TRANSPORT_UDP ? conn_read : conn_new_cmd;
     c->ev_flags = EV_READ | EV_PERSIST;
@@ -887,6 +890,32 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
     if (transport != TRANSPORT_UDP)
         conn_register(c);
     return c;
+}
+
+static void conn_stream_end(conn *c)
+{
+    if (c->stream_free != NULL)
+        c->stream_free(c->stream_ctx);
+    c->stream_more = NULL;
+    c->stream_free = NULL;
+    c->stream_ctx = NULL;
+}
+
+void conn_stream(conn *c, bool (*more)(conn *c, void *ctx),
+                 void (*free_ctx)(void *ctx), void *ctx)
+{
+    conn_stream_end(c);
+    c->stream_more = more;
+    c->stream_free = free_ctx;
+    c->stream_ctx = ctx;
+}
+
+/* Queues the stream's next piece; ends it after the last. */
+static void conn_stream_next(conn *c)
+{
+    __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED); /* not idle */
+    if (!c->stream_more(c, c->stream_ctx))
+        conn_stream_end(c);
 }
 
 static void conn_release_queue(conn *c)
@@ -930,6 +959,7 @@ void conn_close(conn *c)
                 break;
             }
     }
+    conn_stream_end(c);
     conn_release_queue(c);
     if (c->mem_held > 0)
         GSTATS_SUB(conn_mem_bytes, c->mem_held);
@@ -1355,12 +1385,15 @@ void conn_drive(conn *c)
             c->noreply = false;
             bool can_parse = c->rbytes > 0 && !need_read &&
                              c->npending < CONN_PARK_MAX &&
-                             c->barriers == 0 && !c->close_after_write;
+                             c->barriers == 0 && !c->close_after_write &&
+                             c->stream_more == NULL;
             if (can_parse && --nreqs >= 0) {
                 conn_set_state(c, conn_parse_cmd);
-            } else if (c->resp_head && !c->resp_head->pending) {
+            } else if ((c->resp_head && !c->resp_head->pending) ||
+                       (c->stream_more != NULL && c->resp_head == NULL)) {
                 conn_set_state(c, conn_write);
             } else if (c->resp_head && (c->close_after_write ||
+                                        c->stream_more != NULL ||
                                         c->barriers > 0 ||
                                         c->npending >= CONN_PARK_MAX)) {
                 /* Only pending responses are queued and no request may be
@@ -1461,6 +1494,18 @@ void conn_drive(conn *c)
         case conn_write:
             switch (conn_transmit_tcp(c)) {
             case WRITE_COMPLETE:
+                if (c->stream_more != NULL) {
+                    if (--nreqs < 0) {
+                        /* A piece per request's worth of turn: let other
+                         * connections run, back when writable. */
+                        STATS_INCR(&c->thread->stats, conn_yields);
+                        if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+                            conn_set_state(c, conn_closing);
+                        return;
+                    }
+                    conn_stream_next(c);
+                    break;
+                }
                 if (need_read && !c->close_after_write)
                     conn_set_state(c, conn_waiting);
                 else

@@ -168,6 +168,11 @@ struct conn {
     struct sockaddr_storage udp_peer;
     socklen_t udp_peer_len;
 
+    /* a response made piece by piece (conn_stream) */
+    bool (*stream_more)(conn *c, void *ctx);
+    void (*stream_free)(void *ctx);
+    void *stream_ctx;
+
     /* bookkeeping */
     rel_time_t last_cmd_time;
     const char *last_cmd;   /* name, for `stats conns` */
@@ -193,6 +198,16 @@ bool resp_add_iov(struct resp *r, const void *buf, size_t len);
 bool resp_hold_item(struct resp *r, struct item *it);
 /* Hands the resp a malloc'd buffer and sends len bytes of it. */
 bool resp_add_owned(struct resp *r, void *buf, size_t len);
+
+/*
+ * A response too long to build at once (a key dump).  Whenever everything
+ * queued before it has been sent, more(c, ctx) queues the next piece with
+ * resp_new and returns false once it has queued the last.  Meanwhile the
+ * connection reads no further request.  free_ctx(ctx) runs when the
+ * stream has ended or the connection closes.
+ */
+void conn_stream(conn *c, bool (*more)(conn *c, void *ctx),
+                 void (*free_ctx)(void *ctx), void *ctx);
 
 /*
  * Queues "str\r\n" as a whole response, unless c->noreply is set (then

@@ -1738,6 +1738,8 @@ static int crawl_lru(struct lru *l, int budget, bool *done)
     return checked;
 }
 
+static bool crawl_rush;             /* atomic: lru_crawler crawl asked */
+
 int items_crawl_step(int budget)
 {
     int checked = 0;
@@ -1771,7 +1773,57 @@ int items_crawl_step(int budget)
         }
     }
     pthread_mutex_unlock(&crawl_lock);
+    /* Fewer than asked: a whole cycle is done, so is a rush. */
+    if (checked < budget)
+        __atomic_store_n(&crawl_rush, false, __ATOMIC_RELAXED);
     return checked;
+}
+
+void items_crawl_soon(void)
+{
+    __atomic_store_n(&crawl_rush, true, __ATOMIC_RELAXED);
+}
+
+bool items_crawl_rushed(void)
+{
+    return __atomic_load_n(&crawl_rush, __ATOMIC_RELAXED);
+}
+
+/* ---- Key dumps (lru_crawler metadump, stats cachedump). ------------- */
+
+struct view_walk {
+    void (*fn)(const struct item_view *v, void *arg);
+    void *arg;
+};
+
+static void view_one(item *it, void *arg)
+{
+    const struct view_walk *w = arg;
+    if (!(it->it_flags & ITEM_LINKED) || item_is_dead(it, NULL))
+        return;
+    size_t size = item_make_size(it->nkey, it->nbytes);
+    struct item_view v = {
+        .key = ITEM_key(it),
+        .nkey = it->nkey,
+        .exptime = it->exptime != 0 ? (int64_t)process_started + it->exptime : 0,
+        .last_access = (int64_t)process_started + item_time(it),
+        .cas = it->cas,
+        .fetched = (it->it_flags & ITEM_FETCHED) != 0,
+        .clsid = it->tier == TIER_DRAM ? it->slabs_clsid : slabs_clsid(size),
+        .size = size,
+        .value_len = it->nbytes >= 2 ? it->nbytes - 2 : 0,
+        .tier = (enum item_tier)it->tier,
+    };
+    w->fn(&v, w->arg);
+}
+
+void items_view_stripe(unsigned int stripe,
+                       void (*fn)(const struct item_view *v, void *arg), void *arg)
+{
+    struct view_walk w = { fn, arg };
+    item_lock(stripe);
+    assoc_visit_stripe(stripe, view_one, &w);
+    item_unlock(stripe);
 }
 
 /* ---- Stats. ---------------------------------------------------------- */

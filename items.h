@@ -586,6 +586,31 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
  * the maintainer thread calls it periodically.
  */
 int items_crawl_step(int budget);
+/* `lru_crawler crawl`: the maintainer steps the crawler at every tick
+ * (items_crawl_rushed) until one whole cycle is done. */
+void items_crawl_soon(void);
+bool items_crawl_rushed(void);
+
+/* What a key dump (lru_crawler metadump, stats cachedump) shows of an
+ * item: valid only during the callback. */
+struct item_view {
+    const char *key;
+    size_t nkey;
+    int64_t exptime;            /* unix time; 0 = never */
+    int64_t last_access;        /* unix time */
+    uint64_t cas;
+    bool fetched;
+    unsigned int clsid;         /* slab class of the whole item in DRAM */
+    size_t size;                /* bytes of the whole item */
+    uint32_t value_len;         /* bytes of value, without "\r\n" */
+    enum item_tier tier;        /* where its value lives */
+};
+/* Calls fn on every live item whose key hash falls in item lock stripe
+ * `stripe` (0 .. ITEM_LOCK_COUNT - 1), any tier, holding that stripe:
+ * fn must not call into items.  Calling it for every stripe in turn visits
+ * once each item that stays meanwhile, while the server runs on. */
+void items_view_stripe(unsigned int stripe,
+                       void (*fn)(const struct item_view *v, void *arg), void *arg);
 
 struct stat_sink;
 /* `stats items`, `stats sizes` (items_init() registers them). */

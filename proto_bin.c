@@ -23,6 +23,7 @@
 
 #include "conn.h"
 #include "items.h"
+#include "prefix_stats.h"
 #include "proto_bin.h"
 #include "stats.h"
 #include "worker.h"
@@ -227,6 +228,8 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
         STATS_INCR(ts, touch_cmds);
     else
         STATS_INCR(ts, get_cmds);
+    if (prefix_stats_on())
+        prefix_stats_get(key, nkey, it != NULL || parked);
     if (it == NULL && !parked) {
         if (touch) {
             STATS_INCR(ts, touch_misses);
@@ -306,8 +309,11 @@ static void proto_bin_complete_nread(conn *c)
     uint64_t cas = 0;
 
     memcpy(ITEM_data(it) + it->nbytes - 2, "\r\n", 2);
-    if (c->redo_tries == 0)
+    if (c->redo_tries == 0) {
         SLAB_STATS_INCR(&c->thread->stats, it->slabs_clsid, set_cmds);
+        if (prefix_stats_on())
+            prefix_stats_set(ITEM_key(it), it->nkey);
+    }
     if (op == STORE_SET && c->bin.cas)
         op = STORE_CAS;
     enum store_result res = item_store_wait(it, op, c->bin.cas, &cas,
@@ -357,6 +363,8 @@ static void proto_bin_complete_nread(conn *c)
 static void bin_delete(conn *c, const char *key, uint16_t nkey)
 {
     unsigned int clsid;
+    if (prefix_stats_on())
+        prefix_stats_delete(key, nkey);
     switch (item_delete(key, nkey, c->bin.cas, &clsid)) {
     case DELETE_OK:
     case DELETE_STALE:          /* (not from item_delete) */
@@ -551,6 +559,24 @@ static void bin_stat(conn *c, const char *key, uint16_t nkey)
     sub[nkey] = '\0';
     if (strcmp(sub, "reset") == 0) {
         stats_reset();
+    } else if (strncmp(sub, "detail ", 7) == 0) {
+        /* As memcached: on and off answer the bare terminator, dump one
+         * "detailed" stat holding the text protocol's whole dump. */
+        const char *arg = sub + 7;
+        if (strcmp(arg, "on") == 0 || strcmp(arg, "off") == 0) {
+            prefix_stats_enable(arg[1] == 'n');
+        } else if (strcmp(arg, "dump") == 0) {
+            size_t len;
+            char *dump = prefix_stats_dump(&len);
+            if (dump == NULL)
+                b.oom = true;
+            else
+                bin_stat_append(&b, "detailed", dump);
+            free(dump);
+        } else {
+            bin_error(c, ST_KEY_ENOENT, 0);
+            return;
+        }
     } else if (!stats_run(sub, &sink)) {
         free(b.buf);
         bin_error(c, ST_KEY_ENOENT, 0);
@@ -671,15 +697,17 @@ static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
 
 static enum proto_result proto_bin_try_command(conn *c)
 {
-    if (c->rbytes < BIN_HEADER_LEN)
-        return PROTO_NEED_MORE;
     const unsigned char *h = (const unsigned char *)c->rcurr;
-    if (h[0] != BIN_REQ_MAGIC) {
+    /* Told at the first byte: text sent to a binary-only server (-B binary)
+     * may never fill a header. */
+    if (c->rbytes > 0 && h[0] != BIN_REQ_MAGIC) {
         if (settings.verbose)
             fprintf(stderr, "<%d invalid binary magic 0x%02x\n", c->sfd, h[0]);
         conn_set_state(c, conn_closing);
         return PROTO_DONE;
     }
+    if (c->rbytes < BIN_HEADER_LEN)
+        return PROTO_NEED_MORE;
     c->bin.opcode = h[1];
     c->bin.keylen = rd16(h + 2);
     c->bin.extlen = h[4];

@@ -30,6 +30,7 @@
 #include "conn.h"
 #include "items.h"
 #include "settings.h"
+#include "prefix_stats.h"
 #include "proto_ascii.h"
 #include "proto_meta.h"
 #include "stats.h"
@@ -440,6 +441,8 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     else if (why == MISS_FLUSHED)
         STATS_INCR(PT_STATS(c), get_flushed);
 
+    if (prefix_stats_on())
+        prefix_stats_get(key, nkey, !(a == ITEM_MISS && clsid == 0));
     struct meta_line m;
     if (a == ITEM_MISS && clsid == 0) {
         STATS_INCR(PT_STATS(c), get_cmds);
@@ -619,8 +622,11 @@ void proto_meta_complete_set(conn *c)
     uint64_t cas = 0;
 
     c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
-    if (c->redo_tries == 0)
+    if (c->redo_tries == 0) {
         SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+        if (prefix_stats_on())
+            prefix_stats_set(ITEM_key(it), it->nkey);
+    }
     if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
         out_errstring(c, "CLIENT_ERROR bad data chunk");
         return;
@@ -745,6 +751,8 @@ static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
                           .exptime = of.exptime, .set_cas = of.has_explicit,
                           .cas = of.explicit_cas };
     unsigned int clsid;
+    if (prefix_stats_on())
+        prefix_stats_delete(key, nkey);
     switch (item_delete_meta(key, nkey, &md, &clsid)) {
     case DELETE_NOT_FOUND:
         STATS_INCR(PT_STATS(c), delete_misses);

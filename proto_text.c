@@ -28,7 +28,9 @@
 #include "conn.h"
 #include "items.h"
 #include "settings.h"
+#include "prefix_stats.h"
 #include "proto_ascii.h"
+#include "proto_dump.h"
 #include "proto_meta.h"
 #include "proto_text.h"
 #include "slabs.h"
@@ -141,6 +143,8 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
     bool parked = conn_read_item(c, &rq, pt_get_fill, &g, sizeof(g), &it,
                                  &why, &clsid) == ITEM_PENDING;
     pt_count_miss_reason(c, why);
+    if (prefix_stats_on())
+        prefix_stats_get(key, nkey, it != NULL || parked);
     if (it == NULL && !parked) {
         if (touch) {
             STATS_INCR(PT_STATS(c), touch_cmds);
@@ -259,8 +263,11 @@ static void pt_complete_classic(conn *c, item *it)
     struct thread_stats *ts = PT_STATS(c);
 
     c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
-    if (c->redo_tries == 0)
+    if (c->redo_tries == 0) {
         SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
+        if (prefix_stats_on())
+            prefix_stats_set(ITEM_key(it), it->nkey);
+    }
     if (memcmp(ITEM_data(it) + it->nbytes - 2, "\r\n", 2) != 0) {
         out_string(c, "CLIENT_ERROR bad data chunk");
         return;
@@ -429,6 +436,8 @@ static void pt_process_delete(conn *c, struct util_token *tok, size_t ntok)
     }
     unsigned int clsid;
     bool found = item_delete(key, nkey, 0, &clsid) == DELETE_OK;
+    if (prefix_stats_on())
+        prefix_stats_delete(key, nkey);
     if (found)
         SLAB_STATS_INCR(PT_STATS(c), clsid, delete_hits);
     else
@@ -515,6 +524,8 @@ static void pt_process_memlimit(conn *c, struct util_token *tok, size_t ntok)
     else if (mb > 1000000000)
         out_string(c, "MEMLIMIT_ADJUST_FAILED input value is megabytes "
                       "not bytes");
+    else if (slabs_adjust_mem_limit((size_t)mb << 20))
+        out_string(c, "OK");
     else
         out_string(c, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to "
                       "adjust");
@@ -542,29 +553,22 @@ static void pt_process_quit(conn *c)
 
 static void pt_stats_detail(conn *c, struct util_token *tok, size_t ntok)
 {
-    /* Per-prefix detail stats are not collected: on/off are accepted and
-     * dump is empty, as memcached answers with detail disabled. */
     const char *arg = ntok >= 3 ? tok[2].value : "";
-    if (strcmp(arg, "on") == 0 || strcmp(arg, "off") == 0)
+    if (strcmp(arg, "on") == 0 || strcmp(arg, "off") == 0) {
+        prefix_stats_enable(arg[1] == 'n');
         out_string(c, "OK");
-    else if (strcmp(arg, "dump") == 0)
-        out_string(c, "END");
-    else
-        out_string(c, "CLIENT_ERROR usage: stats detail on|off|dump");
-}
-
-static void pt_stats_cachedump(conn *c, struct util_token *tok, size_t ntok)
-{
-    uint32_t id, limit;
-    if (ntok < 4) {
-        out_string(c, "CLIENT_ERROR bad command line");
-    } else if (!safe_strtoul(tok[2].value, &id) ||
-               !safe_strtoul(tok[3].value, &limit)) {
-        out_string(c, "CLIENT_ERROR bad command line format");
-    } else if (id >= MAX_SLAB_CLASSES) {
-        out_string(c, "CLIENT_ERROR Illegal slab id");
+    } else if (strcmp(arg, "dump") == 0) {
+        size_t len;
+        char *buf = prefix_stats_dump(&len);
+        struct resp *r = buf != NULL ? resp_new(c) : NULL;
+        if (r == NULL || !resp_add_owned(r, buf, len)) {
+            free(buf);
+            if (r != NULL)
+                r->skip = true;
+            out_errstring(c, "SERVER_ERROR out of memory writing stats");
+        }
     } else {
-        out_string(c, "END");   /* item dumps are not supported */
+        out_string(c, "CLIENT_ERROR usage: stats detail on|off|dump");
     }
 }
 
@@ -617,7 +621,7 @@ enum pt_cmd {
     CMD_SET, CMD_ADD, CMD_REPLACE, CMD_APPEND, CMD_PREPEND, CMD_CAS,
     CMD_INCR, CMD_DECR, CMD_DELETE, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
-    CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS,
+    CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS, CMD_LRU_CRAWLER, CMD_LRU,
 };
 
 /* slabs reassign <src> <dst> | slabs automove <0|1|2> (memcached's
@@ -662,6 +666,25 @@ static void pt_process_slabs(conn *c, struct util_token *tok, size_t ntok)
     out_string(c, "ERROR");
 }
 
+/* lru mode|tune|temp_ttl: memcached's segmented LRU (hot, warm, cold and
+ * temp queues) does not exist here, so each answers an error that says
+ * so; the shape of the answer is memcached's ("ERROR <why>"). */
+static void pt_process_lru(conn *c, struct util_token *tok, size_t ntok)
+{
+    const char *sub = tok[1].value;
+    if (ntok >= 3 && strcmp(sub, "mode") == 0)
+        out_string(c, "ERROR lru mode has no meaning here: each class has one lazy LRU "
+                      "per tier, with no hot/warm/cold segments (see -o tier_policy)");
+    else if (ntok >= 6 && strcmp(sub, "tune") == 0)
+        out_string(c, "ERROR lru tune has no meaning here: there are no hot and warm "
+                      "segments to size");
+    else if (ntok >= 3 && strcmp(sub, "temp_ttl") == 0)
+        out_string(c, "ERROR lru temp_ttl has no meaning here: there is no temporary LRU; "
+                      "short-lived items are evicted like any other");
+    else
+        out_string(c, "ERROR");
+}
+
 /* Token counts (command included) each command accepts; a count outside
  * the range is answered "ERROR", as memcached does.  PT_ANY: no limit. */
 #define PT_ANY 255
@@ -695,6 +718,8 @@ static const struct pt_cmd_def {
     PT_CMD("verbosity",      CMD_VERBOSITY, 2, 3),
     PT_CMD("cache_memlimit", CMD_MEMLIMIT,  2, 3),
     PT_CMD("slabs",          CMD_SLABS,     3, 4),
+    PT_CMD("lru_crawler",    CMD_LRU_CRAWLER, 2, 3),
+    PT_CMD("lru",            CMD_LRU,       2, PT_ANY),
 #undef PT_CMD
 };
 
@@ -727,6 +752,8 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_VERBOSITY: pt_process_verbosity(c, tok, ntok); break;
     case CMD_MEMLIMIT: pt_process_memlimit(c, tok, ntok); break;
     case CMD_SLABS: pt_process_slabs(c, tok, ntok); break;
+    case CMD_LRU_CRAWLER: pt_lru_crawler(c, tok, ntok); break;
+    case CMD_LRU: pt_process_lru(c, tok, ntok); break;
     }
 }
 

@@ -147,6 +147,12 @@ static const char *const ssd_engines[] = {
     [SSD_ENGINE_THREADS] = "threads",
     NULL
 };
+static const char *const protocols[] = {
+    [PROTOCOL_AUTO] = "auto",
+    [PROTOCOL_ASCII] = "ascii",
+    [PROTOCOL_BINARY] = "binary",
+    NULL
+};
 static const char *const no_yes[] = { "no", "yes", NULL };
 static const char *const off_on[] = { "off", "on", NULL };
 
@@ -213,10 +219,9 @@ static const struct option_def options[] = {
       .def = "48" },
     { OPT('L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start") },
-    /* Per-prefix stats (stats detail) are not collected. */
     { OPT('D', "delimiter", OPT_CHAR, S(prefix_delimiter), 0, 0, false,
-      "stat_key_prefix", "<char>", "delimiter between key prefixes and IDs"),
-      .def = ":", .no_effect = true },
+      "stat_key_prefix", "<char>", "delimiter between key prefixes and IDs, "
+      "for stats detail"), .def = ":" },
     { OPT('t', "threads", OPT_INT, S(num_threads), 1, 256, false, "num_threads",
       "<num>", "number of worker threads to use"), .def = "4" },
     { OPT('R', "max-reqs-per-event", OPT_INT, S(reqs_per_event), 1, 1 << 20, false,
@@ -227,14 +232,16 @@ static const struct option_def options[] = {
     { OPT('b', "listen-backlog", OPT_INT, S(backlog), 1, 1 << 20, false,
       "tcp_backlog", "<num>", "set the backlog queue limit"), .def = "1024" },
     /* Every connection negotiates its protocol by its first byte. */
-    { OPT('B', "protocol", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, "<name>",
-      "protocol: ascii, binary or auto") },
+    { OPT('B', "protocol", OPT_CHOICE, S(protocol), 0, 0, false, NULL, "<name>",
+      "protocol: ascii, binary or auto (the first byte of each connection "
+      "decides)"), .def = "auto", .choices = protocols },
     { OPT('I', "max-item-size", OPT_SIZE, S(item_size_max), 1024, 1 << 30, false,
       "item_size_max", "<num>", "max item size, 1k to 1024m"), .def = "1m" },
     { OPT('F', "disable-flush-all", OPT_CLEAR, S(flush_enabled), 0, 0, false,
       "flush_enabled", NULL, "disable flush_all command"), .def = "on" },
-    { OPT('X', "disable-dumping", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
-      "disable stats cachedump and lru_crawler metadump") },
+    { OPT('X', "disable-dumping", OPT_CLEAR, S(dump_enabled), 0, 0, false,
+      "dump_enabled", NULL, "disable stats cachedump and lru_crawler metadump"),
+      .def = "on" },
     { OPT('W', "disable-watch", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
       "disable watch commands (live logging)") },
     { OPT('o', "extended", OPT_ACTION, NOFIELD, 0, 0, false, NULL, "<opts>",
@@ -263,6 +270,11 @@ static const struct option_def options[] = {
     { OPT(0, "temp_sample_size", OPT_INT, S(temp_sample_size), 10, 1000000, true,
       "temp_sample_size", "<items>", "items read per threshold sample"),
       .def = "2000" },
+    { OPT(0, "lru_crawler", OPT_SET, S(lru_crawler), 0, 0, true, "lru_crawler",
+      NULL, "run the expiry crawler and answer lru_crawler crawl and metadump "
+      "(lru_crawler enable|disable at run time)"), .def = "on" },
+    { OPT(0, "no_lru_crawler", OPT_CLEAR, S(lru_crawler), 0, 0, true, NULL,
+      NULL, "start with the expiry crawler off") },
     { OPT(0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
       NULL, "let the page mover move slab pages between classes"), .def = "on" },
     { OPT(0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,
@@ -367,8 +379,6 @@ static const struct option_def options[] = {
      * existing command lines keep working. */
     IGNORED("modern"),
     IGNORED("no_modern"),
-    IGNORED("lru_crawler"),
-    IGNORED("no_lru_crawler"),
     IGNORED("lru_maintainer"),
     IGNORED("no_lru_maintainer"),
     IGNORED("hash_algorithm"),
@@ -587,6 +597,9 @@ static void settings_defaults(void)
     }
     /* Not an option: settings_finalize raises it to -I. */
     settings.slab_page_size = SLAB_PAGE_SIZE;
+    /* Set by commands only (memcached's defaults). */
+    settings.lru_crawler_sleep = 100;
+    settings.lru_crawler_tocrawl = 0;
 }
 
 /* ---- Validators: each parses its option's value into the fields derived
@@ -1078,8 +1091,16 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
         }
         out(ctx, o->stat_name, str);
     }
+    snprintf(v, sizeof(v), "%d", __atomic_load_n(&settings.lru_crawler_sleep, __ATOMIC_RELAXED));
+    out(ctx, "lru_crawler_sleep", v);
+    snprintf(v, sizeof(v), "%d", __atomic_load_n(&settings.lru_crawler_tocrawl, __ATOMIC_RELAXED));
+    out(ctx, "lru_crawler_tocrawl", v);
+    out(ctx, "detail_enabled",
+        __atomic_load_n(&settings.detail_enabled, __ATOMIC_RELAXED) ? "yes" : "no");
     out(ctx, "oldest", "0");
-    out(ctx, "binding_protocol", "auto-negotiate");
+    out(ctx, "binding_protocol", settings.protocol == PROTOCOL_ASCII ? "ascii"
+                                 : settings.protocol == PROTOCOL_BINARY ? "binary"
+                                 : "auto-negotiate");
     snprintf(v, sizeof(v), "%d", settings.slab_page_size);
     out(ctx, "slab_page_size", v);
 }

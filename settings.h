@@ -48,6 +48,9 @@ enum settings_tier_policy {
 };
 
 /* -o ssd_io_engine */
+/* -B: which protocols a connection may speak. */
+enum settings_protocol { PROTOCOL_AUTO = 0, PROTOCOL_ASCII, PROTOCOL_BINARY };
+
 enum settings_ssd_engine {
     SSD_ENGINE_URING,
     SSD_ENGINE_THREADS,
@@ -59,6 +62,7 @@ struct settings {
     int port;               /* -p (0 = off) */
     int udpport;            /* -U (0 = off, the default) */
     char *inter;            /* -l: listen addresses, comma separated */
+    int protocol;           /* -B: enum settings_protocol */
     int verbose;            /* -v (atomic: `verbosity` command writes it) */
     bool evict_to_free;     /* false with -M */
     char *socketpath;       /* -s */
@@ -83,7 +87,13 @@ struct settings {
     int maxconns_fast;      /* -o maxconns_fast: accepted, no effect */
     int hashpower_init;     /* -o hashpower */
     int crawler_interval;   /* -o crawler_interval: seconds between expiry crawls */
-    char prefix_delimiter;  /* -D: accepted, no effect */
+    bool lru_crawler;       /* -o lru_crawler / no_lru_crawler (atomic: the
+                               `lru_crawler enable|disable` command writes it) */
+    int lru_crawler_sleep;  /* `lru_crawler sleep`: shown, no effect (atomic) */
+    int lru_crawler_tocrawl; /* `lru_crawler tocrawl`: shown, no effect (atomic) */
+    bool dump_enabled;      /* false with -X: no key dumps */
+    char prefix_delimiter;  /* -D: ends a key's prefix for stats detail */
+    bool detail_enabled;    /* stats detail on|off (atomic) */
     bool slab_reassign;     /* -o slab_reassign / no_slab_reassign */
     int slab_automove;      /* -o slab_automove=0|1 (atomic: `slabs automove`
                                writes it) */

@@ -71,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "item.h"
 #include "settings.h"
@@ -141,7 +142,8 @@ struct slab_class {
 static struct slab_class classes[MAX_SLAB_CLASSES];
 static unsigned int nclasses;       /* set at init */
 static int npart;                   /* set at init */
-static size_t mem_limit;            /* set at init */
+static size_t mem_limit;            /* atomic: set at init and by
+                                       slabs_adjust_mem_limit */
 static size_t mem_malloced;         /* atomic */
 static size_t std_page;             /* settings.slab_page_size; set at init */
 static char *prealloc_base;         /* set at init */
@@ -177,6 +179,8 @@ static char *drain_base;            /* atomic */
 
 /* The running move; run_lock. */
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool shrinking;      /* atomic, written under run_lock: more is charged
+                               than a lowered limit (cache_memlimit) */
 static struct {
     bool active;
     unsigned int src, dst;
@@ -393,6 +397,7 @@ void slabs_init(void)
         npart = MAX_PARTITIONS;
     mem_limit = settings.maxbytes;
     mem_malloced = 0;
+    shrinking = false;
     prealloc_used = 0;
     std_page = (size_t)settings.slab_page_size;
     pool_head = NULL;
@@ -457,7 +462,7 @@ size_t slabs_mem_malloced(void)
 
 size_t slabs_mem_limit(void)
 {
-    return mem_limit;
+    return __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
 }
 
 /* ---- Pages. ------------------------------------------------------------ */
@@ -496,10 +501,15 @@ size_t slabs_index_bytes(void)
 static bool charge_page(struct slab_class *c, bool reserved)
 {
     size_t cur = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
-    size_t limit = mem_limit;
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
     size_t resv = __atomic_load_n(&reserve_bytes, __ATOMIC_RELAXED);
     if (limit != 0 && !reserved)
         limit = limit > resv ? limit - resv : 0;
+    /* Draining pages down to a lowered limit moves their items down a tier,
+     * which takes meta tuples (reserved): those may go past the limit
+     * meanwhile, or the drain could never finish. */
+    if (reserved && __atomic_load_n(&shrinking, __ATOMIC_RELAXED))
+        limit = 0;
     for (;;) {
         if (limit != 0 && cur + c->page_size > limit) {
             /* Over budget: only a class without pages gets one, once. */
@@ -1015,6 +1025,10 @@ static void move_finish_locked(void)
         part_install_locked(dst, &dst->part[p], pg->base, run.dst);
         pthread_mutex_unlock(&dst->part[p].lock);
     } else {
+        /* Below a lowered limit the page's memory goes back to the
+         * system; the page stays pooled, zero when touched again. */
+        if (__atomic_load_n(&shrinking, __ATOMIC_RELAXED))
+            (void)madvise(pg->base, std_page, MADV_DONTNEED);
         pool_put(pg);
         __atomic_fetch_sub(&mem_malloced, std_page, __ATOMIC_RELAXED);
         STATS_INCR(&mstats, moved_to_pool);
@@ -1240,10 +1254,15 @@ static unsigned int automove_pick_donor(unsigned int dst)
 static bool automove_refill_reserve_locked(void)
 {
     size_t resv = __atomic_load_n(&reserve_bytes, __ATOMIC_RELAXED);
-    if (resv == 0 || mem_limit == 0 || run.active)
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
+    if (limit == 0 || run.active)
         return false;
     size_t used = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
-    if (used + resv <= mem_limit)
+    if (shrinking && used <= limit)
+        __atomic_store_n(&shrinking, false, __ATOMIC_RELAXED);
+    /* A lowered limit (cache_memlimit) drains pages the same way, down to
+     * the new limit. */
+    if (!shrinking && (resv == 0 || used + resv <= limit))
         return false;
     unsigned int donor = 0, biggest = 0;
     uint64_t most = 0, most_pages = 0;
@@ -1274,6 +1293,20 @@ static bool automove_refill_reserve_locked(void)
     return donor != 0 && move_start_locked(donor, 0);
 }
 
+bool slabs_adjust_mem_limit(size_t bytes)
+{
+    if (prealloc_base != NULL || bytes == 0)
+        return false;
+    pthread_mutex_lock(&run_lock);
+    __atomic_store_n(&mem_limit, bytes, __ATOMIC_RELAXED);
+    /* limit_maxbytes in `stats` shows it, as memcached's does. */
+    __atomic_store_n(&settings.maxbytes, bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&shrinking, __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED) > bytes,
+                     __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&run_lock);
+    return true;
+}
+
 void slabs_reserve_step(void)
 {
     pthread_mutex_lock(&run_lock);
@@ -1291,8 +1324,9 @@ void slabs_automove_step(void)
         pthread_mutex_unlock(&run_lock);
         return;
     }
-    bool spent = mem_limit != 0 &&
-        __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED) + std_page > mem_limit;
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
+    bool spent = limit != 0 &&
+        __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED) + std_page > limit;
     if (!run.active && __atomic_load_n(&req_word, __ATOMIC_RELAXED) == 0 &&
         spent && __atomic_load_n(&pool_pages, __ATOMIC_RELAXED) == 0) {
         unsigned int dst = 0;

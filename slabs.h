@@ -58,6 +58,10 @@ size_t slabs_mem_malloced(void);
 int slabs_npartitions(void);
 /* The -m budget in bytes (0 = unlimited). */
 size_t slabs_mem_limit(void);
+/* cache_memlimit: a new limit for -m, in bytes.  A lower one than what is
+ * in use drains pages (the page mover, with slab_reassign) until it holds;
+ * false with -L (the memory is one preallocated block) or 0. */
+bool slabs_adjust_mem_limit(size_t bytes);
 /* Bytes of -m in pages of the meta-tuple-sized classes (slabs_set_reserve). */
 size_t slabs_index_bytes(void);
 

@@ -320,7 +320,7 @@ static void local_maxconns(const struct general_snap *g, char *val, size_t len)
 static void local_maxbytes(const struct general_snap *g, char *val, size_t len)
 {
     (void)g;
-    snprintf(val, len, "%zu", settings.maxbytes);
+    snprintf(val, len, "%zu", __atomic_load_n(&settings.maxbytes, __ATOMIC_RELAXED));
 }
 
 static void local_threads(const struct general_snap *g, char *val, size_t len)

@@ -228,7 +228,8 @@ static void maintainer_main(struct bg *g, unsigned idx, void *arg)
 
     while (bg_tick(g, MAINT_TICK_MS * 1000000ull)) {
         assoc_expand_step(MAINT_EXPAND_BUDGET);
-        if (crawl_every <= 1 || ticks % crawl_every == 0)
+        if (__atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED) &&
+            (crawl_every <= 1 || ticks % crawl_every == 0 || items_crawl_rushed()))
             items_crawl_step(MAINT_CRAWL_BUDGET);
         if (settings.slab_reassign) {
             if (__atomic_load_n(&settings.slab_automove, __ATOMIC_RELAXED))

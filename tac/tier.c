@@ -695,7 +695,7 @@ static void tac_stats_tiers(struct stat_sink *s)
     stats_aggregate(&ts, &tot);
     unsigned long long lower = lower_hits();
     stat_printf(s, "tiers", "%s", tac_tiers_name());
-    stat_printf(s, "dram_capacity", "%zu", settings.maxbytes);
+    stat_printf(s, "dram_capacity", "%zu", slabs_mem_limit());
     stat_printf(s, "dram_malloced", "%zu", slabs_mem_malloced());
     stat_printf(s, "dram_bytes", "%llu",
                 (unsigned long long)STATS_GET(&gstats, bytes));

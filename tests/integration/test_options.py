@@ -342,7 +342,7 @@ def test_help_and_readme_list_every_table_option():
             else:
                 key, what = "o:" + r["name"], "-o " + r["name"]
                 assert key in entries, "%s missing from %s" % (what, where)
-            if r["kind"] == "OPT_IGNORED" or r["name"] in ("delimiter", "maxconns_fast"):
+            if r["kind"] == "OPT_IGNORED" or r["name"] == "maxconns_fast":
                 assert "(ignored)" in entries[key], "%s is not marked ignored in %s" % (what, where)
             if r["def"] is not None and (r["arg"] or not r["flag"]):
                 shown = "'%s'" % r["def"] if r["kind"] == "OPT_CHAR" else r["def"]
@@ -383,14 +383,14 @@ def test_stats_settings_show_the_table_defaults(server):
 
 @pytest.mark.tac_only
 def test_ignored_options_say_so_at_start(server):
-    s = server(["-X", "-o", "lru_crawler,idle_timeout=0", "-X", "-t", "2"])
+    s = server(["-W", "-o", "hot_lru_pct=20,idle_timeout=0", "-W", "-t", "2"])
     c = s.connect()
     assert c.line(b"version\r\n").startswith(b"VERSION ")
     assert c.line(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
     notes = [ln for ln in s.stderr_text().splitlines() if "no effect" in ln]
     assert sorted(notes) == [
-        "tac-memcached: -X is accepted for compatibility and has no effect",
-        "tac-memcached: -o lru_crawler is accepted for compatibility and has no effect",
+        "tac-memcached: -W is accepted for compatibility and has no effect",
+        "tac-memcached: -o hot_lru_pct is accepted for compatibility and has no effect",
     ], s.stderr_text()
 
 
