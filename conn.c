@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "watch.h"
 #include "items.h"
 #include "stats.h"
 #include "worker.h"
@@ -172,6 +173,7 @@ static void conn_close_for_memory(conn *c)
     if (settings.verbose > 0)
         fprintf(stderr, "<%d closing: holds %zu bytes of an incomplete "
                 "request past conn_mem_limit\n", c->sfd, c->mem_held);
+    c->close_reason = "error";
     conn_close(c);
 }
 
@@ -826,6 +828,39 @@ static void conn_describe_peer(conn *c)
     conn_format_addr(&ss, "tcp", c->peer_name, sizeof(c->peer_name));
 }
 
+void conn_watch_get(conn *c, const char *key, size_t nkey, const item *it,
+                    bool found, enum item_miss why, unsigned int clsid)
+{
+    watch_item_get(key, nkey, item_miss_name(why, found), found ? clsid : 0, c->sfd,
+                   it != NULL && it->nbytes >= 2 ? it->nbytes - 2 : 0);
+}
+
+void conn_watch_store(conn *c, const item *it, enum store_op op, enum store_result ret)
+{
+    watch_item_store(ITEM_key(it), it->nkey, store_result_name(ret), store_op_name(op),
+                     it->exptime != 0 ? (int64_t)it->exptime - mc_now() : 0,
+                     it->slabs_clsid, c->sfd, it->nbytes >= 2 ? it->nbytes - 2 : 0);
+}
+
+/* A connection opened or closed, for watch connevents: peer_name is
+ * "<transport>:<host>:<port>" (the host of IPv6 has colons). */
+static void conn_watch_event(conn *c, bool open, const char *reason)
+{
+    char host[64] = "unix";
+    unsigned int port = 0;
+    const char *transport = c->transport == TRANSPORT_UDP ? "udp"
+                          : c->transport == TRANSPORT_UNIX ? "local" : "tcp";
+    if (c->transport == TRANSPORT_TCP) {
+        const char *first = strchr(c->peer_name, ':');
+        const char *last = strrchr(c->peer_name, ':');
+        if (first != NULL && last > first) {
+            snprintf(host, sizeof(host), "%.*s", (int)(last - first - 1), first + 1);
+            port = (unsigned int)strtoul(last + 1, NULL, 10);
+        }
+    }
+    watch_conn_event(open, host, port, transport, reason, c->sfd);
+}
+
 void conn_format_addr(const struct sockaddr_storage *ss, const char *proto,
                       char *out, size_t outlen)
 {
@@ -889,6 +924,8 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
     GSTATS_INCR(connection_structures);
     if (transport != TRANSPORT_UDP)
         conn_register(c);
+    if (transport != TRANSPORT_UDP && watch_on(WATCH_CONNEVENTS))
+        conn_watch_event(c, true, NULL);
     return c;
 }
 
@@ -896,12 +933,15 @@ static void conn_stream_end(conn *c)
 {
     if (c->stream_free != NULL)
         c->stream_free(c->stream_ctx);
+    if (c->stream_timer != NULL)
+        event_free(c->stream_timer);
     c->stream_more = NULL;
     c->stream_free = NULL;
     c->stream_ctx = NULL;
+    c->stream_timer = NULL;
 }
 
-void conn_stream(conn *c, bool (*more)(conn *c, void *ctx),
+void conn_stream(conn *c, enum conn_stream_step (*more)(conn *c, void *ctx),
                  void (*free_ctx)(void *ctx), void *ctx)
 {
     conn_stream_end(c);
@@ -910,12 +950,42 @@ void conn_stream(conn *c, bool (*more)(conn *c, void *ctx),
     c->stream_ctx = ctx;
 }
 
+static void conn_stream_wake(evutil_socket_t fd, short which, void *arg)
+{
+    (void)fd;
+    (void)which;
+    conn_drive(arg);
+}
+
+/* An idle stream: what the client sent is dropped (its end closes the
+ * connection), and the stream is asked again after a while or when the
+ * client sends more.  False: close. */
+static bool conn_stream_idle(conn *c)
+{
+    char scratch[4096];
+    for (;;) {
+        ssize_t n = recv(c->sfd, scratch, sizeof(scratch), MSG_DONTWAIT);
+        if (n > 0)
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return false;
+        break;
+    }
+    if (c->stream_timer == NULL)
+        c->stream_timer = evtimer_new(c->thread->base, conn_stream_wake, c);
+    struct timeval tv = { 0, CONN_STREAM_IDLE_MS * 1000 };
+    return c->stream_timer != NULL && evtimer_add(c->stream_timer, &tv) == 0 &&
+           conn_update_event(c, EV_READ | EV_PERSIST);
+}
+
 /* Queues the stream's next piece; ends it after the last. */
-static void conn_stream_next(conn *c)
+static enum conn_stream_step conn_stream_next(conn *c)
 {
     __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED); /* not idle */
-    if (!c->stream_more(c, c->stream_ctx))
+    enum conn_stream_step step = c->stream_more(c, c->stream_ctx);
+    if (step == STREAM_DONE)
         conn_stream_end(c);
+    return step;
 }
 
 static void conn_release_queue(conn *c)
@@ -938,6 +1008,9 @@ void conn_set_close_hook(void (*fn)(void))
 void conn_close(conn *c)
 {
     struct worker *w = c->thread;
+
+    if (c->transport != TRANSPORT_UDP && watch_on(WATCH_CONNEVENTS))
+        conn_watch_event(c, false, c->close_reason ? c->close_reason : "normal");
 
     conn_unregister(c);
     event_del(c->ev);
@@ -998,6 +1071,7 @@ void conn_close_idle(struct worker *w)
             now - c->last_cmd_time > (rel_time_t)settings.idle_timeout) {
             if (settings.verbose > 1)
                 fprintf(stderr, "<%d idle timeout\n", c->sfd);
+            c->close_reason = "idle_timeout";
             conn_close(c);
         }
         c = next;
@@ -1007,8 +1081,10 @@ void conn_close_idle(struct worker *w)
 /* Closes every connection of a worker (shutdown). */
 void conn_close_all(struct worker *w)
 {
-    while (w->conns)
+    while (w->conns) {
+        w->conns->close_reason = "shutdown";
         conn_close(w->conns);
+    }
 }
 
 /* ---- Reading ------------------------------------------------------------ */
@@ -1503,8 +1579,13 @@ void conn_drive(conn *c)
                             conn_set_state(c, conn_closing);
                         return;
                     }
-                    conn_stream_next(c);
-                    break;
+                    if (conn_stream_next(c) != STREAM_IDLE)
+                        break;
+                    if (!conn_stream_idle(c)) {
+                        conn_set_state(c, conn_closing);
+                        break;
+                    }
+                    return;             /* the timer or a read wakes it */
                 }
                 if (need_read && !c->close_after_write)
                     conn_set_state(c, conn_waiting);

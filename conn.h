@@ -97,6 +97,9 @@ struct conn_nread_ctx {
 };
 
 typedef struct conn conn;
+/* What a stream's next piece was (conn_stream). */
+enum conn_stream_step { STREAM_PIECE, STREAM_IDLE, STREAM_DONE };
+
 struct conn {
     int sfd;
     enum conn_state state;
@@ -169,13 +172,15 @@ struct conn {
     socklen_t udp_peer_len;
 
     /* a response made piece by piece (conn_stream) */
-    bool (*stream_more)(conn *c, void *ctx);
+    enum conn_stream_step (*stream_more)(conn *c, void *ctx);
     void (*stream_free)(void *ctx);
     void *stream_ctx;
+    struct event *stream_timer; /* wakes an idle stream */
 
     /* bookkeeping */
     rel_time_t last_cmd_time;
     const char *last_cmd;   /* name, for `stats conns` */
+    const char *close_reason; /* watch connevents: NULL = "normal" */
     char peer_name[64];
     struct event *ev;       /* libevent event, owned by conn.c */
     short ev_flags;
@@ -200,13 +205,16 @@ bool resp_hold_item(struct resp *r, struct item *it);
 bool resp_add_owned(struct resp *r, void *buf, size_t len);
 
 /*
- * A response too long to build at once (a key dump).  Whenever everything
- * queued before it has been sent, more(c, ctx) queues the next piece with
- * resp_new and returns false once it has queued the last.  Meanwhile the
- * connection reads no further request.  free_ctx(ctx) runs when the
- * stream has ended or the connection closes.
+ * A response too long to build at once (a key dump), or without end (a
+ * watcher's log).  Whenever everything queued before it has been sent,
+ * more(c, ctx) queues the next piece with resp_new and says STREAM_PIECE,
+ * STREAM_IDLE (nothing now: asked again in CONN_STREAM_IDLE_MS, or when
+ * the client sends something, which is read and dropped) or STREAM_DONE
+ * (that was the last).  Meanwhile the connection reads no request.
+ * free_ctx(ctx) runs when the stream has ended or the connection closes.
  */
-void conn_stream(conn *c, bool (*more)(conn *c, void *ctx),
+#define CONN_STREAM_IDLE_MS 20
+void conn_stream(conn *c, enum conn_stream_step (*more)(conn *c, void *ctx),
                  void (*free_ctx)(void *ctx), void *ctx);
 
 /*
@@ -357,6 +365,12 @@ void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
 /* Formats an address as "tcp:127.0.0.1:11211" (proto given). */
+/* watch: a get's and a store's log lines (watch.h), for this connection. */
+void conn_watch_get(conn *c, const char *key, size_t nkey, const struct item *it,
+                    bool found, enum item_miss why, unsigned int clsid);
+void conn_watch_store(conn *c, const struct item *it, enum store_op op,
+                      enum store_result ret);
+
 void conn_format_addr(const struct sockaddr_storage *ss, const char *proto,
                       char *out, size_t outlen);
 /* Records a listening socket ("tcp:127.0.0.1:11211") for `stats conns`. */

@@ -55,6 +55,7 @@
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"
+#include "watch.h"
 #include "util.h"
 
 /* Items examined from each LRU tail per eviction attempt. */
@@ -150,14 +151,6 @@ static inline void lower_invalidate(const item *it)
     if (((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) || log_all) &&
         tier_ops != NULL && tier_ops->invalidate != NULL)
         tier_ops->invalidate(ITEM_key(it), it->nkey);
-}
-
-/* Before the item lock of hv is taken for a change: the tier policy may
- * fetch what an invalidation of that key would read. */
-static inline void hint_change(uint32_t hv)
-{
-    if (tier_ops != NULL && tier_ops->will_change != NULL)
-        tier_ops->will_change(hv);
 }
 
 /* A linked DRAM item's version (value, or exptime) is about to be
@@ -548,8 +541,18 @@ void do_item_replace(item *old, item *new_it, uint32_t hv)
     replace_version(old, new_it, hv, false);
 }
 
+static const char *tier_word(unsigned int tier)
+{
+    return tier == TIER_NVM ? "nvm" : tier == TIER_SSD ? "ssd" : "dram";
+}
+
 void do_item_move(item *old, item *new_it, uint32_t hv)
 {
+    if (watch_on(WATCH_TIERS))
+        watch_tier_move(ITEM_key(old), old->nkey, tier_word(old->tier),
+                        tier_word(new_it->tier),
+                        slabs_clsid(item_make_size(old->nkey, old->nbytes)),
+                        old->nbytes >= 2 ? old->nbytes - 2 : 0);
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, true);
 }
@@ -559,6 +562,11 @@ void do_item_move(item *old, item *new_it, uint32_t hv)
 /* Counts an eviction of a live item. */
 static void stats_evicted(const item *it, unsigned int clsid)
 {
+    if (watch_on(WATCH_EVICTIONS))
+        watch_eviction(ITEM_key(it), it->nkey, (it->it_flags & ITEM_FETCHED) != 0,
+                       it->exptime != 0 ? (int64_t)it->exptime - mc_now() : -1,
+                       (int64_t)mc_now() - item_time(it), clsid,
+                       it->nbytes >= 2 ? it->nbytes - 2 : 0);
     GSTATS_INCR(evictions);
     CLS_INCR(clsid, evicted);
     __atomic_store_n(&cls_stats[clsid].evicted_time,
@@ -1244,7 +1252,6 @@ item *item_get_and_touch(const char *key, size_t nkey, rel_time_t exptime,
                          enum item_miss *why)
 {
     uint32_t hv = item_hash(key, nkey);
-    hint_change(hv);
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, why, true);
     if (it != NULL)
@@ -1442,7 +1449,6 @@ static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
                                const struct item_got *prior)
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
-    hint_change(hv);
     item_lock(hv);
     enum store_result res = do_item_store_prior(it, op, req_cas, cas_out, hv,
                                                 partition, prior);
@@ -1481,7 +1487,6 @@ enum store_result item_store_meta(item *it, enum store_op op, uint64_t req_cas,
 {
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
     enum store_result ret;
-    hint_change(hv);
     item_lock(hv);
     item *old = NULL;
     if (stale_if_older) {
@@ -1604,7 +1609,6 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
 {
     uint32_t hv = item_hash(key, nkey);
     enum delta_result res;
-    hint_change(hv);
     item_lock(hv);
     item *it = do_item_get(key, nkey, hv, NULL, true);
     if (it == NULL)
@@ -1625,7 +1629,6 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
 {
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
-    hint_change(hv);
     item_lock(hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
@@ -1653,7 +1656,6 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     enum item_miss why;
-    hint_change(hv);
     item_lock(hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, &why, false);

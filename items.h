@@ -207,6 +207,13 @@ item *item_value_take(item *it);
 /* Why a lookup missed. */
 enum item_miss { MISS_NONE = 0, MISS_NOT_FOUND, MISS_EXPIRED, MISS_FLUSHED };
 
+/* How a lookup missed, as memcached's logs name it ("found" if it did not). */
+static inline const char *item_miss_name(enum item_miss why, bool found)
+{
+    return found ? "found" : why == MISS_EXPIRED ? "expired"
+                 : why == MISS_FLUSHED ? "flushed" : "not_found";
+}
+
 /* True if the item is past its exptime or older than flush_all. */
 bool item_is_dead(const item *it, enum item_miss *why);
 
@@ -339,6 +346,25 @@ enum store_result {
     STORE_WAIT_TIMEOUT, /* the caller waited -o store_wait_ms for room in
                            vain; answered as out of memory, counted apart */
 };
+
+/* memcached's names of a store's command and outcome (its logs, watch). */
+static inline const char *store_op_name(enum store_op op)
+{
+    static const char *const names[] = { "null", "set", "add", "replace", "append",
+                                         "prepend", "cas" };
+    return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "na";
+}
+static inline const char *store_result_name(enum store_result r)
+{
+    switch (r) {
+    case STORE_STORED: return "stored";
+    case STORE_NOT_STORED: return "not_stored";
+    case STORE_EXISTS: return "exists";
+    case STORE_NOT_FOUND: return "not_found";
+    case STORE_TOO_LARGE: return "too_large";
+    default: return "no_memory";
+    }
+}
 
 /*
  * Stores an allocated item whose value the caller has filled in.  For
@@ -498,10 +524,6 @@ struct item_tier_ops {
      * that a restart after a crash never brings that copy back.  Item
      * lock held. */
     void (*invalidate)(const char *key, size_t nkey);
-    /* Optional: a hint, before the item lock is taken, that a version of
-     * the key whose item_hash is hv may be replaced, deleted or touched
-     * (so invalidate may follow): fetch what that would read. */
-    void (*will_change)(uint32_t hv);
     /* Optional: flush_all ran (every copy written before is dead). */
     void (*flush)(void);
     /* Optional (-o dram_log): a version of a linked DRAM item (a store, an

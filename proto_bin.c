@@ -26,6 +26,7 @@
 #include "prefix_stats.h"
 #include "proto_bin.h"
 #include "stats.h"
+#include "watch.h"
 #include "worker.h"
 
 #define BIN_HEADER_LEN 24
@@ -230,6 +231,8 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
         STATS_INCR(ts, get_cmds);
     if (prefix_stats_on())
         prefix_stats_get(key, nkey, it != NULL || parked);
+    if (watch_on(WATCH_FETCHERS))
+        conn_watch_get(c, key, nkey, it, it != NULL || parked, why, clsid);
     if (it == NULL && !parked) {
         if (touch) {
             STATS_INCR(ts, touch_misses);
@@ -320,8 +323,8 @@ static void proto_bin_complete_nread(conn *c)
                                             c->thread->partition, c->prior);
     if (res == STORE_NEED_VALUE)
         conn_retry_nread(c);        /* append/prepend to an SSD value */
-    else
-        conn_wait_room(c, &res);    /* STORE_NEED_ROOM: parked */
+    else if (!conn_wait_room(c, &res) && watch_on(WATCH_MUTATIONS))
+        conn_watch_store(c, it, op, res);
     c->item = NULL;
     item_release(it);
     conn_set_state(c, conn_new_cmd);

@@ -1,7 +1,7 @@
 /*
- * proto_dump.c - the text protocol's key dumps and crawler commands:
- * `lru_crawler metadump|crawl|enable|disable|sleep|tocrawl` and
- * `stats cachedump`, with memcached 1.6's answers.
+ * proto_dump.c - the text protocol's key dumps, crawler commands and
+ * watchers: `lru_crawler metadump|crawl|enable|disable|sleep|tocrawl`,
+ * `stats cachedump` and `watch`, with memcached 1.6's answers.
  *
  * Design.  Both dumps walk the hash index one item lock stripe at a time
  * (items_view_stripe), so they see every tier (a meta tuple in DRAM
@@ -27,6 +27,7 @@
 #include "proto_dump.h"
 #include "settings.h"
 #include "slabs.h"
+#include "watch.h"
 
 #define DUMP_PIECE (64 * 1024)          /* bytes per metadump piece */
 #define CACHEDUMP_MAX (2 * 1024 * 1024) /* memcached's cap */
@@ -90,28 +91,12 @@ static bool buf_send(conn *c, struct dump_buf *b)
     return true;
 }
 
-/* A key as memcached's metadump writes it: bytes other than letters,
- * digits and "-._~" as %XX. */
+/* The key URI-encoded, as memcached's metadump writes it. */
 static void add_uri_key(struct dump_buf *b, const char *key, size_t nkey)
 {
-    static const char hex[] = "0123456789ABCDEF";
     char *p = buf_room(b, nkey * 3);
-    if (p == NULL)
-        return;
-    char *o = p;
-    for (size_t i = 0; i < nkey; i++) {
-        unsigned char ch = (unsigned char)key[i];
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-            (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
-            ch == '~') {
-            *o++ = (char)ch;
-        } else {
-            *o++ = '%';
-            *o++ = hex[ch >> 4];
-            *o++ = hex[ch & 15];
-        }
-    }
-    b->len += (size_t)(o - p);
+    if (p != NULL)
+        b->len += (size_t)(util_uri_encode(key, nkey, p) - p);
 }
 
 static const char *tier_name(enum item_tier t)
@@ -172,7 +157,7 @@ static void metadump_line(const struct item_view *v, void *arg)
         buf_add(&m->out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
-static bool metadump_more(conn *c, void *ctx)
+static enum conn_stream_step metadump_more(conn *c, void *ctx)
 {
     struct metadump *m = ctx;
     while (m->stripe < ITEM_LOCK_COUNT && m->out.len < DUMP_PIECE && !m->out.failed)
@@ -182,9 +167,9 @@ static bool metadump_more(conn *c, void *ctx)
         buf_add(&m->out, "END\r\n", 5);
     if (!buf_send(c, &m->out)) {
         conn_set_state(c, conn_closing);
-        return false;
+        return STREAM_DONE;
     }
-    return !last;
+    return last ? STREAM_DONE : STREAM_PIECE;
 }
 
 static void metadump_free(void *ctx)
@@ -321,4 +306,81 @@ void pt_stats_cachedump(conn *c, struct util_token *tok, size_t ntok)
         return;
     }
     buf_send(c, &d.out);
+}
+
+/* ---- watch --------------------------------------------------------------- */
+
+#define WATCH_PIECE (64 * 1024)
+
+static enum conn_stream_step watch_more(conn *c, void *ctx)
+{
+    char *buf = malloc(WATCH_PIECE);
+    if (buf == NULL) {
+        conn_set_state(c, conn_closing);
+        return STREAM_DONE;
+    }
+    size_t n = watcher_read(ctx, buf, WATCH_PIECE);
+    if (n == 0) {
+        free(buf);
+        return STREAM_IDLE;
+    }
+    struct resp *r = resp_new(c);
+    if (r == NULL || !resp_add_owned(r, buf, n)) {
+        if (r != NULL)
+            r->skip = true;
+        free(buf);
+        conn_set_state(c, conn_closing);
+        return STREAM_DONE;
+    }
+    return STREAM_PIECE;
+}
+
+static void watch_free(void *ctx)
+{
+    watcher_free(ctx);
+}
+
+void pt_watch(conn *c, struct util_token *tok, size_t ntok)
+{
+    static const struct { const char *name; unsigned int kind; } streams[] = {
+        { "fetchers", WATCH_FETCHERS }, { "mutations", WATCH_MUTATIONS },
+        { "evictions", WATCH_EVICTIONS }, { "connevents", WATCH_CONNEVENTS },
+        { "tiers", WATCH_TIERS },
+        /* memcached's, not kept here */
+        { "rawcmds", 0 }, { "sysevents", 0 }, { "deletions", 0 },
+        { "proxyreqs", 0 }, { "proxyevents", 0 }, { "proxyuser", 0 },
+    };
+    if (!settings.watch_enabled) {
+        out_string(c, "CLIENT_ERROR watch commands not allowed");
+        return;
+    }
+    if (c->transport == TRANSPORT_UDP) {
+        out_string(c, "SERVER_ERROR watch needs a stream connection");
+        return;
+    }
+    unsigned int mask = ntok <= 1 ? WATCH_FETCHERS : 0;    /* memcached's default */
+    for (size_t i = 1; i < ntok; i++) {
+        size_t k = 0;
+        while (k < sizeof(streams) / sizeof(streams[0]) &&
+               strcmp(tok[i].value, streams[k].name) != 0)
+            k++;
+        if (k == sizeof(streams) / sizeof(streams[0])) {
+            out_string(c, "ERROR");
+            return;
+        }
+        if (streams[k].kind == 0) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "ERROR watch %s is not supported here", streams[k].name);
+            out_string(c, msg);
+            return;
+        }
+        mask |= streams[k].kind;
+    }
+    struct watcher *w = watcher_new(mask);
+    if (w == NULL) {
+        out_errstring(c, "SERVER_ERROR out of memory");
+        return;
+    }
+    out_string(c, "OK");
+    conn_stream(c, watch_more, watch_free, w);
 }

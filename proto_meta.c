@@ -34,6 +34,7 @@
 #include "proto_ascii.h"
 #include "proto_meta.h"
 #include "stats.h"
+#include "watch.h"
 #include "worker.h"
 #include "util.h"
 
@@ -443,6 +444,8 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
 
     if (prefix_stats_on())
         prefix_stats_get(key, nkey, !(a == ITEM_MISS && clsid == 0));
+    if (watch_on(WATCH_FETCHERS))
+        conn_watch_get(c, key, nkey, it, !(a == ITEM_MISS && clsid == 0), why, clsid);
     struct meta_line m;
     if (a == ITEM_MISS && clsid == 0) {
         STATS_INCR(PT_STATS(c), get_cmds);
@@ -647,6 +650,8 @@ void proto_meta_complete_set(conn *c)
     }
     if (conn_wait_room(c, &ret))
         return;                     /* answered once a tier has room */
+    if (watch_on(WATCH_MUTATIONS))
+        conn_watch_store(c, it, op, ret);
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);

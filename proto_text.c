@@ -35,6 +35,7 @@
 #include "proto_text.h"
 #include "slabs.h"
 #include "stats.h"
+#include "watch.h"
 #include "worker.h"
 #include "util.h"
 
@@ -145,6 +146,8 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
     pt_count_miss_reason(c, why);
     if (prefix_stats_on())
         prefix_stats_get(key, nkey, it != NULL || parked);
+    if (watch_on(WATCH_FETCHERS))
+        conn_watch_get(c, key, nkey, it, it != NULL || parked, why, clsid);
     if (it == NULL && !parked) {
         if (touch) {
             STATS_INCR(PT_STATS(c), touch_cmds);
@@ -279,6 +282,8 @@ static void pt_complete_classic(conn *c, item *it)
     }
     if (conn_wait_room(c, &ret))
         return;                     /* answered once a tier has room */
+    if (watch_on(WATCH_MUTATIONS))
+        conn_watch_store(c, it, op, ret);
     if (op == STORE_CAS) {
         if (ret == STORE_STORED)
             SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
@@ -622,6 +627,7 @@ enum pt_cmd {
     CMD_INCR, CMD_DECR, CMD_DELETE, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
     CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS, CMD_LRU_CRAWLER, CMD_LRU,
+    CMD_WATCH,
 };
 
 /* slabs reassign <src> <dst> | slabs automove <0|1|2> (memcached's
@@ -720,6 +726,7 @@ static const struct pt_cmd_def {
     PT_CMD("slabs",          CMD_SLABS,     3, 4),
     PT_CMD("lru_crawler",    CMD_LRU_CRAWLER, 2, 3),
     PT_CMD("lru",            CMD_LRU,       2, PT_ANY),
+    PT_CMD("watch",          CMD_WATCH,     1, PT_ANY),
 #undef PT_CMD
 };
 
@@ -754,6 +761,7 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_SLABS: pt_process_slabs(c, tok, ntok); break;
     case CMD_LRU_CRAWLER: pt_lru_crawler(c, tok, ntok); break;
     case CMD_LRU: pt_process_lru(c, tok, ntok); break;
+    case CMD_WATCH: pt_watch(c, tok, ntok); break;
     }
 }
 

@@ -242,8 +242,8 @@ static const struct option_def options[] = {
     { OPT('X', "disable-dumping", OPT_CLEAR, S(dump_enabled), 0, 0, false,
       "dump_enabled", NULL, "disable stats cachedump and lru_crawler metadump"),
       .def = "on" },
-    { OPT('W', "disable-watch", OPT_IGNORED, NOFIELD, 0, 0, false, NULL, NULL,
-      "disable watch commands (live logging)") },
+    { OPT('W', "disable-watch", OPT_CLEAR, S(watch_enabled), 0, 0, false, NULL, NULL,
+      "disable watch commands (live logging)"), .def = "on" },
     { OPT('o', "extended", OPT_ACTION, NOFIELD, 0, 0, false, NULL, "<opts>",
       "comma separated list of extended options (below)") },
 

@@ -92,6 +92,7 @@ struct settings {
     int lru_crawler_sleep;  /* `lru_crawler sleep`: shown, no effect (atomic) */
     int lru_crawler_tocrawl; /* `lru_crawler tocrawl`: shown, no effect (atomic) */
     bool dump_enabled;      /* false with -X: no key dumps */
+    bool watch_enabled;     /* false with -W: no watch */
     char prefix_delimiter;  /* -D: ends a key's prefix for stats detail */
     bool detail_enabled;    /* stats detail on|off (atomic) */
     bool slab_reassign;     /* -o slab_reassign / no_slab_reassign */

@@ -555,3 +555,21 @@ void util_u64map_free(struct util_u64map *m)
     m->e = NULL;
     m->cap = m->n = 0;
 }
+
+char *util_uri_encode(const char *src, size_t n, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+            (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+            ch == '~') {
+            *out++ = (char)ch;
+        } else {
+            *out++ = '%';
+            *out++ = hex[ch >> 4];
+            *out++ = hex[ch & 15];
+        }
+    }
+    return out;
+}

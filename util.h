@@ -72,6 +72,11 @@ size_t base64_decode(const unsigned char *src, size_t srclen,
                      unsigned char *dst, size_t dstlen);
 
 /* Writes v in decimal at p (no NUL); returns the end.  Needs <= 20 bytes. */
+/* Writes src as memcached's logs and dumps write keys: bytes other than
+ * letters, digits and "-._~" as %XX.  out must hold 3 * n bytes; returns
+ * the end of what was written (not terminated). */
+char *util_uri_encode(const char *src, size_t n, char *out);
+
 char *util_u64toa(uint64_t v, char *p);
 /* Same for signed values.  Needs <= 20 bytes. */
 char *util_i64toa(int64_t v, char *p);

@@ -417,5 +417,8 @@ struct ssd_stats {
 };
 
 void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out);
+/* One page's use, for `stats extstore`: its version (0 while free) and
+ * the live bytes it holds. */
+void ssd_page_usage(struct ssd_store *s, unsigned page, uint32_t *version, uint64_t *live);
 
 #endif

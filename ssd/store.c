@@ -456,6 +456,20 @@ void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out)
 #undef SSD_STATS_COPY
 }
 
+void ssd_page_usage(struct ssd_store *s, unsigned page, uint32_t *version, uint64_t *live)
+{
+    *version = 0;
+    *live = 0;
+    if (page >= s->npages)
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (s->pages[page].state != PAGE_FREE) {
+        *version = atomic_load_explicit(&s->pages[page].version, memory_order_relaxed);
+        *live = s->pages[page].live;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 bool ssd_ref_current(const struct ssd_store *s, uint64_t ref)
 {
     unsigned page = ssd_ref_page(ref);

@@ -210,6 +210,9 @@ unsigned long long tac_ssd_items(void);
 bool tac_ssd_full(void);
 void tac_ssd_stats_tiers(struct stat_sink *s);
 void tac_ssd_stats_settings(struct stat_sink *s);
+/* The SSD tier's lines under memcached's extstore names: plain `stats`
+ * extstore_* and `stats extstore` (only with an SSD tier). */
+void tac_ssd_stats_register(void);
 
 /* A restart (restart.c).  tac_ssd_flush submits every writer's open buf
  * and waits for all writes (a graceful stop, threads stopped).
@@ -263,9 +266,6 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
  * bucket is looked up soon. */
 bool tac_journal_dead_h(uint64_t h, uint64_t seq);
 void tac_journal_prefetch(uint64_t h);
-/* A hint that the key whose item_hash is hv may soon be invalidated (its
- * bucket depends on those bits alone). */
-void tac_journal_prefetch_hv(uint32_t hv);
 uint64_t tac_journal_entries(void);
 uint64_t tac_journal_overflows(void);
 

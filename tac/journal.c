@@ -432,11 +432,6 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq)
     return jr.map != NULL && tac_journal_dead_h(tac_key_hash64(key, nkey), seq);
 }
 
-void tac_journal_prefetch_hv(uint32_t hv)
-{
-    tac_journal_prefetch(hv);
-}
-
 void tac_journal_prefetch(uint64_t h)
 {
     if (jr.map != NULL) {

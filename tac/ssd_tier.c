@@ -1449,6 +1449,74 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_meta_tuple_bytes", "%zu", item_compact_size(0));
 }
 
+/* memcached's extstore names, in plain `stats` (stats.c's rows). */
+static struct ssd_stats ext_now(void)
+{
+    struct ssd_stats st;
+    ssd_get_stats(tac.ssd, &st);
+    return st;
+}
+static uint64_t ext_pages_used(void) { return ext_now().pages_used; }
+static uint64_t ext_pages_free(void) { return ext_now().pages_free; }
+static uint64_t ext_page_reclaims(void) { return ext_now().reclaimed; }
+static uint64_t ext_objects_used(void) { return tac_ssd_items(); }
+static uint64_t ext_objects_read(void) { return ext_now().reads; }
+static uint64_t ext_bytes_used(void) { return ext_now().live_bytes; }
+static uint64_t ext_bytes_written(void) { return ext_now().bytes_written; }
+static uint64_t ext_bytes_read(void) { return ext_now().bytes_read; }
+static uint64_t ext_limit(void) { return (uint64_t)sd.info.npages * sd.info.page_size; }
+static uint64_t ext_io_queue(void) { return ext_now().inflight; }
+static uint64_t ext_fragmented(void)
+{
+    struct ssd_stats st = ext_now();
+    uint64_t used = st.pages_used * sd.info.page_size;
+    return used > st.live_bytes ? used - st.live_bytes : 0;
+}
+
+/* `stats extstore`: memcached's per-page lines (version 0 = free; there
+ * are no buckets here). */
+static void ext_section(struct stat_sink *s)
+{
+    if (tac.ssd == NULL)
+        return;
+    for (unsigned p = 0; p < sd.info.npages; p++) {
+        uint32_t version;
+        uint64_t live;
+        ssd_page_usage(tac.ssd, p, &version, &live);
+        char name[32];
+        snprintf(name, sizeof(name), "%u:version", p);
+        stat_printf(s, name, "%u", version);
+        snprintf(name, sizeof(name), "%u:bytes", p);
+        stat_printf(s, name, "%llu", (unsigned long long)live);
+        snprintf(name, sizeof(name), "%u:bucket", p);
+        stat_printf(s, name, "0");
+        snprintf(name, sizeof(name), "%u:free_bucket", p);
+        stat_printf(s, name, "0");
+    }
+}
+
+void tac_ssd_stats_register(void)
+{
+    bool on = tac.ssd != NULL;
+    static const struct { const char *name; uint64_t (*fn)(void); } rows[] = {
+        { "extstore_pages_used", ext_pages_used },
+        { "extstore_pages_free", ext_pages_free },
+        { "extstore_page_reclaims", ext_page_reclaims },
+        { "extstore_objects_used", ext_objects_used },
+        { "extstore_objects_read", ext_objects_read },
+        { "extstore_bytes_used", ext_bytes_used },
+        { "extstore_bytes_written", ext_bytes_written },
+        { "extstore_bytes_read", ext_bytes_read },
+        { "extstore_bytes_fragmented", ext_fragmented },
+        { "extstore_limit_maxbytes", ext_limit },
+        { "extstore_io_queue", ext_io_queue },
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        stats_provide(rows[i].name, on ? rows[i].fn : NULL);
+    if (on)
+        stats_register_section("extstore", ext_section);
+}
+
 void tac_ssd_stats_settings(struct stat_sink *s)
 {
     if (tac.ssd == NULL) {

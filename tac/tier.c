@@ -462,7 +462,6 @@ static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .skip_dram = tac_anti2_to_nvm,
     .room_later = tier_room_later,
     .invalidate = tac_journal_invalidate,
-    .will_change = tac_journal_prefetch_hv,
     .flush = tac_journal_flush,
 };
 
@@ -780,4 +779,5 @@ static void tac_stats_register(void)
     stats_provide("ssd_meta_tuple_bytes", ssd ? stat_ssd_meta_tuple_bytes : NULL);
     stats_provide_counter("tuple_checksum_failures",
                           tac_active() ? &tac.stats.tuple_checksum_failures : NULL);
+    tac_ssd_stats_register();
 }

@@ -234,3 +234,46 @@ def test_stats_detail_binary(server):
     got = bin_stat(c, b"detail dump")
     assert got == [(b"detailed", b"PREFIX p get 0 hit 0 set 1 del 0\r\nEND\r\n")], got
     assert bin_stat(c, b"detail bogus") == 1        # key not found
+
+
+EXTSTORE_NAMES = ["extstore_pages_used", "extstore_pages_free", "extstore_page_reclaims",
+                  "extstore_objects_used", "extstore_objects_read", "extstore_bytes_used",
+                  "extstore_bytes_written", "extstore_bytes_read", "extstore_bytes_fragmented",
+                  "extstore_limit_maxbytes", "extstore_io_queue"]
+
+
+def test_extstore_stats_names(server, tmp_path):
+    """memcached's extstore command line works, and `stats` carries its
+    extstore_* names (tac-memcached: the SSD tier's counters)."""
+    path = str(tmp_path / "ext.dat")
+    srv = server(["-m", "64", "-o", "ext_page_size=8,ext_wbuf_size=2,ext_path=%s:64m" % path])
+    st = srv.connect().stats()
+    missing = [n for n in EXTSTORE_NAMES if n not in st]
+    assert not missing, missing
+    # The pages' bytes: the whole file, or (tac-memcached) less its header.
+    assert 48 * MB <= int(st["extstore_limit_maxbytes"]) <= 64 * MB, st["extstore_limit_maxbytes"]
+
+
+@pytest.mark.tac_only
+def test_extstore_stats_follow_the_ssd_tier(server, tmp_path):
+    path = str(tmp_path / "ssd.dat")
+    srv = server(["-m", "16", "-o", "ssd_path=%s:256m,ssd_page_size=8m" % path])
+    c = srv.connect(timeout=60)
+    keys = [b"ext-%06d" % i for i in range(20000)]          # 40 MB
+    load(c, keys, 2000)
+    deadline = time.time() + 20
+    while int(c.stats()["extstore_objects_used"]) == 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert check_values(c, keys[:2000], 2000) == 2000
+    st, t = c.stats(), c.stats(b"tiers")
+    assert int(st["extstore_objects_used"]) > 0 and int(st["extstore_bytes_written"]) > 0
+    assert int(st["extstore_objects_read"]) > 0, st
+    pages = int(t["ssd_pages_total"])
+    assert int(st["extstore_pages_used"]) + int(st["extstore_pages_free"]) == pages
+    assert int(st["extstore_limit_maxbytes"]) == int(t["ssd_capacity"])
+    ext = c.stats(b"extstore")
+    assert len(ext) == 4 * pages, len(ext)
+    used = [p for p in range(pages) if ext["%d:version" % p] != "0"]
+    assert abs(len(used) - int(st["extstore_pages_used"])) <= 1, (used, st["extstore_pages_used"])
+    live = sum(int(ext["%d:bytes" % p]) for p in range(pages))
+    assert abs(live - int(t["ssd_live_bytes"])) <= 4 * MB, (live, t["ssd_live_bytes"])

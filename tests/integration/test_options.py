@@ -383,14 +383,14 @@ def test_stats_settings_show_the_table_defaults(server):
 
 @pytest.mark.tac_only
 def test_ignored_options_say_so_at_start(server):
-    s = server(["-W", "-o", "hot_lru_pct=20,idle_timeout=0", "-W", "-t", "2"])
+    s = server(["-o", "hot_lru_pct=20,idle_timeout=0", "-t", "2", "-o", "track_sizes"])
     c = s.connect()
     assert c.line(b"version\r\n").startswith(b"VERSION ")
     assert c.line(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
     notes = [ln for ln in s.stderr_text().splitlines() if "no effect" in ln]
     assert sorted(notes) == [
-        "tac-memcached: -W is accepted for compatibility and has no effect",
         "tac-memcached: -o hot_lru_pct is accepted for compatibility and has no effect",
+        "tac-memcached: -o track_sizes is accepted for compatibility and has no effect",
     ], s.stderr_text()
 
 
