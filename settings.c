@@ -321,7 +321,8 @@ static const struct option_def options[] = {
     /* 0 leaves the page to the SSD tier, which raises its 8m to fit -I. */
     { OPT(0, "ssd_page_size", OPT_SIZE, S(ssd_page_size), 0, 1 << 30, true, NULL,
       "<bytes>", "SSD page: the unit of reclaim and defrag; raised to hold the "
-      "largest item, -I, in whole bufs (default: 8m)") },
+      "largest item, -I, in whole bufs, and so that at most 65536 pages cover the "
+      "file (an 800g file takes 12.5m pages) (default: 8m)") },
     { OPT(0, "ssd_buf_size", OPT_SIZE, S(ssd_buf_size), 4096, 1 << 30, true, NULL,
       "<bytes>", "SSD buf: the unit of writing, a multiple of 4k"),
       .def = "256k", .check = check_ssd_buf_size,

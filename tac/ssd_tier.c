@@ -1307,6 +1307,16 @@ bool tac_ssd_open(void)
                 cfg.page_size, need, (size_t)settings.item_size_max);
         cfg.page_size = need;
     }
+    /* A page id has 16 bits: a file larger than SSD_MAX_PAGES pages takes
+     * larger pages (whole bufs), rather than leaving the rest unused. */
+    size_t ps = cfg.page_size ? cfg.page_size : SSD_DEFAULT_PAGE_SIZE;
+    if (cfg.size / ps > SSD_MAX_PAGES) {
+        size_t grown = (size_t)((cfg.size + SSD_MAX_PAGES - 1) / SSD_MAX_PAGES);
+        grown = (grown + bs - 1) / bs * bs;
+        fprintf(stderr, "SSD tier: pages of %zu bytes instead of %zu, so that %u pages "
+                "cover its %zu bytes\n", grown, ps, SSD_MAX_PAGES, (size_t)cfg.size);
+        cfg.page_size = grown;
+    }
     cfg.reformat = settings.tier_reformat != 0;
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
     if (st == SSD_ERR_NOT_OURS) {
@@ -1328,6 +1338,11 @@ bool tac_ssd_open(void)
         return false;
     }
     ssd_get_info(tac.ssd, &sd.info);
+    if (sd.info.npages == SSD_MAX_PAGES &&
+        (uint64_t)sd.info.npages * sd.info.page_size + 2 * sd.info.page_size < sd.info.size)
+        fprintf(stderr, "SSD tier: only %u pages of %zu bytes of its %llu bytes are "
+                "used (a larger -o ssd_page_size uses it all)\n", sd.info.npages,
+                sd.info.page_size, (unsigned long long)sd.info.size);
     if (sd.info.npages < 4) {
         fprintf(stderr, "SSD tier too small: %u pages of %zu bytes; it needs "
                 "at least 4 (use a larger file or a smaller ssd_page_size)\n",

@@ -1227,3 +1227,23 @@ def test_retried_write_never_uses_a_replaced_value_without_cas(server, ssd_dir, 
     else:
         assert reply == b"5001\r\n", reply
         assert got.rstrip() == b"5001", got
+
+
+@pytest.mark.tac_only
+def test_ssd_tier_larger_than_the_page_ids_takes_larger_pages(server, ssd_dir):
+    """Page ids have 16 bits: a file of more than 65,536 pages gets larger
+    pages, said at start, instead of a silent cap that leaves it unused."""
+    s = ssd_server(server, ssd_dir, "512m", mem=16, opts=("ssd_buf_size=4k", "ssd_page_size=4k"),
+                   extra=("-I", "1k"))
+    c = s.connect()
+    st, t = c.stats(b"settings"), c.stats(b"tiers")
+    assert int(st["ssd_page_size"]) == 8192, st["ssd_page_size"]
+    assert int(t["ssd_pages_total"]) * 8192 >= 512 * (1 << 20) - 2 * 8192, t["ssd_pages_total"]
+    assert "pages of 8192 bytes instead of 4096" in s.stderr_text(), s.stderr_text()
+    keys = [b"big-tier-%05d" % i for i in range(40000)]     # 24 MB: past -m into SSD
+    want = {k: make_value(k, 1, size=600) for k in keys}
+    stored, failures, _ = load(c, list(want.items()))
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    assert int(c.stats(b"tiers")["ssd_items"]) > 0
+    hits, misses, wrong = read_check(c, keys, lambda k: (0, want[k]))
+    assert not wrong and not misses, (wrong[:3], misses[:3])
