@@ -232,6 +232,10 @@ void conn_stats(struct stat_sink *sink)
         rel_time_t last = __atomic_load_n(&c->last_cmd_time, __ATOMIC_RELAXED);
         snprintf(key, sizeof(key), "%d:addr", fd);
         stat_printf(sink, key, "%s", c->peer_name);
+        if (c->listen_name[0] != '\0') {
+            snprintf(key, sizeof(key), "%d:listen_addr", fd);
+            stat_printf(sink, key, "%s", c->listen_name);
+        }
         snprintf(key, sizeof(key), "%d:state", fd);
         stat_printf(sink, key, "%s", st < conn_max_state ? state_names[st] : "?");
         snprintf(key, sizeof(key), "%d:secs_since_last_cmd", fd);
@@ -817,6 +821,7 @@ static void conn_describe_peer(conn *c)
     if (c->transport == TRANSPORT_UNIX) {
         snprintf(c->peer_name, sizeof(c->peer_name), "unix:%s",
                  settings.socketpath ? settings.socketpath : "");
+        memcpy(c->listen_name, c->peer_name, sizeof(c->listen_name));
         return;
     }
     if (c->transport == TRANSPORT_UDP) {
@@ -826,6 +831,10 @@ static void conn_describe_peer(conn *c)
     if (getpeername(c->sfd, (struct sockaddr *)&ss, &len) != 0)
         ss.ss_family = AF_UNSPEC;
     conn_format_addr(&ss, "tcp", c->peer_name, sizeof(c->peer_name));
+    len = sizeof(ss);
+    if (getsockname(c->sfd, (struct sockaddr *)&ss, &len) != 0)
+        ss.ss_family = AF_UNSPEC;
+    conn_format_addr(&ss, "tcp", c->listen_name, sizeof(c->listen_name));
 }
 
 void conn_watch_get(conn *c, const char *key, size_t nkey, const item *it,

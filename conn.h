@@ -181,7 +181,8 @@ struct conn {
     rel_time_t last_cmd_time;
     const char *last_cmd;   /* name, for `stats conns` */
     const char *close_reason; /* watch connevents: NULL = "normal" */
-    char peer_name[64];
+    char peer_name[128];    /* "unix:" and a path of up to 107 bytes fit */
+    char listen_name[128];   /* the local address it came in on ("" for UDP) */
     struct event *ev;       /* libevent event, owned by conn.c */
     short ev_flags;
     conn *next_conn;        /* worker's list of its connections */

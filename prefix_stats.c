@@ -115,7 +115,7 @@ char *prefix_stats_dump(size_t *len)
                                   (unsigned long long)p->dels);
     pthread_mutex_unlock(&lock);
     if (buf != NULL) {
-        memcpy(buf + n, "END\r\n", 5);
+        memcpy(buf + n, "END\r\n", 6);        /* with its NUL: a C string too */
         *len = n + 5;
     }
     return buf;

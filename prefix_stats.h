@@ -24,7 +24,8 @@ void prefix_stats_get(const char *key, size_t nkey, bool hit);
 void prefix_stats_set(const char *key, size_t nkey);
 void prefix_stats_delete(const char *key, size_t nkey);
 /* The dump: "PREFIX <p> get <n> hit <n> set <n> del <n>\r\n" per prefix,
- * then "END\r\n"; malloc'd, NULL when out of memory. */
+ * then "END\r\n", NUL-terminated (*len leaves the NUL out); malloc'd,
+ * NULL when out of memory. */
 char *prefix_stats_dump(size_t *len);
 /* Forgets every prefix (tests). */
 void prefix_stats_clear(void);

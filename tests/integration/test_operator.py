@@ -277,3 +277,17 @@ def test_extstore_stats_follow_the_ssd_tier(server, tmp_path):
     assert abs(len(used) - int(st["extstore_pages_used"])) <= 1, (used, st["extstore_pages_used"])
     live = sum(int(ext["%d:bytes" % p]) for p in range(pages))
     assert abs(live - int(t["ssd_live_bytes"])) <= 4 * MB, (live, t["ssd_live_bytes"])
+
+
+def test_stats_conns_listen_addr(server, tmp_path):
+    srv = server(["-m", "64"])
+    c = srv.connect()
+    port = c.sock.getsockname()[1]
+    st = c.stats(b"conns")
+    fd = [k.split(":")[0] for k, v in st.items() if k.endswith(":addr") and v.endswith(":%d" % port)]
+    assert fd, st
+    assert st[fd[0] + ":listen_addr"] == "tcp:127.0.0.1:%d" % srv.port, st
+    path = str(tmp_path / "mc.sock")
+    u = server(["-m", "64"], unix=path).connect()
+    st = u.stats(b"conns")
+    assert "unix:" + path in [v for k, v in st.items() if k.endswith(":listen_addr")], st
