@@ -556,6 +556,19 @@ static void pt_process_quit(conn *c)
     conn_set_state(c, conn_write);
 }
 
+/* Queues a malloc'd stats answer (NULL: out of memory), which the
+ * response frees once sent. */
+static void pt_send_stats(conn *c, char *buf, size_t len)
+{
+    struct resp *r = buf != NULL ? resp_new(c) : NULL;
+    if (r == NULL || !resp_add_owned(r, buf, len)) {
+        free(buf);
+        if (r != NULL)
+            r->skip = true;
+        out_errstring(c, "SERVER_ERROR out of memory writing stats");
+    }
+}
+
 static void pt_stats_detail(conn *c, struct util_token *tok, size_t ntok)
 {
     const char *arg = ntok >= 3 ? tok[2].value : "";
@@ -565,13 +578,7 @@ static void pt_stats_detail(conn *c, struct util_token *tok, size_t ntok)
     } else if (strcmp(arg, "dump") == 0) {
         size_t len;
         char *buf = prefix_stats_dump(&len);
-        struct resp *r = buf != NULL ? resp_new(c) : NULL;
-        if (r == NULL || !resp_add_owned(r, buf, len)) {
-            free(buf);
-            if (r != NULL)
-                r->skip = true;
-            out_errstring(c, "SERVER_ERROR out of memory writing stats");
-        }
+        pt_send_stats(c, buf, len);
     } else {
         out_string(c, "CLIENT_ERROR usage: stats detail on|off|dump");
     }
@@ -605,13 +612,7 @@ static void pt_process_stats(conn *c, struct util_token *tok, size_t ntok)
         out_string(c, "ERROR");
         return;
     }
-    struct resp *r = buf != NULL ? resp_new(c) : NULL;
-    if (r == NULL || !resp_add_owned(r, buf, len)) {
-        free(buf);
-        if (r != NULL)
-            r->skip = true;
-        out_errstring(c, "SERVER_ERROR out of memory writing stats");
-    }
+    pt_send_stats(c, buf, len);
 }
 
 static void pt_process_version(conn *c)
