@@ -255,8 +255,11 @@ struct resp *resp_new(conn *c)
         w->resp_cache_len--;
     } else {
         r = malloc(sizeof(*r));
-        if (!r)
+        if (!r) {
+            GSTATS_INCR(response_obj_oom);
             return NULL;
+        }
+        GSTATS_INCR(response_objs);
     }
     r->next = NULL;
     r->iovcnt = 0;
@@ -282,6 +285,11 @@ struct resp *resp_new(conn *c)
     return r;
 }
 
+uint64_t conn_resp_bytes(void)
+{
+    return STATS_GET(&gstats, response_objs) * sizeof(struct resp);
+}
+
 /* Releases what a resp holds and returns it to the worker's cache. */
 static void resp_free(struct worker *w, struct resp *r)
 {
@@ -294,6 +302,7 @@ static void resp_free(struct worker *w, struct resp *r)
         w->resp_cache_len++;
     } else {
         free(r);
+        GSTATS_DECR(response_objs);
     }
 }
 
@@ -896,6 +905,8 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
     c->rbuf = malloc(rsize);
     c->ev = event_new(w->base, sfd, EV_READ | EV_PERSIST, conn_event_handler, c);
     if (!c->rbuf || !c->ev) {
+        if (!c->rbuf)
+            GSTATS_INCR(read_buf_oom);
         free(c->rbuf);
         if (c->ev)
             event_free(c->ev);
@@ -931,6 +942,7 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
         GSTATS_INCR(total_connections);
     }
     GSTATS_INCR(connection_structures);
+    GSTATS_ADD(read_buf_bytes, rsize);
     if (transport != TRANSPORT_UDP)
         conn_register(c);
     if (transport != TRANSPORT_UDP && watch_on(WATCH_CONNEVENTS))
@@ -1054,6 +1066,7 @@ void conn_close(conn *c)
     if (c->transport != TRANSPORT_UDP)
         GSTATS_DECR(curr_connections);
     GSTATS_DECR(connection_structures);
+    GSTATS_SUB(read_buf_bytes, c->rsize);
     if (settings.verbose > 1)
         fprintf(stderr, "<%d connection closed.\n", c->sfd);
     close(c->sfd);
@@ -1107,6 +1120,7 @@ static void conn_compact_rbuf(conn *c)
     if (c->rbytes == 0 && c->rsize > RBUF_INITIAL * 4) {
         char *small = malloc(RBUF_INITIAL);
         if (small) {
+            GSTATS_SUB(read_buf_bytes, c->rsize - RBUF_INITIAL);
             free(c->rbuf);
             c->rbuf = small;
             c->rsize = RBUF_INITIAL;
@@ -1127,8 +1141,11 @@ static enum read_result conn_read_network(conn *c)
         if (c->rsize >= RBUF_MAX)
             return READ_MEMORY;
         char *grown = realloc(c->rbuf, c->rsize * 2);
-        if (!grown)
+        if (!grown) {
+            GSTATS_INCR(read_buf_oom);
             return READ_MEMORY;
+        }
+        GSTATS_ADD(read_buf_bytes, c->rsize);
         c->rbuf = c->rcurr = grown;
         c->rsize *= 2;
         conn_mem_sync(c);

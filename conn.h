@@ -365,6 +365,8 @@ void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops
 /* `stats conns` (main() registers it: conn.c has no init). */
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
+/* Bytes of the response objects allocated (`response_obj_bytes`). */
+uint64_t conn_resp_bytes(void);
 /* Formats an address as "tcp:127.0.0.1:11211" (proto given). */
 /* watch: a get's and a store's log lines (watch.h), for this connection. */
 void conn_watch_get(conn *c, const char *key, size_t nkey, const struct item *it,

@@ -78,7 +78,9 @@
     X(evicted_active)        \
     X(crawler_reclaimed)     \
     X(crawler_items_checked) \
-    X(lrutail_reflocked)
+    X(lrutail_reflocked)     \
+    X(moves_within_lru)      \
+    X(direct_reclaims)
 
 struct lru_stats {
     LRU_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -89,6 +91,7 @@ struct lru {
     item *head;             /* lock */
     item *tail;             /* lock */
     uint64_t count;         /* lock; real items only */
+    uint64_t bytes;         /* lock; their ITEM_ntotal */
 } __attribute__((aligned(64)));
 
 /* lrus[TIER_DRAM][slab class][partition] hold DRAM items; the lower tiers'
@@ -113,6 +116,7 @@ static unsigned int crawl_tier;        /* TIER_DRAM, then the lower tiers */
 static unsigned int crawl_cls = 1;
 static int crawl_part;
 static bool crawler_in_lru;
+static uint64_t crawl_running;          /* 1 inside a pass; crawl_lock */
 
 #define CLS_INCR(cls, field) STATS_INCR(&cls_stats[(cls)], field)
 
@@ -322,6 +326,7 @@ void items_init(void)
     assoc_init(settings.hashpower_init);
     npart = slabs_npartitions();
     stats_register_section("items", items_stats);
+    stats_provide_counter("lru_crawler_running", &crawl_running);
     stats_register_section("sizes", items_stats_sizes);
     stats_register_reset(items_stats_reset);
 }
@@ -364,8 +369,10 @@ static void lru_link_locked(struct lru *l, item *it)
     l->head = it;
     if (l->tail == NULL)
         l->tail = it;
-    if (it != &crawler)
+    if (it != &crawler) {
         l->count++;
+        l->bytes += ITEM_ntotal(it);
+    }
 }
 
 static void lru_unlink_locked(struct lru *l, item *it)
@@ -379,8 +386,10 @@ static void lru_unlink_locked(struct lru *l, item *it)
     else
         l->tail = it->prev;
     it->next = it->prev = NULL;
-    if (it != &crawler)
+    if (it != &crawler) {
         l->count--;
+        l->bytes -= ITEM_ntotal(it);
+    }
 }
 
 /* Puts `it` right before `pos` (toward the head). */
@@ -393,8 +402,10 @@ static void lru_insert_before_locked(struct lru *l, item *pos, item *it)
     else
         l->head = it;
     pos->prev = it;
-    if (it != &crawler)
+    if (it != &crawler) {
         l->count++;
+        l->bytes += ITEM_ntotal(it);
+    }
 }
 
 /* ---- Freeing and references. --------------------------------------- */
@@ -689,8 +700,11 @@ static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
             return it;
         for (int i = 0; i < npart; i++) {
             it = lru_pull_tail(TIER_DRAM, clsid, (p + i) % npart, may_evict);
-            if (it != NULL)
+            if (it != NULL) {
+                GSTATS_INCR(direct_reclaims);
+                CLS_INCR(clsid, direct_reclaims);
                 return it;
+            }
         }
     }
     return NULL;
@@ -956,17 +970,19 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
             if (tier_ops != NULL && tier_ops->demote != NULL &&
                 tier_ops->demote(it, hv)) {
                 /* Moved to a lower tier; `it` is unlinked already. */
-                res = CHUNK_EVICTED;
+                res = CHUNK_RESCUED;
             } else if (tier_ops != NULL && !item_is_dead(it, NULL)) {
                 /* A lower tier exists but had no room this time: keep
                  * the item and let the mover retry, or give up the move,
                  * rather than lose it. */
                 res = CHUNK_BUSY;
             } else {
-                if (!item_is_dead(it, NULL))
+                res = CHUNK_RECLAIMED;
+                if (!item_is_dead(it, NULL)) {
                     stats_evicted(it, it->slabs_clsid);
+                    res = CHUNK_EVICTED;
+                }
                 do_item_unlink(it, hv);
-                res = CHUNK_EVICTED;
             }
         }
         item_unlock(hv);
@@ -1040,6 +1056,8 @@ static void lru_apply(item **v, unsigned int n)
             lru_bump_locked(l, it, now);
             pthread_mutex_unlock(&l->lock);
             GSTATS_INCR(lru_bumps);
+            if (it->tier == TIER_DRAM)
+                CLS_INCR(it->slabs_clsid, moves_within_lru);
         }
         item_unlock(hv);
         item_release(it);
@@ -1760,6 +1778,11 @@ int items_crawl_step(int budget)
             crawl_tier = 0;
         if (crawl_cls < 1 || crawl_cls > ncls[crawl_tier])
             crawl_cls = 1;
+        bool at_start = crawl_tier == 0 && crawl_cls == 1 && crawl_part == 0;
+        if (at_start && !crawler_in_lru) {
+            GSTATS_INCR(lru_crawler_starts);
+            __atomic_store_n(&crawl_running, 1, __ATOMIC_RELAXED);
+        }
         bool done = false;
         checked += crawl_lru(&lrus[crawl_tier][crawl_cls][crawl_part],
                              budget - checked, &done);
@@ -1770,6 +1793,8 @@ int items_crawl_step(int budget)
                 if (++crawl_cls > ncls[crawl_tier]) {
                     crawl_cls = 1;
                     crawl_tier = (crawl_tier + 1) % ntiers;
+                    if (crawl_tier == 0)
+                        __atomic_store_n(&crawl_running, 0, __ATOMIC_RELAXED);
                 }
             }
         }
@@ -1830,15 +1855,19 @@ void items_view_stripe(unsigned int stripe,
 
 /* ---- Stats. ---------------------------------------------------------- */
 
-/* Items in class clsid and the last access time of its oldest one. */
-static uint64_t class_count(unsigned int clsid, rel_time_t *oldest)
+/* Items in class clsid, their bytes and the last access time of its
+ * oldest one. */
+static uint64_t class_count(unsigned int clsid, rel_time_t *oldest,
+                            uint64_t *bytes)
 {
     uint64_t n = 0;
+    *bytes = 0;
     *oldest = mc_now();
     for (int p = 0; p < npart; p++) {
         struct lru *l = &lrus[TIER_DRAM][clsid][p];
         pthread_mutex_lock(&l->lock);
         n += l->count;
+        *bytes += l->bytes;
         item *t = l->tail;
         while (t == &crawler)
             t = t->prev;
@@ -1849,28 +1878,53 @@ static uint64_t class_count(unsigned int clsid, rel_time_t *oldest)
     return n;
 }
 
-void items_stats(struct stat_sink *sink)
+/* One "items:<class>:<name> <value>" line. */
+static void class_line(struct stat_sink *sink, unsigned int c,
+                       const char *name, unsigned long long v)
 {
     char key[80];
+    snprintf(key, sizeof(key), "items:%u:%s", c, name);
+    stat_printf(sink, key, "%llu", v);
+}
+
+/*
+ * memcached's names, in its order.  Each class has one LRU, which reads as
+ * memcached's cold segment: number_cold is number, hits_to_cold the class's
+ * hits, and the hot, warm and temp names are 0 (doc/stats.md).
+ */
+void items_stats(struct stat_sink *sink)
+{
+    struct thread_stats *ts = malloc(sizeof(*ts));     /* large */
+    if (ts != NULL)
+        stats_aggregate(ts, NULL);
     rel_time_t now = mc_now();
     for (unsigned int c = 1; c <= slabs_nclasses(); c++) {
         rel_time_t oldest;
-        uint64_t n = class_count(c, &oldest);
+        uint64_t bytes;
+        uint64_t n = class_count(c, &oldest, &bytes);
         struct lru_stats *s = &cls_stats[c];
         if (n == 0 && STATS_GET(s, evicted) == 0 &&
             STATS_GET(s, outofmemory) == 0)
             continue;
-        snprintf(key, sizeof(key), "items:%u:number", c);
-        stat_printf(sink, key, "%llu", (unsigned long long)n);
-        snprintf(key, sizeof(key), "items:%u:age", c);
-        stat_printf(sink, key, "%u", n ? now - oldest : 0);
-#define EMIT_LRU_STAT(name) \
-        snprintf(key, sizeof(key), "items:%u:" #name, c); \
-        stat_printf(sink, key, "%llu", \
-                    (unsigned long long)STATS_GET(s, name));
+        class_line(sink, c, "number", n);
+        class_line(sink, c, "number_hot", 0);
+        class_line(sink, c, "number_warm", 0);
+        class_line(sink, c, "number_cold", n);
+        class_line(sink, c, "age_hot", 0);
+        class_line(sink, c, "age_warm", 0);
+        class_line(sink, c, "age", n ? now - oldest : 0);
+        class_line(sink, c, "mem_requested", bytes);
+#define EMIT_LRU_STAT(name) class_line(sink, c, #name, STATS_GET(s, name));
         LRU_STATS_FIELDS(EMIT_LRU_STAT)
 #undef EMIT_LRU_STAT
+        class_line(sink, c, "moves_to_cold", 0);
+        class_line(sink, c, "moves_to_warm", 0);
+        class_line(sink, c, "hits_to_hot", 0);
+        class_line(sink, c, "hits_to_warm", 0);
+        class_line(sink, c, "hits_to_cold", ts ? ts->slab[c].get_hits : 0);
+        class_line(sink, c, "hits_to_temp", 0);
     }
+    free(ts);
 }
 
 void items_stats_sizes(struct stat_sink *sink)

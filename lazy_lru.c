@@ -41,10 +41,13 @@ static inline void access_store(item *it, uint32_t v)
     __atomic_store_n(&it->access, v, __ATOMIC_RELAXED);
 }
 
+static uint64_t llru_rounds;            /* lru_maintainer_juggles */
+
 void llru_init(void)
 {
     llru_set_thresholds(LLRU_THR_HOT_DEFAULT, LLRU_THR_WARM_DEFAULT);
     stats_register_section("temperature", llru_stats_temperature);
+    stats_provide_counter("lru_maintainer_juggles", &llru_rounds);
 }
 
 void llru_init_access(item *it, rel_time_t now)
@@ -407,6 +410,7 @@ static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
     enum llru_lane lane = (enum llru_lane)(uintptr_t)arg;
     unsigned int idle_us = LRU_IDLE_MIN_US;
     while (bg_running(g)) {
+        __atomic_fetch_add(&llru_rounds, 1, __ATOMIC_RELAXED);
         if (drain_lane(lane) > 0) {
             idle_us = LRU_IDLE_MIN_US;
             continue;

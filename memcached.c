@@ -44,6 +44,7 @@
 #include "stats.h"
 #include "tac/tac.h"
 #include "thread.h"
+#include "watch.h"
 
 #define MAX_LISTENERS 16
 #define CLOCK_TICK_MS 100
@@ -430,6 +431,11 @@ static rlim_t fd_headroom(void)
     return n;
 }
 
+static uint64_t stat_reserved_fds(void)
+{
+    return (uint64_t)fd_headroom();
+}
+
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
@@ -605,6 +611,9 @@ int main(int argc, char **argv)
      * options before the tiers' lines, which tac_init() adds. */
     stats_register_section("settings", settings_section);
     stats_register_section("conns", conn_stats);
+    stats_provide("response_obj_bytes", conn_resp_bytes);
+    stats_provide("reserved_fds", stat_reserved_fds);
+    watch_stats_register();
     items_init();
 
     /* Sockets are bound before the tiers open: a port in use stops the start

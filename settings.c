@@ -423,6 +423,9 @@ static const struct option_def options[] = {
 /* Which rows the command line gave, for the automatic defaults and the
  * no-effect notes. */
 static bool given[NOPTIONS];
+/* What an OPT_IGNORED row was given ("yes" for a bare flag), shown under
+ * memcached's `stats settings` name (mc_settings). */
+static char *ignored_arg[NOPTIONS];
 static int ext_paths;                   /* -o ext_path seen so often */
 
 static void *opt_field(const struct option_def *o)
@@ -565,6 +568,8 @@ static void opt_apply(const struct option_def *o, const char *arg)
         settings.verbose++;
         break;
     case OPT_IGNORED:
+        free(ignored_arg[o - options]);
+        ignored_arg[o - options] = strdup(arg ? arg : "yes");
         break;
     case OPT_ACTION:
         break;
@@ -1040,6 +1045,78 @@ const char *settings_choice(const char *name)
     return o->choices[*(int *)opt_field(o)];
 }
 
+/*
+ * memcached's `stats settings` names that no row above prints.  A row
+ * with an option is a memcached option accepted with no effect (-h says
+ * so): it shows what was given, scaled as memcached shows it, else
+ * memcached's default.  A row without one is what holds here.  ext_* rows
+ * appear only with an SSD tier, as memcached's appear only with extstore.
+ */
+static const struct {
+    const char *name;
+    const char *opt;        /* NULL: the value is fixed */
+    const char *value;      /* fixed value, or memcached's default */
+    int scale;              /* given value times this (0: as given) */
+    bool ssd;
+} mc_settings_rows[] = {
+    { "auth_enabled_sasl", NULL, "no", 0, false },
+    { "auth_enabled_ascii", NULL, "no", 0, false },
+    { "slab_automove_ratio", "slab_automove_ratio", "0.80", 0, false },
+    { "slab_automove_window", "slab_automove_window", "30", 0, false },
+    { "tail_repair_time", NULL, "0", 0, false },
+    { "hash_algorithm", NULL, "tac-mix64", 0, false },
+    { "lru_maintainer_thread", NULL, "yes", 0, false },
+    { "lru_segmented", NULL, "no", 0, false },
+    { "hot_lru_pct", "hot_lru_pct", "20", 0, false },
+    { "warm_lru_pct", "warm_lru_pct", "40", 0, false },
+    { "hot_max_factor", "hot_max_factor", "0.20", 0, false },
+    { "warm_max_factor", "warm_max_factor", "2.00", 0, false },
+    { "temp_lru", NULL, "no", 0, false },
+    { "temporary_ttl", "temporary_ttl", "61", 0, false },
+    { "watcher_logbuf_size", "watcher_logbuf_size", "262144", 1024, false },
+    { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
+    { "track_sizes", NULL, "no", 0, false },
+    { "inline_ascii_response", NULL, "no", 0, false },
+    { "ext_item_size", "ext_item_size", "512", 0, true },
+    { "ext_item_age", "ext_item_age", "4294967295", 0, true },
+    { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
+    { "ext_recache_rate", "ext_recache_rate", "2000", 0, true },
+    { "ext_compact_under", "ext_compact_under", "0", 0, true },
+    { "ext_drop_under", "ext_drop_under", "0", 0, true },
+    { "ext_max_sleep", "ext_max_sleep", "1000000", 0, true },
+    { "ext_max_frag", "ext_max_frag", "0.80", 0, true },
+    { "ext_drop_unread", "ext_drop_unread", "no", 0, true },
+    { "slab_automove_freeratio", "slab_automove_freeratio", "0.010", 0, false },
+    { "num_napi_ids", NULL, "(null)", 0, false },
+};
+
+static void mc_settings(void (*out)(void *ctx, const char *name, const char *value),
+                        void *ctx)
+{
+    char v[64];
+    snprintf(v, sizeof(v), "%d", settings.num_threads);
+    out(ctx, "num_threads_per_udp", v);
+    if (settings.ssd_path != NULL) {
+        snprintf(v, sizeof(v), "%d", settings.ssd_buf_size);
+        out(ctx, "ext_wbuf_size", v);
+    }
+    for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
+        const char *val = mc_settings_rows[i].value;
+        if (mc_settings_rows[i].ssd && settings.ssd_path == NULL)
+            continue;
+        const struct option_def *o = mc_settings_rows[i].opt != NULL
+                                     ? opt_by_name(mc_settings_rows[i].opt) : NULL;
+        const char *arg = o != NULL ? ignored_arg[o - options] : NULL;
+        if (arg != NULL && mc_settings_rows[i].scale != 0) {
+            snprintf(v, sizeof(v), "%lld", atoll(arg) * mc_settings_rows[i].scale);
+            val = v;
+        } else if (arg != NULL) {
+            val = arg;
+        }
+        out(ctx, mc_settings_rows[i].name, val);
+    }
+}
+
 void settings_each(void (*out)(void *ctx, const char *name, const char *value),
                    void *ctx)
 {
@@ -1104,4 +1181,5 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
                                  : "auto-negotiate");
     snprintf(v, sizeof(v), "%d", settings.slab_page_size);
     out(ctx, "slab_page_size", v);
+    mc_settings(out, ctx);
 }

@@ -199,6 +199,9 @@ static uint32_t req_word;           /* atomic */
     X(moved_to_pool, "slab_reassign_to_pool") \
     X(aborted,       "slab_reassign_aborted") \
     X(evictions,     "slab_reassign_evicted") \
+    X(rescues,       "slab_reassign_rescues") \
+    X(evictions_nomem, "slab_reassign_evictions_nomem") \
+    X(inline_reclaim, "slab_reassign_inline_reclaim") \
     X(busy_items,    "slab_reassign_busy_items") \
     X(automoves,     "slab_automove_moves")
 #define MOVER_FIELD(name, wire) uint64_t name;
@@ -1097,6 +1100,15 @@ static int move_sweep(int budget)
         switch (chunk_evictor != NULL ? chunk_evictor(chunk) : CHUNK_BUSY) {
         case CHUNK_EVICTED:
             STATS_INCR(&mstats, evictions);
+            STATS_INCR(&mstats, evictions_nomem);
+            break;
+        case CHUNK_RESCUED:
+            STATS_INCR(&mstats, evictions);
+            STATS_INCR(&mstats, rescues);
+            break;
+        case CHUNK_RECLAIMED:
+            STATS_INCR(&mstats, evictions);
+            STATS_INCR(&mstats, inline_reclaim);
             break;
         case CHUNK_BUSY:
             STATS_INCR(&mstats, busy_items);
@@ -1373,11 +1385,19 @@ static uint64_t stat_total_malloced(void)
     return slabs_mem_malloced();
 }
 
+/* memcached's slab_chunk_max: the largest chunk of any class.  Items are
+ * never split, so an item above it takes a class of its own size. */
+static void slabs_settings(struct stat_sink *s)
+{
+    stat_printf(s, "slab_chunk_max", "%zu", (size_t)classes[nclasses].size);
+}
+
 /* `stats slabs`, and the allocator's and mover's lines of plain `stats`
  * (stats.c's table names them and says what they mean). */
 static void slabs_stats_register(void)
 {
     stats_register_section("slabs", slabs_stats);
+    stats_register_section("settings", slabs_settings);
     stats_provide("total_malloced", stat_total_malloced);
     stats_provide_counter("slab_reassign_running", &mstats.running);
 #define MOVER_PROVIDE(name, wire) stats_provide_counter(wire, &mstats.name);

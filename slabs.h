@@ -100,8 +100,11 @@ void slabs_stats(struct stat_sink *sink);
 /* What the chunk evictor did with one used chunk of a draining page. */
 enum chunk_evict_result {
     CHUNK_FREE,     /* the chunk holds no item (free, or freed meanwhile) */
-    CHUNK_EVICTED,  /* its item was unlinked; the chunk is freed once the
-                       last reference goes */
+    CHUNK_EVICTED,  /* its live item was evicted; the chunk is freed once
+                       the last reference goes */
+    CHUNK_RESCUED,  /* its item moved down a tier; freed likewise */
+    CHUNK_RECLAIMED, /* its item was dead (expired or flushed) and was
+                       unlinked; freed likewise */
     CHUNK_BUSY,     /* allocated but not linked yet, referenced by a reader,
                        or its stripe is busy: try again later */
 };

@@ -377,6 +377,25 @@ static const struct stat_row general_stats[] = {
         "being handed to a worker count)"),
     ROW("connection_structures", GAUGE, GSTATS(connection_structures),
         "connection objects allocated (clients + UDP)"),
+    ROW("response_obj_oom", COUNTER, GSTATS(response_obj_oom),
+        "responses that could not be queued for lack of memory"),
+    ROW("response_obj_count", GAUGE, GSTATS(response_objs),
+        "response objects allocated: queued on connections or kept for reuse "
+        "by the workers"),
+    ROW("response_obj_bytes", GAUGE, MODULE, "bytes of those objects"),
+    ROW("read_buf_count", GAUGE, GSTATS(connection_structures),
+        "connection read buffers (one per connection object)"),
+    ROW("read_buf_bytes", GAUGE, GSTATS(read_buf_bytes),
+        "bytes of those buffers (16 KB each, 64 KB for UDP, more while a "
+        "long request is read)"),
+    ROW("read_buf_bytes_free", CONST, LOCAL(local_zero),
+        "always 0: every connection owns its read buffer; none is pooled"),
+    ROW("read_buf_oom", COUNTER, GSTATS(read_buf_oom),
+        "read buffers that could not be allocated or grown (the connection "
+        "is closed)"),
+    ROW("reserved_fds", CONST, MODULE,
+        "file descriptors kept back from `-c` for listeners, tier files and "
+        "the workers"),
     ROW("cmd_get", COUNTER, WORKERS(get_cmds),
         "keys requested by get/gets/gat/gats/mg and binary gets"),
     ROW("cmd_set", COUNTER, CLASSES(set_cmds),
@@ -417,6 +436,43 @@ static const struct stat_row general_stats[] = {
         "the SSD tier's size in bytes (only with an SSD tier)"),
     ROW("extstore_io_queue", GAUGE, MODULE,
         "SSD reads and writes in flight (only with an SSD tier)"),
+    ROW("get_extstore", COUNTER, MODULE,
+        "gets answered from the SSD tier (`get_hits_ssd`) (only with an SSD tier)"),
+    ROW("get_aborted_extstore", CONST, MODULE,
+        "always 0: a queued SSD read is never cancelled (only with an SSD "
+        "tier)"),
+    ROW("get_oom_extstore", COUNTER, MODULE,
+        "SSD reads not started for want of DRAM to hold the value "
+        "(`ssd_reads_nomem`) (only with an SSD tier)"),
+    ROW("recache_from_extstore", COUNTER, MODULE,
+        "SSD items moved up to DRAM or NVM (`fetch_ssd_to_dram` + "
+        "`fetch_ssd_to_nvm`) (only with an SSD tier)"),
+    ROW("miss_from_extstore", COUNTER, MODULE,
+        "SSD reads whose tuple was gone by then, answered as a miss "
+        "(`ssd_read_misses`) (only with an SSD tier)"),
+    ROW("badcrc_from_extstore", COUNTER, MODULE,
+        "damaged tuples found on read (`tuple_checksum_failures`: NVM and SSD "
+        "together) (only with an SSD tier)"),
+    ROW("extstore_compact_lost", CONST, MODULE,
+        "always 0: defrag moves every live tuple or, on a full SSD, drops "
+        "whole pages (`extstore_page_evictions`) (only with an SSD tier)"),
+    ROW("extstore_compact_rescues", COUNTER, MODULE,
+        "tuples defrag re-packed (`ssd_defrag_moved`) (only with an SSD tier)"),
+    ROW("extstore_compact_skipped", CONST, MODULE,
+        "always 0: defrag skips no live tuple (only with an SSD tier)"),
+    ROW("extstore_page_allocs", COUNTER, MODULE,
+        "SSD pages taken off the free list (`ssd_page_allocs`) (only with an "
+        "SSD tier); not cleared by `stats reset`"),
+    ROW("extstore_page_evictions", COUNTER, MODULE,
+        "SSD pages whose items were dropped because the SSD was full "
+        "(`ssd_pages_dropped`) (only with an SSD tier)"),
+    ROW("extstore_objects_evicted", COUNTER, MODULE,
+        "items dropped from the SSD (`ssd_items_dropped`) (only with an SSD tier)"),
+    ROW("extstore_bytes_evicted", COUNTER, MODULE,
+        "bytes of those items' tuples (`ssd_bytes_dropped`) (only with an SSD tier)"),
+    ROW("extstore_objects_written", COUNTER, MODULE,
+        "tuples written to SSD: moves down, sets that fell back to SSD, "
+        "defrag (`ssd_tuples_written`) (only with an SSD tier)"),
     ROW("get_misses", COUNTER, WORKERS(get_misses), "keys not found"),
     ROW("get_expired", COUNTER, WORKERS(get_expired),
         "misses because the item had expired"),
@@ -446,6 +502,10 @@ static const struct stat_row general_stats[] = {
         "good (with `-M`: DRAM and NVM full and the SSD full or unwritable), "
         "`store_wait_ms` 0, or a UDP store; a store that waited in vain "
         "counts in `store_wait_timeouts` instead"),
+    ROW("auth_cmds", COUNTER, GSTATS(auth_cmds),
+        "authentication requests; 0, as `-S` and `-Y` are refused"),
+    ROW("auth_errors", COUNTER, GSTATS(auth_errors),
+        "failed authentications; 0, as `-S` and `-Y` are refused"),
     ROW("bytes_read", COUNTER, WORKERS(bytes_read),
         "bytes read from the network"),
     ROW("bytes_written", COUNTER, WORKERS(bytes_written),
@@ -470,9 +530,46 @@ static const struct stat_row general_stats[] = {
         "bytes used by the hash table"),
     ROW("hash_is_expanding", GAUGE, MODULE,
         "1 while an incremental resize runs"),
+    ROW("slab_reassign_rescues", COUNTER, MODULE,
+        "items of pages being emptied that moved down a tier rather than "
+        "being evicted; not cleared by `stats reset`"),
+    ROW("slab_reassign_chunk_rescues", CONST, LOCAL(local_zero),
+        "always 0: no item is split into chunks here"),
+    ROW("slab_reassign_evictions_nomem", COUNTER, MODULE,
+        "live items of pages being emptied that were evicted (no lower tier); "
+        "not cleared by `stats reset`"),
+    ROW("slab_reassign_inline_reclaim", COUNTER, MODULE,
+        "expired or flushed items of pages being emptied, freed in place; "
+        "not cleared by `stats reset`"),
+    ROW("slab_reassign_busy_deletes", CONST, LOCAL(local_zero),
+        "always 0: a busy item is retried (`slab_reassign_busy_items`), "
+        "never deleted"),
+    ROW("lru_crawler_running", GAUGE, MODULE,
+        "1 while an expiry crawl pass runs"),
+    ROW("lru_crawler_starts", COUNTER, GSTATS(lru_crawler_starts),
+        "expiry crawl passes started (by the timer or `lru_crawler crawl`)"),
+    ROW("lru_maintainer_juggles", COUNTER, MODULE,
+        "rounds of the DRAM and NVM LRU threads (Lazy LRU); not cleared by "
+        "`stats reset`"),
     ROW("malloc_fails", CONST, LOCAL(local_zero),
         "always 0: memory is taken as slab pages, whose failures count in "
         "`outofmemory`"),
+    ROW("log_worker_dropped", CONST, LOCAL(local_zero),
+        "always 0: `watch` lines go to one ring that overwrites its oldest; "
+        "what a watcher loses counts in `log_watcher_skipped`"),
+    ROW("log_worker_written", COUNTER, MODULE,
+        "`watch` lines written (only while someone watches); not cleared "
+        "by `stats reset`"),
+    ROW("log_watcher_skipped", COUNTER, MODULE,
+        "`watch` lines a slow watcher lost (`skipped=`); not cleared by "
+        "`stats reset`"),
+    ROW("log_watcher_sent", COUNTER, MODULE,
+        "`watch` lines handed to watchers; not cleared by `stats reset`"),
+    ROW("log_watchers", GAUGE, MODULE, "connections running `watch`"),
+    ROW("unexpected_napi_ids", CONST, LOCAL(local_zero),
+        "always 0: connections are not steered by NAPI ID"),
+    ROW("round_robin_fallback", CONST, LOCAL(local_zero),
+        "always 0: connections are not steered by NAPI ID"),
     ROW("partitions", CONST, LOCAL(local_partitions),
         "LRU/free-list partitions per slab class (`-o partitions`)"),
     ROW("total_malloced", GAUGE, MODULE,
@@ -514,6 +611,15 @@ static const struct stat_row general_stats[] = {
         "items the crawler examined"),
     ROW("lrutail_reflocked", COUNTER, GSTATS(lrutail_reflocked),
         "LRU tail items skipped because a reader held them"),
+    ROW("direct_reclaims", COUNTER, GSTATS(direct_reclaims),
+        "items a worker took from an LRU tail (expired, or evicted) to store "
+        "a new one, for want of a free chunk"),
+    ROW("moves_to_cold", CONST, LOCAL(local_zero),
+        "always 0: one LRU per class, not segmented (see `stats items`)"),
+    ROW("moves_to_warm", CONST, LOCAL(local_zero),
+        "always 0: one LRU per class, not segmented"),
+    ROW("moves_within_lru", COUNTER, GSTATS(lru_bumps),
+        "items moved to the head of their LRU after a read (`lru_bumps`)"),
     ROW("lru_bumps_queued", COUNTER, GSTATS(lru_bumps_queued),
         "reads that raised an item's temperature class, queued on the "
         "worker's bump ring for its LRU thread (Lazy LRU: workers never take "

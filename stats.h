@@ -74,7 +74,9 @@ struct thread_stats {
     X(hash_bytes)        \
     X(conn_mem_bytes)    \
     X(accepting_conns)   \
-    X(stores_waiting)
+    X(stores_waiting)    \
+    X(response_objs)     \
+    X(read_buf_bytes)
 
 /* Engine-wide counters, cleared by `stats reset`. */
 #define GLOBAL_COUNTER_FIELDS(X) \
@@ -92,6 +94,12 @@ struct thread_stats {
     X(crawler_reclaimed)     \
     X(crawler_items_checked) \
     X(lrutail_reflocked)     \
+    X(direct_reclaims)       \
+    X(lru_crawler_starts)    \
+    X(read_buf_oom)          \
+    X(response_obj_oom)      \
+    X(auth_cmds)             \
+    X(auth_errors)           \
     X(lru_bumps_queued)      \
     X(lru_bumps_dropped)     \
     X(lru_bumps)             \

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "stats.h"
 #include "util.h"
 #include "watch.h"
 
@@ -43,6 +44,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slot *ring;               /* allocated by the first watcher */
 static uint64_t next_gid = 1;           /* lock */
 static struct watcher *watchers;        /* lock */
+/* `stats` lines (relaxed atomics, written under lock). */
+static uint64_t nwatchers, lines_sent, lines_skipped, lines_written;
 
 static void update_mask_locked(void)
 {
@@ -69,6 +72,7 @@ struct watcher *watcher_new(unsigned int mask)
     w->next_gid = next_gid;
     w->next = watchers;
     watchers = w;
+    __atomic_fetch_add(&nwatchers, 1, __ATOMIC_RELAXED);
     update_mask_locked();
     pthread_mutex_unlock(&lock);
     return w;
@@ -82,6 +86,7 @@ void watcher_free(struct watcher *w)
     for (struct watcher **pp = &watchers; *pp != NULL; pp = &(*pp)->next)
         if (*pp == w) {
             *pp = w->next;
+            __atomic_fetch_sub(&nwatchers, 1, __ATOMIC_RELAXED);
             break;
         }
     update_mask_locked();
@@ -97,6 +102,7 @@ size_t watcher_read(struct watcher *w, char *buf, size_t cap)
     if (w->next_gid < oldest) {
         n = (size_t)snprintf(buf, cap, "skipped=%llu\n",
                              (unsigned long long)(oldest - w->next_gid));
+        __atomic_fetch_add(&lines_skipped, oldest - w->next_gid, __ATOMIC_RELAXED);
         w->next_gid = oldest;
     }
     for (; w->next_gid < next_gid; w->next_gid++) {
@@ -107,6 +113,7 @@ size_t watcher_read(struct watcher *w, char *buf, size_t cap)
             break;
         memcpy(buf + n, s->text, s->len);
         n += s->len;
+        __atomic_fetch_add(&lines_sent, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&lock);
     return n;
@@ -126,6 +133,7 @@ static void emit(unsigned int kind, const char *fmt, ...)
         return;
     }
     uint64_t gid = next_gid++;
+    __atomic_fetch_add(&lines_written, 1, __ATOMIC_RELAXED);
     struct slot *s = &ring[gid % WATCH_SLOTS];
     int h = snprintf(s->text, WATCH_LINE, "ts=%lld.%06d gid=%llu ", (long long)tv.tv_sec,
                      (int)tv.tv_usec, (unsigned long long)gid);
@@ -197,4 +205,12 @@ void watch_tier_move(const char *key, size_t nkey, const char *from,
     char k[KEYBUF];
     emit(WATCH_TIERS, "type=tier_move key=%s from=%s to=%s clsid=%u size=%u\n",
          uri_key(key, nkey, k), from, to, clsid, value_len);
+}
+
+void watch_stats_register(void)
+{
+    stats_provide_counter("log_watchers", &nwatchers);
+    stats_provide_counter("log_watcher_sent", &lines_sent);
+    stats_provide_counter("log_watcher_skipped", &lines_skipped);
+    stats_provide_counter("log_worker_written", &lines_written);
 }

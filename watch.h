@@ -55,4 +55,8 @@ void watcher_free(struct watcher *w);
  * dropped before this watcher read them come out as one "skipped=<n>". */
 size_t watcher_read(struct watcher *w, char *buf, size_t cap);
 
+/* Hands the log's counters to `stats` (log_watchers, log_watcher_sent,
+ * log_watcher_skipped, log_worker_written). */
+void watch_stats_register(void);
+
 #endif

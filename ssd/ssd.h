@@ -408,6 +408,7 @@ enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
     X(inflight,      "device reads and writes in flight") \
     X(reads_inflight, "device reads in flight") \
     X(reclaimed,     "pages reclaimed (version bumped)") \
+    X(page_allocs,   "pages taken off the free list") \
     X(io_errors,     "failed or short device reads and writes")
 
 struct ssd_stats {

@@ -498,6 +498,7 @@ static int do_page_alloc(struct ssd_store *s)
         __atomic_store_n(&do_table_page(s, (unsigned)id)[1], (uint32_t)p->seq,
                          __ATOMIC_RELAXED);
     p->next_slot = 0;
+    ST_ADD(s, page_allocs, 1);
     p->bufs_out = 0;
     p->live = 0;
     memset(&s->buf_used[(size_t)id * s->bufs_per_page], 0,

@@ -38,6 +38,7 @@ struct tac_tuple_hdr;
     X(ssd_large_bufs)        \
     X(ssd_read_retries)      \
     X(ssd_read_misses)       \
+    X(ssd_reads_nomem)       \
     X(ssd_reads_unparked)    \
     X(ssd_write_retries)     \
     X(ssd_write_errors)      \
@@ -45,6 +46,9 @@ struct tac_tuple_hdr;
     X(ssd_defrag_runs)       \
     X(ssd_defrag_moved)      \
     X(ssd_items_dropped)     \
+    X(ssd_bytes_dropped)     \
+    X(ssd_pages_dropped)     \
+    X(ssd_tuples_written)    \
     X(fetch_queued)          \
     X(fetch_dropped)         \
     X(fetch_nvm_to_dram)     \
@@ -86,6 +90,7 @@ struct tac_state {
 extern struct tac_state tac;
 
 #define TAC_INCR(field) STATS_INCR(&tac.stats, field)
+#define TAC_ADD(field, n) STATS_ADD(&tac.stats, field, n)
 
 /* Pages of -m kept for meta tuples: data items may not take them (see
  * tac_init); the evictors count them as used. */

@@ -318,6 +318,8 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
     if (len > sd.info.buf_size) {
         ok = writer_put_large(w, iov, n, len, ref);
         pthread_mutex_unlock(&w->lock);
+        if (ok)
+            TAC_INCR(ssd_tuples_written);
         return ok;
     }
     for (int tries = 0; tries < 2 && !ok; tries++) {
@@ -342,6 +344,8 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
             break;
     }
     pthread_mutex_unlock(&w->lock);
+    if (ok)
+        TAC_INCR(ssd_tuples_written);
     return ok;
 }
 
@@ -712,6 +716,7 @@ bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
         return false;
     pr->t = tac_transient_new(meta);
     if (pr->t == NULL) {
+        TAC_INCR(ssd_reads_nomem);
         free(pr);
         return false;
     }
@@ -1019,6 +1024,7 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
         if (drop) {
             do_item_evict(it, hv);
             TAC_INCR(ssd_items_dropped);
+            TAC_ADD(ssd_bytes_dropped, len);
         } else {
             struct iovec iov[2] = {
                 { &hdr, sizeof(hdr) },
@@ -1074,10 +1080,13 @@ static bool defrag_page(struct tac_iobuf *io)
     bool drop = page_nearly_full(&pi);
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
-    if (drop)
+    if (drop) {
         page = ssd_page_oldest(tac.ssd, &pi);
-    else
+        if (page >= 0)
+            TAC_INCR(ssd_pages_dropped);
+    } else {
         TAC_INCR(ssd_defrag_runs);
+    }
     if (page < 0)
         return false;
     for (unsigned slot = 0; slot < sd.info.bufs_per_page; slot++) {
@@ -1148,6 +1157,7 @@ static void drop_failed_buf(struct ssd_buf *b)
         if (it != NULL && item_value_async(it) && item_meta_ref(it) == base + off) {
             do_item_evict(it, hv);
             TAC_INCR(ssd_items_dropped);
+            TAC_ADD(ssd_bytes_dropped, len);
         }
         if (it != NULL)
             item_release(it);
@@ -1452,6 +1462,7 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_writes_inflight", "%llu",
                 (unsigned long long)(st.inflight - st.reads_inflight));
     stat_printf(s, "ssd_pages_reclaimed", "%llu", (unsigned long long)st.reclaimed);
+    stat_printf(s, "ssd_page_allocs", "%llu", (unsigned long long)st.page_allocs);
     stat_printf(s, "ssd_io_errors", "%llu", (unsigned long long)st.io_errors);
     pthread_mutex_lock(&sd.lock);
     size_t nfailed = sd.nfailed + sd.retries_inflight;
@@ -1481,6 +1492,23 @@ static uint64_t ext_bytes_written(void) { return ext_now().bytes_written; }
 static uint64_t ext_bytes_read(void) { return ext_now().bytes_read; }
 static uint64_t ext_limit(void) { return (uint64_t)sd.info.npages * sd.info.page_size; }
 static uint64_t ext_io_queue(void) { return ext_now().inflight; }
+static uint64_t ext_page_allocs(void) { return ext_now().page_allocs; }
+static uint64_t ext_none(void) { return 0; }
+static uint64_t ext_oom(void) { return STATS_GET(&tac.stats, ssd_reads_nomem); }
+#define TAC_GET(field) STATS_GET(&tac.stats, field)
+static uint64_t ext_gets(void) { return TAC_GET(get_hits_ssd); }
+static uint64_t ext_recache(void)
+{
+    return TAC_GET(fetch_ssd_to_dram) + TAC_GET(fetch_ssd_to_nvm);
+}
+static uint64_t ext_misses(void) { return TAC_GET(ssd_read_misses); }
+static uint64_t ext_badcrc(void) { return TAC_GET(tuple_checksum_failures); }
+static uint64_t ext_rescues(void) { return TAC_GET(ssd_defrag_moved); }
+static uint64_t ext_page_evictions(void) { return TAC_GET(ssd_pages_dropped); }
+static uint64_t ext_objects_evicted(void) { return TAC_GET(ssd_items_dropped); }
+static uint64_t ext_bytes_evicted(void) { return TAC_GET(ssd_bytes_dropped); }
+static uint64_t ext_objects_written(void) { return TAC_GET(ssd_tuples_written); }
+#undef TAC_GET
 static uint64_t ext_fragmented(void)
 {
     struct ssd_stats st = ext_now();
@@ -1525,6 +1553,20 @@ void tac_ssd_stats_register(void)
         { "extstore_bytes_fragmented", ext_fragmented },
         { "extstore_limit_maxbytes", ext_limit },
         { "extstore_io_queue", ext_io_queue },
+        { "get_extstore", ext_gets },
+        { "get_aborted_extstore", ext_none },
+        { "get_oom_extstore", ext_oom },
+        { "recache_from_extstore", ext_recache },
+        { "miss_from_extstore", ext_misses },
+        { "badcrc_from_extstore", ext_badcrc },
+        { "extstore_compact_lost", ext_none },
+        { "extstore_compact_rescues", ext_rescues },
+        { "extstore_compact_skipped", ext_none },
+        { "extstore_page_allocs", ext_page_allocs },
+        { "extstore_page_evictions", ext_page_evictions },
+        { "extstore_objects_evicted", ext_objects_evicted },
+        { "extstore_bytes_evicted", ext_bytes_evicted },
+        { "extstore_objects_written", ext_objects_written },
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         stats_provide(rows[i].name, on ? rows[i].fn : NULL);

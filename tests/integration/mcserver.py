@@ -172,7 +172,7 @@ class Conn:
 
 
 class Server:
-    def __init__(self, args, tmpdir, port=None, udp_port=0, unix=None, wait=True):
+    def __init__(self, args, tmpdir, port=None, udp_port=0, unix=None, wait=True, binary=None):
         self.host = "127.0.0.1"
         self.port = port
         self.udp_port = udp_port
@@ -180,10 +180,11 @@ class Server:
         self.conns = []
         self.expect_exit = False
         self.stderr_path = os.path.join(tmpdir, "server-%d.stderr" % id(self))
+        binary = binary or SERVER_BIN
         if unix:
-            cmd = [SERVER_BIN] + base_args() + ["-s", unix] + list(args)
+            cmd = [binary] + base_args() + ["-s", unix] + list(args)
         else:
-            cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(port), "-U", str(udp_port)] + list(args)
+            cmd = [binary] + base_args() + ["-l", "127.0.0.1", "-p", str(port), "-U", str(udp_port)] + list(args)
         self.cmd = cmd
         self.stderr_file = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.stderr_file, stderr=subprocess.STDOUT,
