@@ -4,8 +4,10 @@ and stock memcached 1.6 with extstore, both loaded with the same data.  Every
 metric family the exporter makes of stock memcached must come out of
 tac-memcached too, and a few values must match the data loaded.
 
-The exporter asks a server for `stats`, `stats slabs`, `stats items` (on one
-connection, in that order) and `stats settings` (on a second connection)."""
+On each scrape the exporter opens a connection and sends `stats`, `stats
+slabs`, `stats items` and `stats settings`, in that order (no `stats conns`
+nor any other); a CLIENT_ERROR or an unparsable value of a stat it reads sets
+memcached_up to 0, a stat that is absent just leaves its metric out."""
 import os
 import random
 import shutil
