@@ -37,6 +37,7 @@
 #include "assoc.h"
 #include "conn.h"
 #include "items.h"
+#include "metrics.h"
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "settings.h"
@@ -626,7 +627,7 @@ int main(int argc, char **argv)
         if (ok && settings.udpport)
             ok = server_listen_inet(settings.udpport, SOCK_DGRAM);
     }
-    if (!ok) {
+    if (!ok || !metrics_start(main_base)) {
         fprintf(stderr, "failed to start listening\n");
         exit(EX_OSERR);
     }
@@ -650,6 +651,7 @@ int main(int argc, char **argv)
         if (listeners[i].transport != TRANSPORT_UDP)
             close(listeners[i].fd);
     }
+    metrics_stop();
     workers_stop();
     tac_stop();
     tac_close();

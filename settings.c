@@ -372,6 +372,10 @@ static const struct option_def options[] = {
       true, "read_buf_mem_limit", "<mb>", "memcached's limit on connection "
       "buffers, in megabytes: sets conn_mem_limit when that is not given (raised "
       "to its floor, with a note); 0 leaves the default") },
+    { OPT(0, "metrics_port", OPT_INT, S(metrics_port), 0, 65535, true,
+      "metrics_port", "<num>", "HTTP port serving the stats in Prometheus "
+      "text format at /metrics, on the -l addresses (127.0.0.1 with -s); 0 "
+      "is off"), .def = "0" },
     { OPT(0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
       "store_wait_ms", "<ms>", "longest a store waits, parked on its "
       "connection, for a lower tier to make room before it is answered "

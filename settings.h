@@ -134,6 +134,7 @@ struct settings {
     size_t read_buf_mem_limit; /* -o read_buf_mem_limit (memcached's name,
                                megabytes), bytes; 0 = not given */
     int store_wait_ms;      /* -o store_wait_ms: longest wait for room */
+    int metrics_port;       /* -o metrics_port: Prometheus endpoint, 0 = off */
 };
 
 extern struct settings settings;

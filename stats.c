@@ -231,7 +231,12 @@ void stats_reset(void)
  *   constant  fixed while the server runs
  *   string    text, fixed while the server runs
  */
-enum stat_type { STAT_COUNTER, STAT_GAUGE, STAT_CONST, STAT_STRING };
+enum stat_type {
+    STAT_COUNTER = STAT_KIND_COUNTER,
+    STAT_GAUGE = STAT_KIND_GAUGE,
+    STAT_CONST = STAT_KIND_CONST,
+    STAT_STRING = STAT_KIND_STRING,
+};
 
 enum stat_src {
     SRC_GSTATS,     /* a uint64_t field of gstats */
@@ -731,6 +736,14 @@ void stats_provide_counter(const char *name, const uint64_t *counter)
     provided[i].fn = NULL;
     provided[i].counter = counter;
     provided[i].text = NULL;
+}
+
+int stats_general_kind(const char *name)
+{
+    for (size_t i = 0; i < NGENERAL; i++)
+        if (strcmp(general_stats[i].name, name) == 0)
+            return (int)general_stats[i].type;
+    return -1;
 }
 
 static uint64_t field_at(const void *base, size_t off)

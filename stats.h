@@ -188,6 +188,12 @@ void stats_provide(const char *name, uint64_t (*fn)(void));
 void stats_provide_counter(const char *name, const uint64_t *counter);
 /* A STRING row's text (a static string). */
 void stats_provide_text(const char *name, const char *(*fn)(void));
+
+/* What a line of plain `stats` is (doc/stats.md's kind column): the
+ * metrics endpoint types its samples with it.  -1 for a name that is not
+ * a row. */
+enum stat_kind { STAT_KIND_COUNTER, STAT_KIND_GAUGE, STAT_KIND_CONST, STAT_KIND_STRING };
+int stats_general_kind(const char *name);
 /* A worker's counters, summed by stats_aggregate() and cleared by `stats
  * reset`.  The worker must outlive every later `stats`. */
 void stats_add_worker(struct thread_stats *ts);
