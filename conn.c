@@ -1368,6 +1368,13 @@ static bool conn_read_udp(conn *c)
     }
     c->rcurr = c->rbuf + UDP_HEADER_SIZE;
     c->rbytes = (size_t)n - UDP_HEADER_SIZE;
+    /* Each datagram picks its protocol by its first byte, as a TCP
+     * connection does; one that -B rules out is dropped. */
+    bool binary = (unsigned char)c->rcurr[0] == 0x80;
+    c->protocol = binary ? PROTO_BINARY : PROTO_TEXT;
+    if ((binary && settings.protocol == PROTOCOL_ASCII) ||
+        (!binary && settings.protocol == PROTOCOL_BINARY))
+        c->rbytes = 0;
     return true;
 }
 
@@ -1380,7 +1387,7 @@ static void udp_parse(conn *c)
         if (c->state == conn_nread) {
             conn_read_value(c, false);
             if (c->state == conn_nread && c->rlbytes == 0)
-                conn_complete_nread(c, PROTO_TEXT);
+                conn_complete_nread(c, c->protocol);
             continue;
         }
         if (c->state == conn_swallow) {
@@ -1389,7 +1396,7 @@ static void udp_parse(conn *c)
         }
         c->noreply = false;
         conn_set_state(c, conn_parse_cmd);
-        if (protocols[PROTO_TEXT]->try_command(c) == PROTO_NEED_MORE) {
+        if (protocols[c->protocol]->try_command(c) == PROTO_NEED_MORE) {
             c->rbytes = 0;              /* a request must fit its datagram */
             break;
         }
@@ -1440,7 +1447,6 @@ static void conn_drive_udp(conn *c)
             return;
     }
     for (int budget = 0; budget < 64 && conn_read_udp(c); budget++) {
-        c->protocol = PROTO_TEXT;
         c->udp_busy = true;
         conn_set_state(c, conn_parse_cmd);
         udp_parse(c);

@@ -243,3 +243,69 @@ def test_quit(shared_srv):
     assert c.call(QUIT)["status"] == OK
     assert s.recv(10) == b""
     s.close()
+
+
+def parse_bin(data):
+    """The binary responses packed in `data`, in order."""
+    out = []
+    while data:
+        magic, op, klen, elen, _dt, status, blen, opaque, cas = HDR.unpack(data[:24])
+        assert magic == 0x81, "bad response magic %#x" % magic
+        body = data[24:24 + blen]
+        assert len(body) == blen, "a response cut short"
+        out.append(dict(op=op, status=status, opaque=opaque, cas=cas, extras=body[:elen],
+                        key=body[elen:elen + klen], value=body[elen + klen:]))
+        data = data[24 + blen:]
+    return out
+
+
+def test_binary_over_udp(server):
+    """Each datagram picks its protocol by its first byte, as memcached's UDP does: binary
+    set, get, getk, a quiet pipeline, a value split over several reply datagrams, and text
+    on the same socket."""
+    from test_options import udp_request
+    s = server(udp=True)
+    addr = (s.host, s.udp_port)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.pack(">II", 0xCAFE, 0)
+    key = b"udp:binary:" + b"k" * 36
+    r, n = udp_request(u, addr, 1, frame(SET, key=key, value=b"hello", extras=flags, opaque=9))
+    (res,) = parse_bin(r)
+    assert (res["op"], res["status"], res["opaque"], n) == (SET, OK, 9, 1) and res["cas"] != 0
+    r, _ = udp_request(u, addr, 2, frame(GETK, key=key, opaque=10))
+    (res,) = parse_bin(r)
+    assert (res["status"], res["key"], res["value"]) == (OK, key, b"hello")
+    assert res["extras"] == struct.pack(">I", 0xCAFE)
+    r, _ = udp_request(u, addr, 3, frame(NOOP, opaque=3))
+    assert [(g["op"], g["opaque"]) for g in parse_bin(r)] == [(NOOP, 3)]
+    # A value larger than a datagram comes back in several, in order.
+    big = bytes((i * 13) % 251 for i in range(6000))
+    r, _ = udp_request(u, addr, 4, frame(SET, key=b"udp:big", value=big, extras=flags))
+    assert parse_bin(r)[0]["status"] == OK
+    r, n = udp_request(u, addr, 5, frame(GET, key=b"udp:big"))
+    assert n >= 5 and parse_bin(r)[0]["value"] == big
+    # Text on the same socket still works, and sees the binary writes.
+    r, _ = udp_request(u, addr, 6, b"get " + key + b"\r\n")
+    assert r == b"VALUE %s %d 5\r\nhello\r\nEND\r\n" % (key, 0xCAFE)
+    r, _ = udp_request(u, addr, 7, frame(DELETE, key=key))
+    assert parse_bin(r)[0]["status"] == OK
+    r, _ = udp_request(u, addr, 8, frame(GET, key=key))
+    assert parse_bin(r)[0]["status"] == ENOENT
+    u.close()
+
+
+@pytest.mark.tac_only
+def test_udp_datagrams_of_the_protocol_b_rules_out_are_dropped(server):
+    """-B ascii drops binary datagrams and -B binary text ones; the other kind is answered."""
+    from test_options import udp_request
+    for mode, ok, dropped in (("ascii", b"version\r\n", frame(VERSION)),
+                              ("binary", frame(VERSION), b"version\r\n")):
+        s = server(["-B", mode], udp=True)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        addr = (s.host, s.udp_port)
+        with pytest.raises(socket.timeout):
+            udp_request(u, addr, 1, dropped, timeout=0.5)
+        r, _ = udp_request(u, addr, 2, ok)
+        assert b"1.6" in r
+        u.close()
+        assert s.alive()
