@@ -282,6 +282,8 @@ static const struct option_def options[] = {
     { OPT(0, "slab_automove", OPT_INT, S(slab_automove), 0, 2, true, "slab_automove",
       "<0|1>", "move pages to classes that run short automatically"),
       .def = "1" },
+    { OPT(0, "no_slab_automove", OPT_ACTION, NOFIELD, 0, 0, true, NULL, NULL,
+      "slab_automove=0") },
     { OPT(0, "nvm_path", OPT_STRING, S(nvm_path), 0, 0, true, "nvm_path",
       "<path:size>", "NVM tier: a DAX file, /dev/daxX.Y, a plain file "
       "(emulation) or numa:N, and its size, e.g. /dev/shm/tac-nvm:4g"),
@@ -418,6 +420,10 @@ static const struct option_def options[] = {
     IGNORED("ext_drop_under"),
     IGNORED("ext_max_frag"),
     IGNORED("ext_max_sleep"),
+    IGNORED("ext_io_depth"),
+    IGNORED("slab_sizes"),
+    IGNORED("resp_obj_mem_limit"),
+    IGNORED("no_drop_privileges"),
 };
 #undef IGNORED
 #undef S
@@ -576,6 +582,8 @@ static void opt_apply(const struct option_def *o, const char *arg)
         ignored_arg[o - options] = strdup(arg ? arg : "yes");
         break;
     case OPT_ACTION:
+        if (strcmp(o->name, "no_slab_automove") == 0)
+            settings.slab_automove = 0;
         break;
     }
     if (o->check != NULL && !o->check(o))

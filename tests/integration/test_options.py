@@ -394,15 +394,23 @@ def test_ignored_options_say_so_at_start(server):
     ], s.stderr_text()
 
 
-# memcached 1.6.18's tuning options (its -h) that have no meaning here, in
-# the forms memcached takes: each starts the server with one line naming it.
+# memcached 1.6.18's tuning options (its -h, and those its parser takes
+# beyond -h) that have no meaning here, in the forms memcached takes: each
+# starts the server with one line naming it.
 MEMCACHED_TUNING = ["no_maxconns_fast", "lru_crawler_sleep=100", "lru_crawler_tocrawl=0",
                     "hot_lru_pct=20", "warm_lru_pct=40", "hot_max_factor=0.2",
                     "warm_max_factor=2.0", "temporary_ttl=61", "watcher_logbuf_size=256",
                     "worker_logbuf_size=64", "track_sizes", "no_hashexpand",
                     "sock_cookie_id=7", "slab_automove_ratio=0.8", "slab_automove_window=30",
                     "slab_automove_freeratio=0.01", "inline_ascii_resp",
-                    "no_inline_ascii_resp", "no_chunked_items"]
+                    "no_inline_ascii_resp", "no_chunked_items", "slab_sizes=96-192-384",
+                    "resp_obj_mem_limit=32", "no_drop_privileges"]
+
+
+@pytest.mark.tac_only
+def test_no_slab_automove_turns_automove_off(server):
+    c = server(["-o", "no_slab_automove"]).connect()
+    assert c.stats(b"settings")["slab_automove"] == "0"
 
 
 @pytest.mark.tac_only
