@@ -11,5 +11,6 @@ from mcserver import (  # noqa: E402,F401  (fixtures and hooks are picked up by 
     pytest_runtest_makereport,
     server,
     shared_srv,
+    shm_file,
     srv,
 )

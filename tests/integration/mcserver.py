@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 
 import pytest
 
@@ -368,3 +369,19 @@ def conn(shared_srv, request):
     if not shared_srv.alive():
         pytest.fail("server died during %s (rc=%s)\n%s" % (request.node.name, shared_srv.proc.poll(),
                                                          shared_srv.stderr_text()), pytrace=False)
+
+
+@pytest.fixture
+def shm_file():
+    """Factory of unique /dev/shm paths for NVM tier files; each is removed afterwards,
+    with what the server keeps beside it (remove_tier_file)."""
+    paths = []
+
+    def make(tag="nvm"):
+        p = "/dev/shm/tac-test-%s-%d-%s" % (tag, os.getpid(), uuid.uuid4().hex[:10])
+        paths.append(p)
+        return p
+
+    yield make
+    for p in paths:
+        remove_tier_file(p)

@@ -4,7 +4,6 @@
 
 The answers are memcached 1.6's; tests without the tac_only marker pass
 against stock memcached too (TAC_SERVER=/usr/bin/memcached)."""
-import os
 import random
 import subprocess
 import threading
@@ -37,16 +36,11 @@ def metadump(c, what=b"all", timeout=60.0):
 
 
 @pytest.fixture
-def three_tiers(server, tmp_path):
+def three_tiers(server, tmp_path, shm_file):
     """A server with DRAM, NVM and SSD tiers (the NVM file under /dev/shm)."""
-    nvm = "/dev/shm/tac-test-dump-%d-%d" % (os.getpid(), random.randrange(1 << 30))
     ssd = str(tmp_path / "ssd.bin")
-    srv = server(["-t", "2", "-m", "16", "-o", "nvm_path=%s:8m,ssd_path=%s:256m" % (nvm, ssd)])
-    yield srv
-    d, base = os.path.split(nvm)
-    for name in os.listdir(d):
-        if name == base or name.startswith(base + "."):
-            os.unlink(os.path.join(d, name))
+    return server(["-t", "2", "-m", "16", "-o",
+                   "nvm_path=%s:8m,ssd_path=%s:256m" % (shm_file("dump"), ssd)])
 
 
 def spread_dataset(srv, n=10000):

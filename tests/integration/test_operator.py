@@ -2,8 +2,6 @@
 
 Tests without the tac_only marker pass against stock memcached too
 (TAC_SERVER=/usr/bin/memcached)."""
-import os
-import random
 import time
 import zlib
 
@@ -96,24 +94,19 @@ def test_cache_memlimit_shrinks_and_grows_dram(server):
 
 
 @pytest.mark.tac_only
-def test_cache_memlimit_moves_items_down_a_tier(server, tmp_path):
+def test_cache_memlimit_moves_items_down_a_tier(server, shm_file):
     """With an NVM tier, lowering DRAM's limit moves items down: none is lost."""
-    nvm = "/dev/shm/tac-test-memlimit-%d-%d" % (os.getpid(), random.randrange(1 << 30))
-    try:
-        c = server(["-t", "2", "-m", "64", "-o", "nvm_path=%s:128m" % nvm]).connect(timeout=60)
-        size = 1500
-        keys = [b"memlimit-tier-%030d" % i for i in range(20000)]   # ~30 MB
-        load(c, keys, size)
-        assert c.line(b"cache_memlimit 16\r\n") == b"OK\r\n"
-        got = wait_malloced(c, 18 * MB)
-        assert got <= 18 * MB, "total_malloced %d MB 30 s after cache_memlimit 16" % (got >> 20)
-        assert check_values(c, keys, size) == len(keys)
-        nvm_items = int(c.stats(b"tiers")["nvm_items"])
-        assert nvm_items > len(keys) // 2, nvm_items
-    finally:
-        for name in os.listdir("/dev/shm"):
-            if name.startswith(os.path.basename(nvm)):
-                os.unlink(os.path.join("/dev/shm", name))
+    nvm = shm_file("memlimit")
+    c = server(["-t", "2", "-m", "64", "-o", "nvm_path=%s:128m" % nvm]).connect(timeout=60)
+    size = 1500
+    keys = [b"memlimit-tier-%030d" % i for i in range(20000)]   # ~30 MB
+    load(c, keys, size)
+    assert c.line(b"cache_memlimit 16\r\n") == b"OK\r\n"
+    got = wait_malloced(c, 18 * MB)
+    assert got <= 18 * MB, "total_malloced %d MB 30 s after cache_memlimit 16" % (got >> 20)
+    assert check_values(c, keys, size) == len(keys)
+    nvm_items = int(c.stats(b"tiers")["nvm_items"])
+    assert nvm_items > len(keys) // 2, nvm_items
 
 
 @pytest.mark.tac_only

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from mcserver import Server, free_port, remove_tier_file
+from mcserver import Server, free_port
 
 STOCK = "/usr/bin/memcached"
 
@@ -51,15 +51,13 @@ def load(c, rng):
 
 
 @pytest.fixture
-def both(request, tmp_path):
+def both(tmp_path, shm_file):
     if not os.path.exists(STOCK):
         pytest.fail("%s is missing: scripts/setup.sh installs the Debian memcached package" % STOCK)
     ext = str(tmp_path / "extstore")
-    nvm = "/dev/shm/tac-parity-%d" % os.getpid()
+    nvm = shm_file("parity")
     ssd = str(tmp_path / "ssd")
     servers = []
-    for path in (nvm, ssd):
-        remove_tier_file(path)
     stock = Server(["-t", "2", "-m", "64", "-o",
                     "ext_page_size=8,ext_wbuf_size=8,ext_path=%s:64m" % ext],
                    str(tmp_path), port=free_port(), binary=STOCK)
@@ -72,7 +70,6 @@ def both(request, tmp_path):
     yield stock, tac
     for s in servers:
         s.stop()
-    remove_tier_file(nvm)
 
 
 def test_every_memcached_stats_name_is_present(both):

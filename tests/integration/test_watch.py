@@ -2,8 +2,6 @@
 
 Tests without the tac_only marker pass against stock memcached too
 (TAC_SERVER=/usr/bin/memcached)."""
-import os
-import random
 import re
 import socket
 import time
@@ -113,26 +111,20 @@ def test_watch_names_memcached_streams_it_lacks(server):
 
 
 @pytest.mark.tac_only
-def test_watch_tiers_shows_moves_down(server):
-    nvm = "/dev/shm/tac-test-watch-%d-%d" % (os.getpid(), random.randrange(1 << 30))
-    try:
-        srv = server(["-t", "2", "-m", "16", "-o", "nvm_path=%s:64m" % nvm])
-        w = Watcher(srv, b"tiers")
-        c = srv.connect(timeout=30)
-        val = b"t" * 3000
-        keys = [b"tiered-%06d" % i for i in range(12000)]           # ~36 MB
-        for i in range(0, len(keys), 500):
-            c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(val), val)
-                            for k in keys[i:i + 500]) + b"mn\r\n")
-            assert recv_until(c.sock, b"MN\r\n", timeout=30) == b"MN\r\n"
-        got = w.lines(lambda g: len(of_type(g, b"tier_move")) >= 100)
-        moves = of_type(got, b"tier_move")
-        assert all(m[b"key"].startswith(b"tiered-") and m[b"size"] == b"3000" for m in moves)
-        assert {(m[b"from"], m[b"to"]) for m in moves} >= {(b"dram", b"nvm")}, moves[:5]
-    finally:
-        for name in os.listdir("/dev/shm"):
-            if name.startswith(os.path.basename(nvm)):
-                os.unlink(os.path.join("/dev/shm", name))
+def test_watch_tiers_shows_moves_down(server, shm_file):
+    srv = server(["-t", "2", "-m", "16", "-o", "nvm_path=%s:64m" % shm_file("watch")])
+    w = Watcher(srv, b"tiers")
+    c = srv.connect(timeout=30)
+    val = b"t" * 3000
+    keys = [b"tiered-%06d" % i for i in range(12000)]           # ~36 MB
+    for i in range(0, len(keys), 500):
+        c.send(b"".join(b"set %s 0 0 %d noreply\r\n%s\r\n" % (k, len(val), val)
+                        for k in keys[i:i + 500]) + b"mn\r\n")
+        assert recv_until(c.sock, b"MN\r\n", timeout=30) == b"MN\r\n"
+    got = w.lines(lambda g: len(of_type(g, b"tier_move")) >= 100)
+    moves = of_type(got, b"tier_move")
+    assert all(m[b"key"].startswith(b"tiered-") and m[b"size"] == b"3000" for m in moves)
+    assert {(m[b"from"], m[b"to"]) for m in moves} >= {(b"dram", b"nvm")}, moves[:5]
 
 
 @pytest.mark.tac_only
