@@ -344,6 +344,9 @@ static const struct option_def options[] = {
     { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
       "ssd_page_size in megabytes"), .check = check_ext_page_size,
       .expect = "megabytes, 1 to 1024" },
+    { OPT(0, "ext_item_size", OPT_INT, S(ext_item_size), 0, 1 << 30, true, NULL,
+      "<bytes>", "values smaller than this never go to SSD: when the tiers above "
+      "are full they are evicted instead (0: any size goes)"), .def = "0" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -411,7 +414,6 @@ static const struct option_def options[] = {
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
     IGNORED("ext_threads"),
-    IGNORED("ext_item_size"),
     IGNORED("ext_item_age"),
     IGNORED("ext_low_ttl"),
     IGNORED("ext_drop_unread"),
@@ -1089,7 +1091,6 @@ static const struct {
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
-    { "ext_item_size", "ext_item_size", "512", 0, true },
     { "ext_item_age", "ext_item_age", "4294967295", 0, true },
     { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
     { "ext_recache_rate", "ext_recache_rate", "2000", 0, true },
@@ -1111,6 +1112,8 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     if (settings.ssd_path != NULL) {
         snprintf(v, sizeof(v), "%d", settings.ssd_buf_size);
         out(ctx, "ext_wbuf_size", v);
+        snprintf(v, sizeof(v), "%d", settings.ext_item_size);
+        out(ctx, "ext_item_size", v);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;

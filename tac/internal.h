@@ -195,6 +195,13 @@ void tac_ssd_set_writer(int evictor_id);
  * new unlinked SSD meta tuple (refcount 1); NULL when SSD or DRAM lacks
  * room.  Caller holds the item lock. */
 item *tac_ssd_store_copy(const item *it, int partition, bool reserved);
+/* Whether a value of nbytes (with its "\r\n") may go to SSD: not below
+ * -o ext_item_size. */
+static inline bool tac_ssd_takes(uint32_t nbytes)
+{
+    return nbytes >= (uint32_t)settings.ext_item_size + 2 ||
+           settings.ext_item_size == 0;
+}
 /* Moves the NVM tuple of NVM meta tuple `meta` to SSD (demote hook for NVM
  * LRU tails).  Item lock held, meta pinned. */
 bool tac_ssd_from_nvm(item *meta, uint32_t hv);

@@ -407,6 +407,10 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         do_item_unlink(meta, hv);
         return true;
     }
+    if (!tac_ssd_takes(meta->nbytes)) {
+        do_item_evict(meta, hv);        /* -o ext_item_size, as in tac_demote */
+        return true;
+    }
     item *n = ssd_meta_new(meta, meta->partition, true);
     if (n == NULL)
         return false;

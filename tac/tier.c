@@ -254,6 +254,11 @@ bool tac_demote(item *it, uint32_t hv)
         meta = tac_nvm_store_copy(it, it->partition, true);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
+    } else if (tac.ssd != NULL && !tac_ssd_takes(it->nbytes)) {
+        /* -o ext_item_size: too small for SSD; drop it, as memcached
+         * evicts what extstore will not take. */
+        do_item_evict(it, hv);
+        return true;
     } else if (tac.ssd != NULL) {
         meta = tac_ssd_store_copy(it, it->partition, true);
         if (meta != NULL)
@@ -391,7 +396,7 @@ static item *tier_stage(item *staging, int partition)
         if (meta != NULL)
             TAC_INCR(set_fallback_nvm);
     }
-    if (meta == NULL && tac.ssd != NULL) {
+    if (meta == NULL && tac.ssd != NULL && tac_ssd_takes(staging->nbytes)) {
         meta = tac_ssd_store_copy(staging, partition, false);
         if (meta != NULL)
             TAC_INCR(set_fallback_ssd);

@@ -405,15 +405,18 @@ def test_ssd_defaults_and_repeated_o(server, ssd_dir):
 
 def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     """memcached's extstore command line starts the SSD tier: ext_path is its
-    file, ext_page_size and ext_wbuf_size (megabytes) its page and buf, and
-    the other ext_* options start the server with a note naming each.  Four
-    times -m of 2-8 KB values comes back byte-exact, much of it from SSD."""
+    file, ext_page_size and ext_wbuf_size (megabytes) its page and buf,
+    ext_item_size its smallest value, and the other ext_* options start the
+    server with a note naming each.  Four times -m of 2-8 KB values comes
+    back byte-exact, much of it from SSD."""
     path = os.path.join(ssd_dir, "extstore")
-    ignored = ["ext_threads=4", "ext_item_size=512", "ext_item_age=0", "ext_max_frag=0.8"]
+    ignored = ["ext_threads=4", "ext_item_age=0", "ext_max_frag=0.8"]
     s = server(["-m", "16", "-t", "2", "-o", ",".join(
-        ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1"] + ignored)])
+        ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1",
+         "ext_item_size=512"] + ignored)])
     c = s.connect()
     st = c.stats(b"settings")
+    assert st.get("ext_item_size") == "512", st
     assert st.get("ssd_path") == path + ":256m", st
     assert st.get("ssd_page_size") == str(4 * MB) and st.get("ssd_buf_size") == str(1 * MB), st
     notes = set(ln for ln in s.stderr_text().splitlines() if "no effect" in ln)
@@ -426,6 +429,33 @@ def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     hits, misses, wrong = read_check(c, keys, lambda k: (0, want[k]))
     assert not wrong and not misses, (wrong[:3], misses[:3])
     assert stat_int(c.stats(b"tiers"), "ssd_items") > len(keys) // 2, c.stats(b"tiers")
+
+
+def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
+    """-o ext_item_size=N: a value under N bytes is never written to SSD; when DRAM is full
+    it is evicted instead, as memcached evicts what extstore will not take.  Larger values
+    go to SSD and come back exact; every small value still found is exact."""
+    s = ssd_server(server, ssd_dir, "256m", mem=8, opts=["ext_item_size=1000"])
+    c = s.connect()
+    small_keys = [b"ext:small:%06d:%s" % (i, b"s" * 24) for i in range(12000)]
+    big_keys = [b"ext:big:%06d:%s" % (i, b"b" * 24) for i in range(4000)]
+    small = {k: make_value(k, 1, 300) for k in small_keys}
+    big = {k: make_value(k, 1) for k in big_keys}
+    items = list(small.items()) + list(big.items())
+    random.Random(3).shuffle(items)
+    stored, failures, _ = load(c, items)
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    t = c.stats(b"tiers")
+    assert stat_int(t, "ssd_items") > len(big) // 2, t
+    assert stat_int(c.stats(), "evictions") > 0
+    _, big_misses, wrong = read_check(c, list(big), lambda k: (0, big[k]))
+    assert not wrong and not big_misses, (wrong[:3], big_misses[:3])
+    _, small_misses, wrong = read_check(c, list(small), lambda k: (0, small[k]))
+    assert not wrong and small_misses, "no small value was evicted"
+    dump = c.req(b"lru_crawler metadump all\r\n", b"END\r\n")
+    on_ssd = [ln for ln in dump.split(b"\n") if b" tier=ssd" in ln]
+    assert on_ssd and not [ln for ln in on_ssd if b"key=ext%3Asmall" in ln or
+                           b"key=ext:small" in ln], on_ssd[:3]
 
 
 @pytest.mark.parametrize("opts,says", [

@@ -120,7 +120,7 @@ def test_shared_names_agree_on_the_same_data(both):
                      "item_size_max", "flush_enabled", "dump_enabled", "lru_crawler",
                      "lru_crawler_sleep", "lru_crawler_tocrawl", "idle_timeout",
                      "hot_lru_pct", "warm_lru_pct", "temporary_ttl", "watcher_logbuf_size",
-                     "worker_logbuf_size", "ext_item_size", "ext_recache_rate", "ext_low_ttl",
+                     "worker_logbuf_size", "ext_recache_rate", "ext_low_ttl",
                      "ext_drop_unread", "ext_wbuf_size", "track_sizes")
     diff = {n: (snap["stock"][1][n], snap["tac"][1][n]) for n in same_settings
             if snap["stock"][1][n] != snap["tac"][1][n]}
