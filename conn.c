@@ -285,6 +285,17 @@ struct resp *resp_new(conn *c)
     return r;
 }
 
+bool resp_give(conn *c, void *buf, size_t len)
+{
+    struct resp *r = resp_new(c);
+    if (r != NULL && resp_add_owned(r, buf, len))
+        return true;
+    if (r != NULL)
+        r->skip = true;
+    free(buf);
+    return false;
+}
+
 uint64_t conn_resp_bytes(void)
 {
     return STATS_GET(&gstats, response_objs) * sizeof(struct resp);

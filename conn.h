@@ -204,6 +204,10 @@ bool resp_add_iov(struct resp *r, const void *buf, size_t len);
 bool resp_hold_item(struct resp *r, struct item *it);
 /* Hands the resp a malloc'd buffer and sends len bytes of it. */
 bool resp_add_owned(struct resp *r, void *buf, size_t len);
+/* A new response of c made of buf alone (malloc'd; the response frees it
+ * once sent).  On failure buf is freed, nothing is queued, and false is
+ * returned: the caller answers an error or closes. */
+bool resp_give(conn *c, void *buf, size_t len);
 
 /*
  * A response too long to build at once (a key dump), or without end (a

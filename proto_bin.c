@@ -586,9 +586,10 @@ static void bin_stat(conn *c, const char *key, uint16_t nkey)
         return;
     }
     bin_stat_append(&b, NULL, NULL);
-    struct resp *r = b.oom ? NULL : resp_new(c);
-    if (!r || !resp_add_owned(r, b.buf, b.len)) {
+    if (b.oom) {
         free(b.buf);
+        conn_set_state(c, conn_closing);
+    } else if (!resp_give(c, b.buf, b.len)) {
         conn_set_state(c, conn_closing);
     }
 }

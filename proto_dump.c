@@ -76,18 +76,17 @@ static bool buf_send(conn *c, struct dump_buf *b)
         *b = (struct dump_buf){ 0 };
         return false;
     }
-    if (b->len == 0)
-        return true;
-    struct resp *r = resp_new(c);
-    if (r == NULL || !resp_add_owned(r, b->p, b->len)) {
-        if (r != NULL)
-            r->skip = true;
+    if (b->len == 0) {
         free(b->p);
         *b = (struct dump_buf){ 0 };
+        return true;
+    }
+    bool ok = resp_give(c, b->p, b->len);
+    *b = (struct dump_buf){ 0 };
+    if (!ok) {
         conn_set_state(c, conn_closing);
         return false;
     }
-    *b = (struct dump_buf){ 0 };
     return true;
 }
 
@@ -324,11 +323,7 @@ static enum conn_stream_step watch_more(conn *c, void *ctx)
         free(buf);
         return STREAM_IDLE;
     }
-    struct resp *r = resp_new(c);
-    if (r == NULL || !resp_add_owned(r, buf, n)) {
-        if (r != NULL)
-            r->skip = true;
-        free(buf);
+    if (!resp_give(c, buf, n)) {
         conn_set_state(c, conn_closing);
         return STREAM_DONE;
     }

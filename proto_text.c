@@ -560,13 +560,8 @@ static void pt_process_quit(conn *c)
  * response frees once sent. */
 static void pt_send_stats(conn *c, char *buf, size_t len)
 {
-    struct resp *r = buf != NULL ? resp_new(c) : NULL;
-    if (r == NULL || !resp_add_owned(r, buf, len)) {
-        free(buf);
-        if (r != NULL)
-            r->skip = true;
+    if (buf == NULL || !resp_give(c, buf, len))
         out_errstring(c, "SERVER_ERROR out of memory writing stats");
-    }
 }
 
 static void pt_stats_detail(conn *c, struct util_token *tok, size_t ntok)
