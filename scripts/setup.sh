@@ -32,28 +32,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# Stock memcached is only a reference for the tests: it must not hold port 11211.
-if [ "${SUDO[0]:-}" != __no_sudo__ ]; then
-    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        if systemctl is-enabled --quiet memcached 2>/dev/null || systemctl is-active --quiet memcached 2>/dev/null; then
-            "${SUDO[@]}" systemctl disable --now memcached >/dev/null 2>&1 || true
-        fi
-    fi
-    # A daemon started by the package (sysvinit, or a container without systemd) runs as user memcache.
-    pids=()
-    if [ -r /run/memcached/memcached.pid ]; then pids+=("$(cat /run/memcached/memcached.pid 2>/dev/null || true)"); fi
-    if command -v pgrep >/dev/null 2>&1; then
-        while read -r pid; do pids+=("$pid"); done < <(pgrep -u memcache -x memcached 2>/dev/null || true)
-    fi
-    for pid in "${pids[@]}"; do
-        [ -n "$pid" ] || continue
-        if [ "$(readlink "/proc/$pid/exe" 2>/dev/null || true)" = /usr/bin/memcached ] \
-           && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- '-p 11211'; then
-            echo "setup.sh: stopping the packaged memcached (pid $pid) on port 11211"
-            "${SUDO[@]}" kill "$pid" 2>/dev/null || true
-        fi
-    done
-fi
+# Stock memcached is only a reference for the tests.  The package may start
+# one on port 11211; it is left alone: every test starts its servers, stock
+# ones included, on free ports of its own.
 
 # Python venv for the integration and stress suites.
 PY_REQS="pytest==8.3.5 pymemcache==4.0.0 pylibmc==1.6.3 python-binary-memcached==0.33.0 prometheus-client==0.26.0"
