@@ -603,13 +603,30 @@ void do_item_evict(item *it, uint32_t hv)
     do_item_unlink(it, hv);
 }
 
+/* Lazy LRU's second chance (llru_second_chance) for the cold-end item
+ * `it`: true if it was moved to the head instead of being taken.  Caller
+ * holds l->lock. */
+static bool tail_spare_locked(struct lru *l, item *it)
+{
+    if (!lazy_lru || !llru_second_chance(it))
+        return false;
+    lru_unlink_locked(l, it);
+    lru_link_locked(l, it);
+    GSTATS_INCR(lru_second_chances);
+    return true;
+}
+
 /*
  * Tries to take the tail item `it` of l for reuse: reclaims it if dead,
- * evicts it if live and may_evict.  Skips it if its stripe is busy or
- * someone else holds a reference.  Returns it (refcount 0, unlinked, now
- * owned by the caller) or NULL.  Caller holds l->lock.
+ * else with may_spare gives it Lazy LRU's second chance (*spared; it moves
+ * to the head), else evicts it if may_evict.  A dead item is never spared:
+ * sparing it would put live items between the tail and memory that is
+ * free for the taking.  Skips it if its stripe is busy or someone else
+ * holds a reference.  Returns it (refcount 0, unlinked, now owned by the
+ * caller) or NULL.  Caller holds l->lock.
  */
-static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
+static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
+                              bool may_spare, bool *spared)
 {
     unsigned int clsid = it->slabs_clsid;
     uint32_t hv = item_hash(ITEM_key(it), it->nkey);
@@ -638,6 +655,9 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
             CLS_INCR(clsid, expired_unfetched);
         }
         got = it;
+    } else if (may_spare && tail_spare_locked(l, it)) {
+        __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
+        *spared = true;
     } else if (may_evict) {
         stats_evicted(it, clsid);
         got = it;
@@ -650,19 +670,6 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict)
     return got;
 }
 
-/* Lazy LRU's second chance (llru_second_chance) for the cold-end item
- * `it`: true if it was moved to the head instead of being taken.  Caller
- * holds l->lock. */
-static bool tail_spare_locked(struct lru *l, item *it)
-{
-    if (!lazy_lru || !llru_second_chance(it))
-        return false;
-    lru_unlink_locked(l, it);
-    lru_link_locked(l, it);
-    GSTATS_INCR(lru_second_chances);
-    return true;
-}
-
 static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
                            bool may_evict)
 {
@@ -673,14 +680,14 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
     int spared = 0;
     for (int n = 0; search != NULL && got == NULL && n < LRU_SEARCH_DEPTH;) {
         item *prev = search->prev;
-        if (search == &crawler) {
-            /* skip the crawler's cursor */
-        } else if (may_evict && spared < LRU_SPARE_MAX &&
-                   tail_spare_locked(l, search)) {
-            spared++;
-        } else {
-            got = tail_take_locked(l, search, may_evict);
-            n++;
+        if (search != &crawler) {       /* the crawler's cursor is skipped */
+            bool was_spared = false;
+            got = tail_take_locked(l, search, may_evict,
+                                   may_evict && spared < LRU_SPARE_MAX, &was_spared);
+            if (was_spared)
+                spared++;
+            else
+                n++;
         }
         search = prev;
     }
@@ -867,7 +874,8 @@ item *item_alloc_promote(const item *meta, int partition)
 
 /* Pins the coldest movable item of l (alive or dead, unreferenced) and
  * returns it with its item lock held; NULL if none among the last
- * LRU_SEARCH_DEPTH. */
+ * LRU_SEARCH_DEPTH.  A live item read since its last lap gets its second
+ * chance instead; a dead one never does (tail_take_locked). */
 static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
 {
     item *got = NULL;
@@ -878,21 +886,26 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
         prev = t->prev;
         if (t == &crawler)
             continue;
-        if (spared < LRU_SPARE_MAX && tail_spare_locked(l, t)) {
+        uint32_t hv = item_hash(ITEM_key(t), t->nkey);
+        if (!item_trylock(hv)) {
+            seen++;
+            continue;
+        }
+        if (refcount_load(t) != 1 || !(t->it_flags & ITEM_LINKED)) {
+            item_unlock(hv);
+            seen++;
+            continue;
+        }
+        if (spared < LRU_SPARE_MAX && !item_is_dead(t, NULL) &&
+            tail_spare_locked(l, t)) {
+            item_unlock(hv);
             spared++;
             continue;
         }
-        seen++;
-        uint32_t hv = item_hash(ITEM_key(t), t->nkey);
-        if (!item_trylock(hv))
-            continue;
-        if (refcount_load(t) == 1 && (t->it_flags & ITEM_LINKED)) {
-            refcount_incr(t);
-            *hvp = hv;
-            got = t;
-            break;
-        }
-        item_unlock(hv);
+        refcount_incr(t);
+        *hvp = hv;
+        got = t;
+        break;
     }
     pthread_mutex_unlock(&l->lock);
     return got;

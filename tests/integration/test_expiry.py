@@ -35,3 +35,36 @@ def test_expiry_semantics(conn):
     assert conn.line(b"add rel 0 0 1\r\ny\r\n") == b"STORED\r\n"
     st = conn.stats()
     assert int(st["get_expired"]) >= 1
+
+
+def test_expired_items_are_reused_when_memory_is_allocated(server):
+    """With the crawler off, a full cache of expired items makes room for new ones at
+    allocation time, as memcached does: counted in `reclaimed` (and, for items never read,
+    `expired_unfetched`), never in `evictions`; the new values all read back exact."""
+    c = server(["-m", "8", "-t", "2", "-o", "no_lru_crawler"]).connect()
+
+    def put(prefix, n, ttl):
+        for b in range(0, n, 250):
+            reqs = b"".join(b"set %s:%05d:%s %d %d 1000 noreply\r\n%s\r\n"
+                            % (prefix, i, b"k" * 30, i, ttl, (b"%s%05d" % (prefix, i)) * 125)
+                            for i in range(b, min(n, b + 250)))
+            assert c.line(reqs + b"mn\r\n") == b"MN\r\n"
+
+    put(b"old", 6000, 2)                         # ~6.5 MB of -m 8
+    old_fetched = 0
+    for i in range(0, 6000, 2):
+        got = c.get(b"get old:%05d:%s\r\n" % (i, b"k" * 30))
+        old_fetched += got != b"END\r\n"
+    time.sleep(3.1)
+    put(b"new", 6000, 0)                         # as much again: only reuse makes room
+    st = c.stats()
+    assert int(st["evictions"]) == 0, st["evictions"]
+    reclaimed, unfetched = int(st["reclaimed"]), int(st["expired_unfetched"])
+    assert reclaimed >= 3000, "reclaimed %d" % reclaimed
+    assert 0 < unfetched <= reclaimed - 1, (unfetched, reclaimed)
+    items = c.stats(b"items")
+    assert sum(int(v) for k, v in items.items() if k.endswith(":reclaimed")) == reclaimed
+    for i in range(0, 6000, 7):
+        key = b"new:%05d:%s" % (i, b"k" * 30)
+        assert c.get(b"get %s\r\n" % key) == b"VALUE %s %d 1000\r\n%s\r\nEND\r\n" % (
+            key, i, (b"new%05d" % i) * 125)
