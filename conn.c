@@ -925,6 +925,7 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
         return NULL;
     }
     c->sfd = sfd;
+    c->authenticated = settings.auth_file == NULL;
     c->rsize = rsize;
     c->rcurr = c->rbuf;
     c->transport = transport;

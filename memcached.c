@@ -8,7 +8,7 @@
  * the `shutdown` command, which raises SIGINT) into a graceful stop: stop
  * accepting, stop the workers and background threads, save the restart
  * state and close the tiers clean (tac_close), remove the pid file, exit 0.
- * SIGHUP is ignored, as in memcached.
+ * SIGHUP is ignored, as in memcached, but for reloading the -Y file.
  */
 #include "config.h"
 
@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "assoc.h"
+#include "auth.h"
 #include "conn.h"
 #include "items.h"
 #include "metrics.h"
@@ -546,6 +547,16 @@ static void on_signal(evutil_socket_t sig, short which, void *arg)
     event_base_loopbreak(main_base);
 }
 
+/* SIGHUP: the -Y file is read again; without -Y it is ignored. */
+static void on_hup(evutil_socket_t sig, short which, void *arg)
+{
+    (void)sig;
+    (void)which;
+    (void)arg;
+    if (settings.auth_file != NULL)
+        auth_reload();
+}
+
 static bool add_main_events(void)
 {
     struct timeval tick = { 0, CLOCK_TICK_MS * 1000 };
@@ -553,14 +564,16 @@ static bool add_main_events(void)
     struct event *term = evsignal_new(main_base, SIGTERM, on_signal, NULL);
     struct event *intr = evsignal_new(main_base, SIGINT, on_signal, NULL);
     struct event *usr1 = evsignal_new(main_base, SIGUSR1, on_signal, NULL);
+    struct event *hup = evsignal_new(main_base, SIGHUP, on_hup, NULL);
     resume_ev = event_new(main_base, -1, 0, accept_resume, NULL);
     retry_ev = evtimer_new(main_base, accept_resume, NULL);
     conn_set_close_hook(on_conn_closed);
     conn_set_protocol(PROTO_TEXT, &proto_text_ops);
     conn_set_protocol(PROTO_BINARY, &proto_bin_ops);
-    return clock_ev && term && intr && usr1 && resume_ev && retry_ev &&
+    return clock_ev && term && intr && usr1 && hup && resume_ev && retry_ev &&
            event_add(clock_ev, &tick) == 0 && event_add(term, NULL) == 0 &&
-           event_add(intr, NULL) == 0 && event_add(usr1, NULL) == 0;
+           event_add(intr, NULL) == 0 && event_add(usr1, NULL) == 0 &&
+           event_add(hup, NULL) == 0;
 }
 
 static void settings_stat_line(void *sink, const char *name, const char *value)
@@ -580,10 +593,16 @@ int main(int argc, char **argv)
     settings_parse_args(argc, argv);
     if (!settings_finalize())
         exit(EX_USAGE);
+    char err[512];
+    if (settings.auth_file != NULL && !auth_load(settings.auth_file, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        exit(EX_CONFIG);
+    }
 
     signal(SIGPIPE, SIG_IGN);
     /* memcached ignores SIGHUP (a closed terminal, a log rotation's kill
-     * -HUP); so does this server. */
+     * -HUP), and so does this server until its loop runs; there it reloads
+     * the -Y file (on_hup). */
     signal(SIGHUP, SIG_IGN);
     /* A file size limit makes an SSD write fail with EFBIG (it is then
      * retried) instead of killing the server. */

@@ -702,6 +702,12 @@ static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
 static enum proto_result proto_bin_try_command(conn *c)
 {
     const unsigned char *h = (const unsigned char *)c->rcurr;
+    /* -Y authenticates text connections only; a binary one is closed, as
+     * memcached closes it. */
+    if (!c->authenticated) {
+        conn_set_state(c, conn_closing);
+        return PROTO_DONE;
+    }
     /* Told at the first byte: text sent to a binary-only server (-B binary)
      * may never fill a header. */
     if (c->rbytes > 0 && h[0] != BIN_REQ_MAGIC) {

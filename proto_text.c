@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "conn.h"
 #include "items.h"
 #include "settings.h"
@@ -825,10 +826,76 @@ static bool pt_is_long_get(const char *p, size_t len)
     return false;
 }
 
+/* Answers with memcached's message (`CLIENT_ERROR unauthenticated`,
+ * `... authentication failure`, `... bad authentication token format`)
+ * and closes: nothing else the client sent is run, and a connection gets
+ * one guess.  memcached leaves it open for more. */
+static enum proto_result pt_auth_refuse(conn *c, const char *why)
+{
+    GSTATS_INCR(auth_errors);
+    out_errstring(c, why);
+    c->rcurr += c->rbytes;
+    c->rbytes = 0;
+    c->close_after_write = true;
+    conn_set_state(c, conn_write);
+    return PROTO_DONE;
+}
+
+#define PT_AUTH_DATA_MAX 1024
+
+/*
+ * -Y: the first command of a connection must be memcached's handshake,
+ * `set <key> <flags> <exptime> <bytes>` with "user password" as its data
+ * (the key and the rest are not looked at).  A known pair is answered
+ * STORED and opens the connection to every command; anything else is
+ * refused and closes it.
+ */
+static enum proto_result pt_authenticate(conn *c)
+{
+    char *el = memchr(c->rcurr, '\n', c->rbytes);
+    if (el == NULL)
+        return c->rbytes > PT_LINE_MAX ? pt_auth_refuse(c, "CLIENT_ERROR unauthenticated")
+                                       : PROTO_NEED_MORE;
+    size_t linelen = (size_t)(el + 1 - c->rcurr);
+    char line[PT_LINE_MAX + 1];
+    if (linelen > PT_LINE_MAX)
+        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated");
+    size_t n = linelen - 1;
+    memcpy(line, c->rcurr, n);
+    if (n > 0 && line[n - 1] == '\r')
+        n--;
+    line[n] = '\0';
+    struct util_token tok[PT_MAX_TOKENS];
+    char *rest;
+    size_t ntok = util_tokenize(line, tok, PT_MAX_TOKENS, &rest);
+    uint32_t nbytes = 0;
+    if (ntok != 5 || rest != NULL || strcmp(tok[0].value, "set") != 0 ||
+        !safe_strtoul(tok[4].value, &nbytes) || nbytes > PT_AUTH_DATA_MAX)
+        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated");
+    if (c->rbytes < linelen + nbytes + 2)
+        return PROTO_NEED_MORE;
+    const char *data = c->rcurr + linelen;
+    const char *space = memchr(data, ' ', nbytes);
+    bool framed = data[nbytes] == '\r' && data[nbytes + 1] == '\n';
+    GSTATS_INCR(auth_cmds);
+    if (!framed || space == NULL)
+        return pt_auth_refuse(c, "CLIENT_ERROR bad authentication token format");
+    if (!auth_check(data, (size_t)(space - data), space + 1,
+                    nbytes - (size_t)(space - data) - 1))
+        return pt_auth_refuse(c, "CLIENT_ERROR authentication failure");
+    c->rcurr += linelen + nbytes + 2;
+    c->rbytes -= linelen + nbytes + 2;
+    c->authenticated = true;
+    out_string(c, "STORED");
+    return PROTO_DONE;
+}
+
 static enum proto_result proto_text_try_command(conn *c)
 {
     if (c->rbytes == 0)
         return PROTO_NEED_MORE;
+    if (!c->authenticated)
+        return pt_authenticate(c);
     char *el = memchr(c->rcurr, '\n', c->rbytes);
     if (el == NULL) {
         if (c->rbytes > PT_LINE_MAX && !pt_is_long_get(c->rcurr, c->rbytes)) {

@@ -206,6 +206,10 @@ static const struct option_def options[] = {
       "print version and exit") },
     { OPT('P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
       "save PID in <file>, only used with -d option") },
+    { OPT('Y', "auth-file", OPT_STRING, S(auth_file), 0, 0, false, NULL, "<file>",
+      "require ASCII authentication: <file> holds user:password lines; a "
+      "connection's first command must be a set whose data is \"user "
+      "password\"; reloaded on SIGHUP; not with -U or -B binary") },
     { OPT('e', "memory-file", OPT_STRING, S(memory_file), 0, 0, false,
       "memory_file", "<file>", "where a graceful stop saves the restart state "
       "(DRAM items, the lower tiers' index) and the next start reads it; "
@@ -877,7 +881,7 @@ static void handle_action(char flag, const char *arg)
 static void refuse_unsupported_flag(int flag)
 {
     static const struct { char flag[2]; const char *what; } unsupported[] = {
-        { "Z", "TLS" }, { "S", "SASL" }, { "Y", "ASCII authentication" },
+        { "Z", "TLS" }, { "S", "SASL" },
     };
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (flag == unsupported[i].flag[0])
@@ -967,6 +971,16 @@ bool settings_finalize(void)
         (opt_given("ext_wbuf_size") && opt_given("ssd_buf_size"))) {
         fprintf(stderr, "-o ext_page_size / ext_wbuf_size and ssd_page_size / "
                 "ssd_buf_size set the same thing; give one of each\n");
+        return false;
+    }
+    if (settings.auth_file != NULL && settings.udpport != 0) {
+        fprintf(stderr, "-Y: ASCII authentication cannot cover UDP, which has no "
+                "connection to authenticate; give -U 0\n");
+        return false;
+    }
+    if (settings.auth_file != NULL && settings.protocol == PROTOCOL_BINARY) {
+        fprintf(stderr, "-Y: ASCII authentication needs the text protocol; it "
+                "cannot be used with -B binary\n");
         return false;
     }
     if (settings.partitions == 0)
@@ -1074,7 +1088,6 @@ static const struct {
     bool ssd;
 } mc_settings_rows[] = {
     { "auth_enabled_sasl", NULL, "no", 0, false },
-    { "auth_enabled_ascii", NULL, "no", 0, false },
     { "slab_automove_ratio", "slab_automove_ratio", "0.80", 0, false },
     { "slab_automove_window", "slab_automove_window", "30", 0, false },
     { "tail_repair_time", NULL, "0", 0, false },
@@ -1109,6 +1122,7 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     char v[64];
     snprintf(v, sizeof(v), "%d", settings.num_threads);
     out(ctx, "num_threads_per_udp", v);
+    out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {
         snprintf(v, sizeof(v), "%d", settings.ssd_buf_size);
         out(ctx, "ext_wbuf_size", v);

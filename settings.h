@@ -83,6 +83,7 @@ struct settings {
     bool flush_enabled;     /* false with -F */
     bool daemonize;         /* -d */
     char *pid_file;         /* -P */
+    char *auth_file;        /* -Y: ASCII authentication's user:password file */
     char *username;         /* -u */
     int maxconns_fast;      /* -o maxconns_fast: accepted, no effect */
     int hashpower_init;     /* -o hashpower */

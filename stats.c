@@ -508,9 +508,10 @@ static const struct stat_row general_stats[] = {
         "`store_wait_ms` 0, or a UDP store; a store that waited in vain "
         "counts in `store_wait_timeouts` instead"),
     ROW("auth_cmds", COUNTER, GSTATS(auth_cmds),
-        "authentication requests; 0, as `-S` and `-Y` are refused"),
+        "authentication attempts (`-Y`: a first `set` with user and password)"),
     ROW("auth_errors", COUNTER, GSTATS(auth_errors),
-        "failed authentications; 0, as `-S` and `-Y` are refused"),
+        "refused authentications and commands refused before one (each closes "
+        "its connection)"),
     ROW("bytes_read", COUNTER, WORKERS(bytes_read),
         "bytes read from the network"),
     ROW("bytes_written", COUNTER, WORKERS(bytes_written),

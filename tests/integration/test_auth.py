@@ -1,0 +1,179 @@
+"""ASCII authentication (-Y FILE), as memcached's: FILE holds user:password lines, a
+connection's first command is a `set` whose data is "user password", and until then every
+command is refused and the connection closed.  SIGHUP reads the file again.
+
+The tests that do not look at tac-memcached's own start-up messages also pass against stock
+memcached 1.6.18 (TAC_SERVER=/usr/bin/memcached)."""
+import os
+import random
+import signal
+import subprocess
+import time
+
+import bmemcached
+import pytest
+from pymemcache.client.base import Client
+from pymemcache.exceptions import MemcacheClientError, MemcacheUnexpectedCloseError
+
+from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, is_closed
+
+
+def refused_and_closed(sock):
+    """A refused connection closes here (one guess per connection); memcached leaves it
+    open for more."""
+    return IS_STOCK or is_closed(sock)
+
+
+@pytest.fixture
+def authfile(tmp_path):
+    path = tmp_path / "users"
+    path.write_text("alice:s3cret-pass\nbob:another:with:colons\n")
+    return path
+
+
+def client(srv):
+    return Client((srv.host, srv.port), connect_timeout=5, timeout=5)
+
+
+def value_for(key, ver, size):
+    """key|ver|crc|padding: a value that says what it belongs to."""
+    head = b"%s|%d|" % (key, ver)
+    return (head + b"%08x|" % (hash((key, ver)) & 0xFFFFFFFF)).ljust(size, b"v")
+
+
+def test_pymemcache_authenticates_then_works(server, authfile):
+    srv = server(["-Y", str(authfile)])
+    c = client(srv)
+    assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
+    rng = random.Random(1)
+    want = {}
+    for i in range(200):
+        key = b"auth:user:%04d:" % i + b"k" * rng.randint(20, 50)
+        want[key] = value_for(key, 1, rng.choice((100, 4000, 100000)))
+        assert c.set(key, want[key], noreply=False) is True
+    got = c.get_many(list(want))
+    assert got == want
+    # A password holding colons: only the first colon of the line splits.
+    c2 = client(srv)
+    assert c2.set(b"x", b"bob another:with:colons", noreply=False) is True
+    assert c2.get(next(iter(want))) == want[next(iter(want))]
+
+
+def test_wrong_password_is_refused_and_closed(server, authfile):
+    srv = server(["-Y", str(authfile)])
+    c = client(srv)
+    with pytest.raises(MemcacheClientError, match="authentication failure"):
+        c.set(b"auth", b"alice wrong-pass", noreply=False)
+    raw = srv.connect()
+    assert raw.line(b"set k 0 0 9\r\nalice bad\r\n") == \
+        b"CLIENT_ERROR authentication failure\r\n"
+    assert refused_and_closed(raw.sock), "the connection stays open after a refused password"
+    for data, why in ((b"mallory s3cret-pass", b"authentication failure"),
+                      (b"alices3cret-pass", b"bad authentication token format"),
+                      (b"alice s3cret-pas", b"authentication failure")):
+        raw = srv.connect()
+        raw.send(b"set k 0 0 %d\r\n%s\r\n" % (len(data), data))
+        assert raw.line(b"") == b"CLIENT_ERROR %s\r\n" % why
+        assert refused_and_closed(raw.sock)
+
+
+def test_commands_before_auth_are_refused_and_closed(server, authfile):
+    srv = server(["-Y", str(authfile)])
+    for first in (b"get k\r\n", b"version\r\n", b"mg k v\r\n", b"stats\r\n",
+                  b"flush_all\r\n", b"delete k\r\n", b"set k 0 0 1\r\nx\r\n"):
+        raw = srv.connect()
+        assert raw.line(first) == b"CLIENT_ERROR " + (
+            b"bad authentication token format" if first.startswith(b"set") else
+            b"unauthenticated") + b"\r\n", first
+        assert refused_and_closed(raw.sock), first
+    # Nothing a refused connection sent was run.
+    c = client(srv)
+    assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
+    assert c.get(b"k") is None
+
+
+def test_binary_clients_are_closed(server, authfile):
+    srv = server(["-Y", str(authfile)])
+    b = bmemcached.Client(["%s:%d" % (srv.host, srv.port)], socket_timeout=3)
+    with pytest.raises(Exception):
+        if not b.set("k", "v"):
+            raise ConnectionError("refused")
+    b.disconnect_all()
+    c = client(srv)
+    assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
+    assert c.get(b"k") is None
+
+
+@pytest.mark.tac_only
+def test_sighup_reloads_the_file(server, authfile):
+    srv = server(["-Y", str(authfile)])
+    c = client(srv)
+    assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
+    authfile.write_text("carol:new-pass\n")
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while "reloaded the -Y file" not in srv.stderr_text():
+        assert time.time() < deadline, srv.stderr_text()
+        time.sleep(0.05)
+    new = client(srv)
+    assert new.set(b"auth", b"carol new-pass", noreply=False) is True
+    with pytest.raises((MemcacheClientError, MemcacheUnexpectedCloseError)):
+        client(srv).set(b"auth", b"alice s3cret-pass", noreply=False)
+    # Authenticated connections stay so.
+    assert c.set(b"still", b"here", noreply=False) is True
+    # A malformed file on reload changes nothing, and says so.
+    authfile.write_text("no colon here\n")
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while "stay in force" not in srv.stderr_text():
+        assert time.time() < deadline, srv.stderr_text()
+        time.sleep(0.05)
+    assert client(srv).set(b"auth", b"carol new-pass", noreply=False) is True
+    st = c.stats()
+    assert st[b"auth_cmds"] >= 4 and st[b"auth_errors"] >= 1
+    assert c.stats("settings")[b"auth_enabled_ascii"] == b"yes"
+    assert srv.alive()
+
+
+@pytest.mark.tac_only
+@pytest.mark.parametrize("extra,says,rc", [
+    (["-U", "0"], None, None),
+    (["-U", "%d"], "give -U 0", 64),
+    (["-B", "binary"], "-B binary", 64),
+    (["-Y", "/nonexistent/users"], "cannot open the -Y file", 78),
+    (["-Y", "BAD"], "expected user:password", 78),
+], ids=["tcp-only-starts", "udp", "binary-only", "missing-file", "malformed-file"])
+def test_starts_that_auth_refuses(authfile, tmp_path, extra, says, rc):
+    bad = tmp_path / "bad"
+    bad.write_text("alice:ok\njust-a-name\n")
+    args = [a.replace("BAD", str(bad)) for a in extra]
+    args = [a % free_port() if a == "%d" else a for a in args]
+    if "-Y" not in args:
+        args = ["-Y", str(authfile)] + args
+    cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port())] + args
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=3)
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        out, _ = p.communicate()
+        assert says is None, "started with %s" % args
+        return
+    msg = out.decode("utf-8", "replace")
+    assert says is not None, "did not start: %s" % msg
+    assert p.returncode == rc and says in msg, (p.returncode, msg)
+    assert "line 2" in msg or "BAD" not in extra, msg
+
+
+@pytest.mark.tac_only
+def test_memccapable_is_refused_without_a_crash(server, authfile):
+    """A client that knows nothing of -Y (memccapable's whole text suite) gets refusals
+    and closed connections, and the server lives on."""
+    srv = server(["-Y", str(authfile)])
+    subprocess.run(["memccapable", "-h", srv.host, "-p", str(srv.port), "-a"],
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    c = client(srv)
+    assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
+    assert c.set(b"k", b"v", noreply=False) is True and c.get(b"k") == b"v"
+    assert os.path.exists(str(authfile))
