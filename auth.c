@@ -1,5 +1,6 @@
 /*
- * auth.c - the `-Y` password file (auth.h).
+ * auth.c - the password files: `-Y`'s, and $MEMCACHED_SASL_PWDB for `-S`
+ * (auth.h).
  *
  * Design.  The file is read whole into one table of (user, password)
  * pairs.  A reload (SIGHUP) builds a new table and swaps it in under the
@@ -33,8 +34,10 @@ struct auth_table {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct auth_table current;       /* lock */
-static const char *path;                /* the -Y file */
+static struct {
+    struct auth_table users;            /* lock */
+    const char *path;                   /* lock */
+} dbs[AUTH_DB_COUNT];
 
 static void table_free(struct auth_table *t)
 {
@@ -74,7 +77,8 @@ static bool table_read(const char *file, struct auth_table *t, char *err, size_t
 {
     FILE *f = fopen(file, "r");
     if (f == NULL) {
-        snprintf(err, errlen, "cannot open the -Y file %s: %s", file, strerror(errno));
+        snprintf(err, errlen, "cannot open the password file %s: %s", file,
+                 strerror(errno));
         return false;
     }
     char line[AUTH_LINE_MAX];
@@ -99,7 +103,8 @@ static bool table_read(const char *file, struct auth_table *t, char *err, size_t
         }
     }
     if (ok && ferror(f)) {
-        snprintf(err, errlen, "cannot read the -Y file %s: %s", file, strerror(errno));
+        snprintf(err, errlen, "cannot read the password file %s: %s", file,
+                 strerror(errno));
         ok = false;
     }
     fclose(f);
@@ -108,15 +113,15 @@ static bool table_read(const char *file, struct auth_table *t, char *err, size_t
     return ok;
 }
 
-bool auth_load(const char *file, char *err, size_t errlen)
+bool auth_load_db(enum auth_db db, const char *file, char *err, size_t errlen)
 {
     struct auth_table t = { 0 };
     if (!table_read(file, &t, err, errlen))
         return false;
     pthread_mutex_lock(&lock);
-    struct auth_table old = current;
-    current = t;
-    path = file;
+    struct auth_table old = dbs[db].users;
+    dbs[db].users = t;
+    dbs[db].path = file;
     pthread_mutex_unlock(&lock);
     table_free(&old);
     return true;
@@ -124,16 +129,18 @@ bool auth_load(const char *file, char *err, size_t errlen)
 
 void auth_reload(void)
 {
-    char err[512];
-    pthread_mutex_lock(&lock);
-    const char *file = path;
-    pthread_mutex_unlock(&lock);
-    if (file == NULL)
-        return;
-    if (auth_load(file, err, sizeof(err)))
-        fprintf(stderr, "reloaded the -Y file %s\n", file);
-    else
-        fprintf(stderr, "%s; the users read before stay in force\n", err);
+    for (int db = 0; db < AUTH_DB_COUNT; db++) {
+        char err[512];
+        pthread_mutex_lock(&lock);
+        const char *file = dbs[db].path;
+        pthread_mutex_unlock(&lock);
+        if (file == NULL)
+            continue;
+        if (auth_load_db((enum auth_db)db, file, err, sizeof(err)))
+            fprintf(stderr, "reloaded the password file %s\n", file);
+        else
+            fprintf(stderr, "%s; the users read before stay in force\n", err);
+    }
 }
 
 /* Equal in time that depends on the lengths only. */
@@ -146,12 +153,14 @@ static bool same(const char *a, size_t alen, const char *b, size_t blen)
     return diff == 0;
 }
 
-bool auth_check(const char *user, size_t ulen, const char *pass, size_t plen)
+bool auth_check_db(enum auth_db db, const char *user, size_t ulen,
+                   const char *pass, size_t plen)
 {
     bool ok = false;
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < current.n; i++) {
-        const struct auth_entry *e = &current.v[i];
+    const struct auth_table *t = &dbs[db].users;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct auth_entry *e = &t->v[i];
         if (e->ulen == ulen && memcmp(e->user, user, ulen) == 0)
             ok |= same(e->pass, e->plen, pass, plen);
     }

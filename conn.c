@@ -925,7 +925,7 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
         return NULL;
     }
     c->sfd = sfd;
-    c->authenticated = settings.auth_file == NULL;
+    c->authenticated = settings.auth_file == NULL && !settings.sasl;
     c->rsize = rsize;
     c->rcurr = c->rbuf;
     c->transport = transport;

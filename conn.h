@@ -125,8 +125,9 @@ struct conn {
     struct resp *resp_tail;
     bool noreply;           /* current request wants no reply */
     bool close_after_write; /* close once the queue is flushed */
-    bool authenticated;     /* without -Y from the start; with it, after the
-                               first command's user and password */
+    bool authenticated;     /* without -Y or -S from the start; with them,
+                               after the client's user and password */
+    void *sasl;             /* -S: the SASL exchange (sasl_auth.h) */
     unsigned npending;      /* pending resps (SSD reads in flight) */
     struct parked *parked;  /* their read contexts */
     struct resp *resp_insert; /* resp_new inserts after this, not at the

@@ -36,6 +36,7 @@
 
 #include "assoc.h"
 #include "auth.h"
+#include "sasl_auth.h"
 #include "conn.h"
 #include "items.h"
 #include "metrics.h"
@@ -547,14 +548,14 @@ static void on_signal(evutil_socket_t sig, short which, void *arg)
     event_base_loopbreak(main_base);
 }
 
-/* SIGHUP: the -Y file is read again; without -Y it is ignored. */
+/* SIGHUP: the password files (-Y, $MEMCACHED_SASL_PWDB) are read again;
+ * without them it is ignored. */
 static void on_hup(evutil_socket_t sig, short which, void *arg)
 {
     (void)sig;
     (void)which;
     (void)arg;
-    if (settings.auth_file != NULL)
-        auth_reload();
+    auth_reload();
 }
 
 static bool add_main_events(void)
@@ -594,8 +595,13 @@ int main(int argc, char **argv)
     if (!settings_finalize())
         exit(EX_USAGE);
     char err[512];
-    if (settings.auth_file != NULL && !auth_load(settings.auth_file, err, sizeof(err))) {
-        fprintf(stderr, "%s\n", err);
+    if (settings.auth_file != NULL &&
+        !auth_load_db(AUTH_DB_ASCII, settings.auth_file, err, sizeof(err))) {
+        fprintf(stderr, "-Y: %s\n", err);
+        exit(EX_CONFIG);
+    }
+    if (settings.sasl && !sasl_auth_init(err, sizeof(err))) {
+        fprintf(stderr, "-S: %s\n", err);
         exit(EX_CONFIG);
     }
 

@@ -25,6 +25,7 @@
 #include "items.h"
 #include "prefix_stats.h"
 #include "proto_bin.h"
+#include "sasl_auth.h"
 #include "stats.h"
 #include "watch.h"
 #include "worker.h"
@@ -43,13 +44,14 @@ enum bin_opcode {
     OP_DECREMENTQ = 0x16, OP_QUITQ = 0x17, OP_FLUSHQ = 0x18,
     OP_APPENDQ = 0x19, OP_PREPENDQ = 0x1a, OP_VERBOSITY = 0x1b,
     OP_TOUCH = 0x1c, OP_GAT = 0x1d, OP_GATQ = 0x1e, OP_GATK = 0x23,
-    OP_GATKQ = 0x24,
+    OP_GATKQ = 0x24, OP_SASL_LIST_MECHS = 0x20, OP_SASL_AUTH = 0x21,
+    OP_SASL_STEP = 0x22,
 };
 
 enum bin_status {
     ST_SUCCESS = 0x00, ST_KEY_ENOENT = 0x01, ST_KEY_EEXISTS = 0x02,
     ST_E2BIG = 0x03, ST_EINVAL = 0x04, ST_NOT_STORED = 0x05,
-    ST_DELTA_BADVAL = 0x06, ST_AUTH_ERROR = 0x20,
+    ST_DELTA_BADVAL = 0x06, ST_AUTH_ERROR = 0x20, ST_AUTH_CONTINUE = 0x21,
     ST_UNKNOWN_COMMAND = 0x81, ST_ENOMEM = 0x82,
 };
 
@@ -642,6 +644,70 @@ static bool bin_is_quiet(uint8_t op)
     }
 }
 
+/* Largest SASL request body taken: a PLAIN or CRAM-MD5 answer is far
+ * smaller. */
+#define BIN_SASL_MAX 4096
+
+static bool bin_is_sasl(uint8_t op)
+{
+    return op == OP_SASL_LIST_MECHS || op == OP_SASL_AUTH || op == OP_SASL_STEP;
+}
+
+/* A response whose body is `len` bytes of text (copied). */
+static void bin_text_response(conn *c, uint16_t status, const char *text, size_t len)
+{
+    struct resp *r = bin_response(c, status, NULL, 0, NULL, 0, (uint32_t)len, 0);
+    if (r && len > 0 && !resp_add_text(r, text, len))
+        conn_set_state(c, conn_closing);
+}
+
+/* -S: SASL_LIST_MECHS, SASL_AUTH (key: the mechanism) and SASL_STEP; the
+ * request body, the client's data, is in the read buffer
+ * (proto_bin_try_command waited for it). */
+static void bin_sasl(conn *c, const char *key, uint16_t nkey)
+{
+    uint32_t vlen = c->bin.bodylen - c->bin.extlen - c->bin.keylen;
+    const char *data = c->rcurr;
+    c->rcurr += vlen;
+    c->rbytes -= vlen;
+    if (!settings.sasl) {
+        bin_error(c, ST_UNKNOWN_COMMAND, 0);
+        return;
+    }
+    if (c->sasl == NULL)
+        c->sasl = sasl_auth_new();
+    if (c->sasl == NULL) {
+        bin_error(c, ST_AUTH_ERROR, 0);
+        return;
+    }
+    const char *out;
+    unsigned outlen;
+    if (c->bin.opcode == OP_SASL_LIST_MECHS) {
+        if (sasl_auth_mechs(c->sasl, &out, &outlen))
+            bin_text_response(c, ST_SUCCESS, out, outlen);
+        else
+            bin_error(c, ST_AUTH_ERROR, 0);
+        return;
+    }
+    GSTATS_INCR(auth_cmds);
+    enum sasl_auth_result res = sasl_auth_step(
+        c->sasl, c->bin.opcode == OP_SASL_AUTH ? key : NULL, nkey,
+        data, vlen, &out, &outlen);
+    switch (res) {
+    case SASL_AUTH_OK:
+        c->authenticated = true;
+        bin_text_response(c, ST_SUCCESS, "Authenticated", 13);
+        break;
+    case SASL_AUTH_CONTINUE:
+        bin_text_response(c, ST_AUTH_CONTINUE, out, outlen);
+        break;
+    case SASL_AUTH_FAIL:
+        GSTATS_INCR(auth_errors);
+        bin_error(c, ST_AUTH_ERROR, 0);
+        break;
+    }
+}
+
 static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
 {
     uint16_t nkey = c->bin.keylen;
@@ -692,6 +758,10 @@ static void bin_dispatch(conn *c, const unsigned char *ext, const char *key)
         __atomic_store_n(&settings.verbose, (int)rd32(ext), __ATOMIC_RELAXED);
         bin_ok(c, 0);
         break;
+    case OP_SASL_LIST_MECHS: case OP_SASL_AUTH: case OP_SASL_STEP:
+        c->last_cmd = "sasl";
+        bin_sasl(c, key, nkey);
+        break;
     default:
         bin_error(c, ST_UNKNOWN_COMMAND,
                   c->bin.bodylen - c->bin.extlen - c->bin.keylen);
@@ -704,7 +774,7 @@ static enum proto_result proto_bin_try_command(conn *c)
     const unsigned char *h = (const unsigned char *)c->rcurr;
     /* -Y authenticates text connections only; a binary one is closed, as
      * memcached closes it. */
-    if (!c->authenticated) {
+    if (!c->authenticated && !settings.sasl) {
         conn_set_state(c, conn_closing);
         return PROTO_DONE;
     }
@@ -735,6 +805,16 @@ static enum proto_result proto_bin_try_command(conn *c)
     size_t head = BIN_HEADER_LEN + c->bin.extlen + c->bin.keylen;
     if (c->rbytes < head)
         return PROTO_NEED_MORE;
+    /* A SASL request is taken whole: its body is the client's data. */
+    size_t vlen = c->bin.bodylen - c->bin.extlen - c->bin.keylen;
+    if (bin_is_sasl(c->bin.opcode) && vlen > BIN_SASL_MAX) {
+        c->rcurr += head;
+        c->rbytes -= head;
+        bin_protocol_error(c, ST_EINVAL);
+        return PROTO_DONE;
+    }
+    if (bin_is_sasl(c->bin.opcode) && c->rbytes < head + vlen)
+        return PROTO_NEED_MORE;
 
     const unsigned char *ext = h + BIN_HEADER_LEN;
     const char *key = (const char *)ext + c->bin.extlen;
@@ -746,12 +826,26 @@ static enum proto_result proto_bin_try_command(conn *c)
         bin_protocol_error(c, ST_EINVAL);
         return PROTO_DONE;
     }
+    /* -S: before authentication only SASL and VERSION, as memcached. */
+    if (!c->authenticated && !bin_is_sasl(c->bin.opcode) &&
+        c->bin.opcode != OP_VERSION) {
+        GSTATS_INCR(auth_errors);
+        bin_error(c, ST_AUTH_ERROR, vlen);
+        return PROTO_DONE;
+    }
     /* ext and key stay valid: rbuf is not touched until the next read. */
     bin_dispatch(c, ext, key);
     return PROTO_DONE;
 }
 
+static void proto_bin_cleanup(conn *c)
+{
+    sasl_auth_free(c->sasl);
+    c->sasl = NULL;
+}
+
 const struct conn_protocol_ops proto_bin_ops = {
     .try_command = proto_bin_try_command,
     .complete_nread = proto_bin_complete_nread,
+    .cleanup = proto_bin_cleanup,
 };

@@ -880,7 +880,7 @@ static enum proto_result pt_authenticate(conn *c)
     GSTATS_INCR(auth_cmds);
     if (!framed || space == NULL)
         return pt_auth_refuse(c, "CLIENT_ERROR bad authentication token format");
-    if (!auth_check(data, (size_t)(space - data), space + 1,
+    if (!auth_check_db(AUTH_DB_ASCII, data, (size_t)(space - data), space + 1,
                     nbytes - (size_t)(space - data) - 1))
         return pt_auth_refuse(c, "CLIENT_ERROR authentication failure");
     c->rcurr += linelen + nbytes + 2;

@@ -206,6 +206,10 @@ static const struct option_def options[] = {
       "print version and exit") },
     { OPT('P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
       "save PID in <file>, only used with -d option") },
+    { OPT('S', "enable-sasl", OPT_SET, S(sasl), 0, 0, false, NULL, NULL,
+      "require SASL authentication (binary protocol only): users from "
+      "$MEMCACHED_SASL_PWDB (user:password lines, PLAIN) or Cyrus SASL's "
+      "memcached.conf in $SASL_CONF_PATH (sasldb: PLAIN, CRAM-MD5); not with -U") },
     { OPT('Y', "auth-file", OPT_STRING, S(auth_file), 0, 0, false, NULL, "<file>",
       "require ASCII authentication: <file> holds user:password lines; a "
       "connection's first command must be a set whose data is \"user "
@@ -881,7 +885,7 @@ static void handle_action(char flag, const char *arg)
 static void refuse_unsupported_flag(int flag)
 {
     static const struct { char flag[2]; const char *what; } unsupported[] = {
-        { "Z", "TLS" }, { "S", "SASL" },
+        { "Z", "TLS" },
     };
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (flag == unsupported[i].flag[0])
@@ -973,6 +977,23 @@ bool settings_finalize(void)
                 "ssd_buf_size set the same thing; give one of each\n");
         return false;
     }
+    if (settings.sasl && settings.udpport != 0) {
+        fprintf(stderr, "-S: SASL cannot cover UDP, which has no connection to "
+                "authenticate; give -U 0\n");
+        return false;
+    }
+    if (settings.sasl && settings.auth_file != NULL) {
+        fprintf(stderr, "-S and -Y: give one (SASL covers the binary protocol, "
+                "-Y the text protocol)\n");
+        return false;
+    }
+    if (settings.sasl && settings.protocol == PROTOCOL_ASCII) {
+        fprintf(stderr, "-S: SASL needs the binary protocol; it cannot be used "
+                "with -B ascii\n");
+        return false;
+    }
+    if (settings.sasl)
+        settings.protocol = PROTOCOL_BINARY;     /* as memcached: binary only */
     if (settings.auth_file != NULL && settings.udpport != 0) {
         fprintf(stderr, "-Y: ASCII authentication cannot cover UDP, which has no "
                 "connection to authenticate; give -U 0\n");
@@ -1087,7 +1108,6 @@ static const struct {
     int scale;              /* given value times this (0: as given) */
     bool ssd;
 } mc_settings_rows[] = {
-    { "auth_enabled_sasl", NULL, "no", 0, false },
     { "slab_automove_ratio", "slab_automove_ratio", "0.80", 0, false },
     { "slab_automove_window", "slab_automove_window", "30", 0, false },
     { "tail_repair_time", NULL, "0", 0, false },
@@ -1122,6 +1142,7 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     char v[64];
     snprintf(v, sizeof(v), "%d", settings.num_threads);
     out(ctx, "num_threads_per_udp", v);
+    out(ctx, "auth_enabled_sasl", settings.sasl ? "yes" : "no");
     out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {
         snprintf(v, sizeof(v), "%d", settings.ssd_buf_size);

@@ -84,6 +84,7 @@ struct settings {
     bool daemonize;         /* -d */
     char *pid_file;         /* -P */
     char *auth_file;        /* -Y: ASCII authentication's user:password file */
+    bool sasl;              /* -S: SASL authentication, binary protocol only */
     char *username;         /* -u */
     int maxconns_fast;      /* -o maxconns_fast: accepted, no effect */
     int hashpower_init;     /* -o hashpower */

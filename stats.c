@@ -508,10 +508,10 @@ static const struct stat_row general_stats[] = {
         "`store_wait_ms` 0, or a UDP store; a store that waited in vain "
         "counts in `store_wait_timeouts` instead"),
     ROW("auth_cmds", COUNTER, GSTATS(auth_cmds),
-        "authentication attempts (`-Y`: a first `set` with user and password)"),
+        "authentication attempts: `-Y`'s first `set`, `-S`'s SASL_AUTH and "
+        "SASL_STEP"),
     ROW("auth_errors", COUNTER, GSTATS(auth_errors),
-        "refused authentications and commands refused before one (each closes "
-        "its connection)"),
+        "refused authentications, and commands refused before one"),
     ROW("bytes_read", COUNTER, WORKERS(bytes_read),
         "bytes read from the network"),
     ROW("bytes_written", COUNTER, WORKERS(bytes_written),

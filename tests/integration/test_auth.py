@@ -112,7 +112,7 @@ def test_sighup_reloads_the_file(server, authfile):
     authfile.write_text("carol:new-pass\n")
     srv.proc.send_signal(signal.SIGHUP)
     deadline = time.time() + 10
-    while "reloaded the -Y file" not in srv.stderr_text():
+    while "reloaded the password file" not in srv.stderr_text():
         assert time.time() < deadline, srv.stderr_text()
         time.sleep(0.05)
     new = client(srv)
@@ -140,7 +140,7 @@ def test_sighup_reloads_the_file(server, authfile):
     (["-U", "0"], None, None),
     (["-U", "%d"], "give -U 0", 64),
     (["-B", "binary"], "-B binary", 64),
-    (["-Y", "/nonexistent/users"], "cannot open the -Y file", 78),
+    (["-Y", "/nonexistent/users"], "cannot open the password file", 78),
     (["-Y", "BAD"], "expected user:password", 78),
 ], ids=["tcp-only-starts", "udp", "binary-only", "missing-file", "malformed-file"])
 def test_starts_that_auth_refuses(authfile, tmp_path, extra, says, rc):
