@@ -385,3 +385,12 @@ def shm_file():
     yield make
     for p in paths:
         remove_tier_file(p)
+
+
+def wait_stderr(srv, text, timeout=10.0):
+    """Waits until the server's stderr holds `text`."""
+    deadline = time.time() + timeout
+    while text not in srv.stderr_text():
+        assert time.time() < deadline, "no %r on stderr:\n%s" % (text, srv.stderr_text())
+        time.sleep(0.05)
+

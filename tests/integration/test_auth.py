@@ -8,14 +8,13 @@ import os
 import random
 import signal
 import subprocess
-import time
 
 import bmemcached
 import pytest
 from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheClientError, MemcacheUnexpectedCloseError
 
-from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, is_closed
+from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, is_closed, wait_stderr
 
 
 def refused_and_closed(sock):
@@ -111,10 +110,7 @@ def test_sighup_reloads_the_file(server, authfile):
     assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
     authfile.write_text("carol:new-pass\n")
     srv.proc.send_signal(signal.SIGHUP)
-    deadline = time.time() + 10
-    while "reloaded the password file" not in srv.stderr_text():
-        assert time.time() < deadline, srv.stderr_text()
-        time.sleep(0.05)
+    wait_stderr(srv, "reloaded the password file")
     new = client(srv)
     assert new.set(b"auth", b"carol new-pass", noreply=False) is True
     with pytest.raises((MemcacheClientError, MemcacheUnexpectedCloseError)):
@@ -124,10 +120,7 @@ def test_sighup_reloads_the_file(server, authfile):
     # A malformed file on reload changes nothing, and says so.
     authfile.write_text("no colon here\n")
     srv.proc.send_signal(signal.SIGHUP)
-    deadline = time.time() + 10
-    while "stay in force" not in srv.stderr_text():
-        assert time.time() < deadline, srv.stderr_text()
-        time.sleep(0.05)
+    wait_stderr(srv, "stay in force")
     assert client(srv).set(b"auth", b"carol new-pass", noreply=False) is True
     st = c.stats()
     assert st[b"auth_cmds"] >= 4 and st[b"auth_errors"] >= 1

@@ -14,12 +14,11 @@ import socket
 import struct
 import subprocess
 import time
-import uuid
 import zlib
 
 import pytest
 
-from mcserver import SERVER_BIN, base_args, free_port, recv_until, remove_tier_file
+from mcserver import SERVER_BIN, base_args, free_port, recv_until
 from test_binary import (APPEND, DELETE, ENOENT, GAT, GET, GETK, INCR, OK, PREPEND, TOUCH, Bin)
 
 pytestmark = pytest.mark.tac_only
@@ -31,18 +30,9 @@ MB = 1 << 20
 # ---------------------------------------------------------------- helpers
 
 @pytest.fixture
-def nvm_file():
+def nvm_file(shm_file):
     """Factory of unique /dev/shm paths; every file handed out is removed afterwards."""
-    paths = []
-
-    def make(tag="nvm"):
-        p = "/dev/shm/tac-test-%s-%d-%s" % (tag, os.getpid(), uuid.uuid4().hex[:10])
-        paths.append(p)
-        return p
-
-    yield make
-    for p in paths:
-        remove_tier_file(p)
+    return shm_file
 
 
 def make_value(key, version, size):

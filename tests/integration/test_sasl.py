@@ -13,13 +13,12 @@ import signal
 import socket
 import struct
 import subprocess
-import time
 
 import bmemcached
 import pylibmc
 import pytest
 
-from mcserver import SERVER_BIN, base_args, free_port, is_closed, recv_exact
+from mcserver import SERVER_BIN, base_args, free_port, is_closed, recv_exact, wait_stderr
 
 pytestmark = pytest.mark.tac_only
 
@@ -152,10 +151,7 @@ def test_sighup_reloads_the_password_file(server, pwdb):
     addr = "%s:%d" % (srv.host, srv.port)
     pwdb.write_text("dave:new-pass-4\n")
     srv.proc.send_signal(signal.SIGHUP)
-    deadline = time.time() + 10
-    while "reloaded the password file" not in srv.stderr_text():
-        assert time.time() < deadline, srv.stderr_text()
-        time.sleep(0.05)
+    wait_stderr(srv, "reloaded the password file")
     assert bmemcached.Client([addr], "dave", "new-pass-4").set("d", "v")
     with pytest.raises(bmemcached.exceptions.MemcachedException):
         bmemcached.Client([addr], "alice", "plain-pass-1").set("k", "v")

@@ -88,21 +88,9 @@ def ssd_dir():
 
 
 @pytest.fixture
-def nvm_file():
+def nvm_file(shm_file):
     """Factory of unique /dev/shm paths for the NVM tier; removed afterwards."""
-    paths = []
-
-    def make():
-        p = "/dev/shm/tac-test-ssdnvm-%d-%s" % (os.getpid(), uuid.uuid4().hex[:10])
-        paths.append(p)
-        return p
-
-    yield make
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    return lambda: shm_file("ssdnvm")
 
 
 def ssd_server(server, ssd_dir, size, engine=None, mem=16, opts=(), nvm=None, extra=(), threads=2):
