@@ -53,6 +53,7 @@
 #include "watch.h"
 #include "items.h"
 #include "stats.h"
+#include "tls.h"
 #include "worker.h"
 #include "util.h"
 
@@ -294,6 +295,12 @@ bool resp_give(conn *c, void *buf, size_t len)
         r->skip = true;
     free(buf);
     return false;
+}
+
+bool conn_start_tls(conn *c)
+{
+    c->tls = tls_new(c->sfd);
+    return c->tls != NULL;
 }
 
 uint64_t conn_resp_bytes(void)
@@ -1081,6 +1088,8 @@ void conn_close(conn *c)
     GSTATS_SUB(read_buf_bytes, c->rsize);
     if (settings.verbose > 1)
         fprintf(stderr, "<%d connection closed.\n", c->sfd);
+    tls_free(c->tls);
+    free(c->tls_wbuf);
     close(c->sfd);
     free(c->rbuf);
     free(c);
@@ -1146,6 +1155,14 @@ static void conn_compact_rbuf(conn *c)
     }
 }
 
+/* read(2), through the TLS session when there is one. */
+static ssize_t conn_recv(conn *c, void *buf, size_t len)
+{
+    if (c->tls != NULL)
+        return tls_read(c->tls, buf, len);
+    return read(c->sfd, buf, len);
+}
+
 static enum read_result conn_read_network(conn *c)
 {
     conn_compact_rbuf(c);
@@ -1164,7 +1181,7 @@ static enum read_result conn_read_network(conn *c)
         if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED))
             return READ_ERROR;
     }
-    ssize_t n = read(c->sfd, c->rbuf + c->rbytes, c->rsize - c->rbytes);
+    ssize_t n = conn_recv(c, c->rbuf + c->rbytes, c->rsize - c->rbytes);
     if (n > 0) {
         STATS_ADD(&c->thread->stats, bytes_read, n);
         c->rbytes += (size_t)n;
@@ -1209,11 +1226,11 @@ static bool conn_read_value(conn *c, bool swallow)
     if (swallow) {
         conn_compact_rbuf(c);
         size_t room = c->rsize < *want ? c->rsize : *want;
-        n = read(c->sfd, c->rbuf, room);
+        n = conn_recv(c, c->rbuf, room);
         if (n > 0)
             *want -= (size_t)n;
     } else {
-        n = read(c->sfd, c->ritem, *want);
+        n = conn_recv(c, c->ritem, *want);
         if (n > 0) {
             c->ritem += n;
             *want -= (size_t)n;
@@ -1279,6 +1296,25 @@ static enum write_result conn_queue_state(const conn *c)
     return c->resp_head->pending ? WRITE_PARKED : WRITE_INCOMPLETE;
 }
 
+/* The head of the queue (iov) gathered into one TLS write of at most
+ * ssl_wbuf_size, or exactly the bytes of a write to retry. */
+static ssize_t conn_send_tls(conn *c, const struct iovec *iov, int n)
+{
+    size_t cap = (size_t)settings.ssl_wbuf_size * 1024;
+    if (c->tls_wbuf == NULL && (c->tls_wbuf = malloc(cap)) == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    size_t len = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        size_t k = iov[i].iov_len < cap - len ? iov[i].iov_len : cap - len;
+        memcpy(c->tls_wbuf + len, iov[i].iov_base, k);
+        len += k;
+    }
+    size_t want = tls_write_len(c->tls, len);
+    return tls_write(c->tls, c->tls_wbuf, want < len ? want : len);
+}
+
 static enum write_result conn_transmit_tcp(conn *c)
 {
     struct iovec iov[WRITE_IOV_MAX];
@@ -1296,8 +1332,13 @@ static enum write_result conn_transmit_tcp(conn *c)
         conn_advance_queue(c, 0);
         return conn_queue_state(c);
     }
-    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = n };
-    ssize_t sent = sendmsg(c->sfd, &msg, MSG_NOSIGNAL);
+    ssize_t sent;
+    if (c->tls != NULL) {
+        sent = conn_send_tls(c, iov, n);
+    } else {
+        struct msghdr msg = { .msg_iov = iov, .msg_iovlen = n };
+        sent = sendmsg(c->sfd, &msg, MSG_NOSIGNAL);
+    }
     if (sent > 0) {
         STATS_ADD(&c->thread->stats, bytes_written, sent);
         conn_advance_queue(c, (size_t)sent);
@@ -1541,6 +1582,12 @@ void conn_drive(conn *c)
             return;
 
         case conn_waiting:
+            /* Bytes a TLS session decrypted already: the socket may never
+             * wake us for them. */
+            if (c->tls != NULL && tls_pending(c->tls)) {
+                conn_set_state(c, conn_read);
+                break;
+            }
             if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
                 conn_set_state(c, conn_closing);
                 break;

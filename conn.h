@@ -128,6 +128,8 @@ struct conn {
     bool authenticated;     /* without -Y or -S from the start; with them,
                                after the client's user and password */
     void *sasl;             /* -S: the SASL exchange (sasl_auth.h) */
+    struct tls_conn *tls;   /* -Z: the TLS session, NULL for plain text */
+    char *tls_wbuf;         /* -Z: where a TLS write is gathered */
     unsigned npending;      /* pending resps (SSD reads in flight) */
     struct parked *parked;  /* their read contexts */
     struct resp *resp_insert; /* resp_new inserts after this, not at the
@@ -372,6 +374,10 @@ void conn_set_protocol(enum conn_protocol p, const struct conn_protocol_ops *ops
 /* `stats conns` (main() registers it: conn.c has no init). */
 struct stat_sink;
 void conn_stats(struct stat_sink *sink);
+/* -Z: c (a TCP connection just made) speaks TLS from its first byte.
+ * False when the session cannot be made; the caller closes c. */
+bool conn_start_tls(conn *c);
+
 /* Bytes of the response objects allocated (`response_obj_bytes`). */
 uint64_t conn_resp_bytes(void);
 /* Formats an address as "tcp:127.0.0.1:11211" (proto given). */

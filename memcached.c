@@ -47,6 +47,7 @@
 #include "stats.h"
 #include "tac/tac.h"
 #include "thread.h"
+#include "tls.h"
 #include "watch.h"
 
 #define MAX_LISTENERS 16
@@ -55,6 +56,7 @@
 struct listener {
     int fd;
     enum conn_transport transport;
+    bool tls;               /* -Z, unless given as -l notls:<addr> */
     struct event *ev;
 };
 
@@ -210,7 +212,7 @@ static void listener_accept(evutil_socket_t fd, short which, void *arg)
             int one = 1;
             setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
-        worker_dispatch_conn(sfd, l->transport, 0);
+        worker_dispatch_conn(sfd, l->transport, l->tls);
     }
 }
 
@@ -233,7 +235,7 @@ static void listener_describe(int fd, enum conn_transport transport)
 }
 
 /* Records a bound socket; listeners_start() serves it once the workers run. */
-static bool listener_add(int fd, enum conn_transport transport)
+static bool listener_add(int fd, enum conn_transport transport, bool tls)
 {
     listener_describe(fd, transport);
     if (nlisteners == MAX_LISTENERS) {
@@ -242,6 +244,7 @@ static bool listener_add(int fd, enum conn_transport transport)
     }
     listeners[nlisteners].fd = fd;
     listeners[nlisteners].transport = transport;
+    listeners[nlisteners].tls = tls;
     nlisteners++;
     return true;
 }
@@ -287,12 +290,18 @@ static int socket_bind(const struct addrinfo *ai, int type)
     return fd;
 }
 
-/* Binds every address of one -l entry ("host", "host:port", "[v6]:port"). */
+/* Binds every address of one -l entry ("host", "host:port", "[v6]:port";
+ * with -Z, "notls:" before one makes it plain text). */
 static bool server_listen_one(const char *spec, int port, int type)
 {
     char host[256];
     char portbuf[16];
     const char *p = spec;
+    bool tls = settings.tls && type == SOCK_STREAM;
+    if (strncmp(p, "notls:", 6) == 0) {
+        p += 6;
+        tls = false;
+    }
     snprintf(portbuf, sizeof(portbuf), "%d", port);
 
     if (*p == '[') {
@@ -333,7 +342,7 @@ static bool server_listen_one(const char *spec, int port, int type)
             }
             continue;
         }
-        if (!listener_add(fd, type == SOCK_STREAM ? TRANSPORT_TCP : TRANSPORT_UDP)) {
+        if (!listener_add(fd, type == SOCK_STREAM ? TRANSPORT_TCP : TRANSPORT_UDP, tls)) {
             close(fd);
             freeaddrinfo(res);
             return false;
@@ -384,7 +393,7 @@ static bool server_listen_unix(const char *path, int mask)
         close(fd);
         return false;
     }
-    return listener_add(fd, TRANSPORT_UNIX);
+    return listener_add(fd, TRANSPORT_UNIX, false);
 }
 
 /* ---- Process setup ------------------------------------------------------ */
@@ -602,6 +611,10 @@ int main(int argc, char **argv)
     }
     if (settings.sasl && !sasl_auth_init(err, sizeof(err))) {
         fprintf(stderr, "-S: %s\n", err);
+        exit(EX_CONFIG);
+    }
+    if (settings.tls && !tls_init(err, sizeof(err))) {
+        fprintf(stderr, "-Z: %s\n", err);
         exit(EX_CONFIG);
     }
 

@@ -36,6 +36,7 @@
 #include "proto_text.h"
 #include "slabs.h"
 #include "stats.h"
+#include "tls.h"
 #include "watch.h"
 #include "worker.h"
 #include "util.h"
@@ -625,6 +626,7 @@ enum pt_cmd {
     CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
     CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS, CMD_LRU_CRAWLER, CMD_LRU,
     CMD_WATCH,
+    CMD_REFRESH_CERTS,
 };
 
 /* slabs reassign <src> <dst> | slabs automove <0|1|2> (memcached's
@@ -688,6 +690,24 @@ static void pt_process_lru(conn *c, struct util_token *tok, size_t ntok)
         out_string(c, "ERROR");
 }
 
+/* refresh_certs: -Z's certificate, key and CA files read again for new
+ * connections, as memcached's. */
+static void pt_refresh_certs(conn *c)
+{
+    char err[512], line[600];
+    if (!settings.tls) {
+        out_string(c, "CLIENT_ERROR TLS is not enabled (-Z)");
+    } else if (tls_refresh(err, sizeof(err))) {
+        out_string(c, "OK");
+    } else {
+        for (char *p = err; *p != '\0'; p++)
+            if (*p == '\r' || *p == '\n')
+                *p = ' ';
+        snprintf(line, sizeof(line), "ERROR %s", err);
+        out_string(c, line);
+    }
+}
+
 /* Token counts (command included) each command accepts; a count outside
  * the range is answered "ERROR", as memcached does.  PT_ANY: no limit. */
 #define PT_ANY 255
@@ -724,6 +744,7 @@ static const struct pt_cmd_def {
     PT_CMD("lru_crawler",    CMD_LRU_CRAWLER, 2, 3),
     PT_CMD("lru",            CMD_LRU,       2, PT_ANY),
     PT_CMD("watch",          CMD_WATCH,     1, PT_ANY),
+    PT_CMD("refresh_certs",  CMD_REFRESH_CERTS, 1, 1),
 #undef PT_CMD
 };
 
@@ -758,6 +779,7 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_SLABS: pt_process_slabs(c, tok, ntok); break;
     case CMD_LRU_CRAWLER: pt_lru_crawler(c, tok, ntok); break;
     case CMD_LRU: pt_process_lru(c, tok, ntok); break;
+    case CMD_REFRESH_CERTS: pt_refresh_certs(c); break;
     case CMD_WATCH: pt_watch(c, tok, ntok); break;
     }
 }

@@ -206,6 +206,9 @@ static const struct option_def options[] = {
       "print version and exit") },
     { OPT('P', "pidfile", OPT_STRING, S(pid_file), 0, 0, false, NULL, "<file>",
       "save PID in <file>, only used with -d option") },
+    { OPT('Z', "enable-ssl", OPT_SET, S(tls), 0, 0, false, "ssl_enabled", NULL,
+      "TLS on every TCP listener but those given as -l notls:<addr>; needs -o "
+      "ssl_chain_cert; not with -U or -s") },
     { OPT('S', "enable-sasl", OPT_SET, S(sasl), 0, 0, false, NULL, NULL,
       "require SASL authentication (binary protocol only): users from "
       "$MEMCACHED_SASL_PWDB (user:password lines, PLAIN) or Cyrus SASL's "
@@ -389,6 +392,29 @@ static const struct option_def options[] = {
       "metrics_port", "<num>", "HTTP port serving the stats in Prometheus "
       "text format at /metrics, on the -l addresses (127.0.0.1 with -s); 0 "
       "is off"), .def = "0" },
+    { OPT(0, "ssl_chain_cert", OPT_STRING, S(ssl_chain_cert), 0, 0, true,
+      "ssl_chain_cert", "<file>", "-Z: the server's certificate chain (PEM)") },
+    { OPT(0, "ssl_key", OPT_STRING, S(ssl_key), 0, 0, true, "ssl_key", "<file>",
+      "-Z: its private key (default: in ssl_chain_cert)") },
+    { OPT(0, "ssl_keyformat", OPT_INT, S(ssl_keyformat), 1, 2, true, "ssl_keyformat",
+      "<1|2>", "-Z: the key file's format: 1 PEM, 2 DER"), .def = "1" },
+    { OPT(0, "ssl_verify_mode", OPT_INT, S(ssl_verify_mode), 0, 3, true,
+      "ssl_verify_mode", "<0-3>", "-Z: client certificates: 0 not asked, 1 asked, "
+      "2 required, 3 required at the first handshake only"), .def = "0" },
+    { OPT(0, "ssl_ca_cert", OPT_STRING, S(ssl_ca_cert), 0, 0, true, "ssl_ca_cert",
+      "<file>", "-Z: the CAs a client certificate must chain to (PEM)") },
+    { OPT(0, "ssl_ciphers", OPT_STRING, S(ssl_ciphers), 0, 0, true, "ssl_ciphers",
+      "<list>", "-Z: OpenSSL cipher list for TLS 1.2 and older") },
+    { OPT(0, "ssl_min_version", OPT_INT, S(ssl_min_version), 0, 3, true, NULL,
+      "<0-3>", "-Z: the oldest TLS version taken: 0 1.0, 1 1.1, 2 1.2, 3 1.3"),
+      .def = "2" },
+    { OPT(0, "ssl_wbuf_size", OPT_INT, S(ssl_wbuf_size), 1, 1024, true, "ssl_wbuf_size",
+      "<kb>", "-Z: response bytes gathered into one TLS write, in kilobytes"),
+      .def = "16" },
+    { OPT(0, "ssl_session_cache", OPT_SET, S(ssl_session_cache), 0, 0, true,
+      "ssl_session_cache", NULL, "-Z: keep sessions for resumption") },
+    { OPT(0, "ssl_kernel_tls", OPT_SET, S(ssl_kernel_tls), 0, 0, true,
+      "ssl_kernel_tls", NULL, "-Z: kernel TLS offload"), .no_effect = true },
     { OPT(0, "store_wait_ms", OPT_INT, S(store_wait_ms), 0, 3600000, true,
       "store_wait_ms", "<ms>", "longest a store waits, parked on its "
       "connection, for a lower tier to make room before it is answered "
@@ -754,7 +780,7 @@ static void opt_apply_extended(const char *list)
         if (val)
             *val++ = '\0';
         const struct option_def *o = opt_by_name(tok);
-        if (!o && (strncmp(tok, "ssl_", 4) == 0 || strcmp(tok, "drop_privileges") == 0))
+        if (!o && strcmp(tok, "drop_privileges") == 0)
             die("-o %s is not supported yet: refusing to start rather than "
                 "serve without what it asks for%s", tok, "");
         if (!o || !o->extended)
@@ -880,19 +906,6 @@ static void handle_action(char flag, const char *arg)
     }
 }
 
-/* memcached's security flags, until they are implemented: a user who asks
- * for one must never get a server without it. */
-static void refuse_unsupported_flag(int flag)
-{
-    static const struct { char flag[2]; const char *what; } unsupported[] = {
-        { "Z", "TLS" },
-    };
-    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
-        if (flag == unsupported[i].flag[0])
-            die("-%s (%s) is not supported yet: refusing to start rather than "
-                "serve without it", unsupported[i].flag, unsupported[i].what);
-}
-
 void settings_parse_args(int argc, char **argv)
 {
     struct option longopts[NOPTIONS + 1];
@@ -923,8 +936,6 @@ void settings_parse_args(int argc, char **argv)
         for (size_t i = 0; i < NOPTIONS; i++)
             if (!options[i].extended && options[i].short_flag == ch)
                 o = &options[i];
-        if (!o && ch == '?')
-            refuse_unsupported_flag(optopt);
         if (!o) {
             fprintf(stderr, "Illegal argument \"%s\"\n",
                     optind > 0 && optind <= argc ? argv[optind - 1] : "?");
@@ -975,6 +986,33 @@ bool settings_finalize(void)
         (opt_given("ext_wbuf_size") && opt_given("ssd_buf_size"))) {
         fprintf(stderr, "-o ext_page_size / ext_wbuf_size and ssd_page_size / "
                 "ssd_buf_size set the same thing; give one of each\n");
+        return false;
+    }
+    if (!settings.tls) {
+        static const char *const tls_opts[] = {
+            "ssl_chain_cert", "ssl_key", "ssl_keyformat", "ssl_verify_mode",
+            "ssl_ca_cert", "ssl_ciphers", "ssl_min_version", "ssl_wbuf_size",
+            "ssl_session_cache", "ssl_kernel_tls",
+        };
+        for (size_t i = 0; i < sizeof(tls_opts) / sizeof(tls_opts[0]); i++)
+            if (opt_given(tls_opts[i])) {
+                fprintf(stderr, "-o %s asks for TLS: give -Z too (without it "
+                        "every connection would be plain text)\n", tls_opts[i]);
+                return false;
+            }
+    }
+    if (settings.tls && settings.ssl_chain_cert == NULL) {
+        fprintf(stderr, "-Z: give the certificate with -o ssl_chain_cert=FILE (and "
+                "ssl_key=FILE unless the key is in it)\n");
+        return false;
+    }
+    if (settings.tls && settings.udpport != 0) {
+        fprintf(stderr, "-Z: UDP has no TLS, so its requests would travel in plain "
+                "text; give -U 0\n");
+        return false;
+    }
+    if (settings.tls && settings.socketpath != NULL) {
+        fprintf(stderr, "-Z: TLS is for TCP listeners; -s makes a UNIX socket only\n");
         return false;
     }
     if (settings.sasl && settings.udpport != 0) {
@@ -1142,6 +1180,8 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     char v[64];
     snprintf(v, sizeof(v), "%d", settings.num_threads);
     out(ctx, "num_threads_per_udp", v);
+    static const char *const tls_names[] = { "tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
+    out(ctx, "ssl_min_version", tls_names[settings.ssl_min_version]);
     out(ctx, "auth_enabled_sasl", settings.sasl ? "yes" : "no");
     out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {

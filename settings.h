@@ -85,6 +85,17 @@ struct settings {
     char *pid_file;         /* -P */
     char *auth_file;        /* -Y: ASCII authentication's user:password file */
     bool sasl;              /* -S: SASL authentication, binary protocol only */
+    bool tls;               /* -Z: TLS on TCP listeners (tls.c) */
+    char *ssl_chain_cert;   /* -o ssl_*: as memcached's */
+    char *ssl_key;
+    char *ssl_ca_cert;
+    char *ssl_ciphers;
+    int ssl_keyformat;      /* 1 PEM, 2 DER */
+    int ssl_verify_mode;    /* 0-3 */
+    int ssl_min_version;    /* 0-3: TLS 1.0-1.3 */
+    int ssl_wbuf_size;      /* kilobytes */
+    bool ssl_session_cache;
+    bool ssl_kernel_tls;
     char *username;         /* -u */
     int maxconns_fast;      /* -o maxconns_fast: accepted, no effect */
     int hashpower_init;     /* -o hashpower */

@@ -507,6 +507,15 @@ static const struct stat_row general_stats[] = {
         "good (with `-M`: DRAM and NVM full and the SSD full or unwritable), "
         "`store_wait_ms` 0, or a UDP store; a store that waited in vain "
         "counts in `store_wait_timeouts` instead"),
+    ROW("ssl_handshake_errors", COUNTER, MODULE,
+        "TLS handshakes that failed (a bad or missing client certificate, a "
+        "plain-text client, a version or cipher refused) (only with -Z); not "
+        "cleared by `stats reset`"),
+    ROW("ssl_new_sessions", COUNTER, MODULE,
+        "TLS handshakes completed (only with -Z); not cleared by `stats reset`"),
+    ROW("time_since_server_cert_refresh", GAUGE, MODULE,
+        "seconds since the certificate was loaded or `refresh_certs` (only "
+        "with -Z)"),
     ROW("auth_cmds", COUNTER, GSTATS(auth_cmds),
         "authentication attempts: `-Y`'s first `set`, `-S`'s SASL_AUTH and "
         "SASL_STEP"),

@@ -53,6 +53,7 @@ struct conn_queue_item {
     struct conn_queue_item *next;
     int sfd;
     enum conn_transport transport;
+    bool tls;
 };
 
 static struct worker *workers;
@@ -95,7 +96,10 @@ static void worker_accept_queued(evutil_socket_t fd, short which, void *arg)
         conn *c = conn_new(q->sfd, q->transport, w);
         /* After conn_new: the listener's -c check sees it at least once. */
         __atomic_sub_fetch(&conns_queued, 1, __ATOMIC_SEQ_CST);
-        if (!c) {
+        if (c != NULL && q->tls && !conn_start_tls(c)) {
+            fprintf(stderr, "cannot start TLS for fd %d\n", q->sfd);
+            conn_close(c);
+        } else if (!c) {
             fprintf(stderr, "cannot create connection for fd %d\n", q->sfd);
             close(q->sfd);
         } else if (settings.verbose > 1) {
@@ -276,9 +280,8 @@ void workers_start(int nthreads, struct event_base *main_base)
     }
 }
 
-void worker_dispatch_conn(int sfd, int transport, int unused)
+void worker_dispatch_conn(int sfd, int transport, bool tls)
 {
-    (void)unused;
     struct conn_queue_item *q = malloc(sizeof(*q));
     if (!q) {
         close(sfd);
@@ -287,6 +290,7 @@ void worker_dispatch_conn(int sfd, int transport, int unused)
     q->next = NULL;
     q->sfd = sfd;
     q->transport = transport;
+    q->tls = tls;
 
     __atomic_add_fetch(&conns_queued, 1, __ATOMIC_SEQ_CST);
     struct worker *w = &workers[next_worker];

@@ -16,7 +16,8 @@
 
 void workers_start(int nthreads, struct event_base *main_base);
 /* Hands an accepted socket to the next worker. */
-void worker_dispatch_conn(int sfd, int transport, int udp_port_unused);
+/* Hands an accepted socket to the next worker; tls: it speaks TLS (-Z). */
+void worker_dispatch_conn(int sfd, int transport, bool tls);
 /* Sockets handed to workers that are not yet connections (the listener
  * counts them against -c with curr_connections). */
 uint64_t workers_conns_queued(void);

@@ -324,7 +324,7 @@ fi
 
 # ---- build: the server's own dependencies only ----
 PKGS=(build-essential autoconf automake pkg-config libevent-dev libjemalloc-dev libpmem-dev
-      liburing-dev libnuma-dev libsasl2-dev libsasl2-modules)
+      liburing-dev libnuma-dev libsasl2-dev libsasl2-modules libssl-dev)
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in "${PKGS[@]}"; do

@@ -15,7 +15,7 @@ fi
 
 PKGS=(build-essential autoconf automake libtool pkg-config libevent-dev libjemalloc-dev libpmem-dev
       liburing-dev libnuma-dev libmemcached-tools libmemcached-dev zlib1g-dev memcached python3-venv
-      python3-dev netcat-openbsd rsync clang libclang-rt-14-dev nutcracker libsasl2-dev libsasl2-modules sasl2-bin)
+      python3-dev netcat-openbsd rsync clang libclang-rt-14-dev nutcracker libsasl2-dev libsasl2-modules sasl2-bin libssl-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

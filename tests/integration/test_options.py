@@ -426,12 +426,10 @@ def test_memcached_tuning_options_start_with_a_note(server):
 
 @pytest.mark.tac_only
 @pytest.mark.parametrize("args,names", [
-    (["-Z"], "-Z (TLS)"),
-    (["-o", "ssl_chain_cert=/nonexistent.pem"], "-o ssl_chain_cert"),
     (["-o", "drop_privileges"], "-o drop_privileges"),
-], ids=["Z", "ssl_chain_cert", "drop_privileges"])
+], ids=["drop_privileges"])
 def test_security_options_refused_clearly(args, names):
-    """Until TLS and the syscall sandbox exist, asking for
+    """Until the syscall sandbox exists, asking for
     one stops the start with a message naming it: never a server without it."""
     cmd = [SERVER_BIN] + base_args() + ["-p", str(free_port()), "-U", "0"] + args
     try:
