@@ -248,9 +248,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 }
 
 /* The host part of one -l entry: "[::1]:11211" -> "::1", "10.0.0.1:11211"
- * -> "10.0.0.1". */
+ * -> "10.0.0.1", "notls:127.0.0.1:11212" -> "127.0.0.1". */
 static void host_of(const char *entry, char *out, size_t cap)
 {
+    if (strncmp(entry, "notls:", 6) == 0)
+        entry += 6;
     if (entry[0] == '[') {
         const char *close = strchr(entry, ']');
         size_t n = close ? (size_t)(close - entry - 1) : strlen(entry + 1);
