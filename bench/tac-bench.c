@@ -63,6 +63,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -313,8 +315,12 @@ static struct {
     uint64_t seed;
     const char *json;
     bool no_load, load_only, no_stats, quiet, no_verify;
+    bool tls;               /* --tls: every load connection speaks TLS */
+    char stats_port[16];    /* --stats-port: stats over plain TCP on this port */
     char label[128];
 } cfg;
+
+static SSL_CTX *tls_ctx;    /* --tls; the server's certificate is not checked */
 
 /* ------------------------------------------------------------------ */
 /* values                                                              */
@@ -471,6 +477,7 @@ typedef struct {
 
 typedef struct {
     int fd;
+    SSL *ssl;            /* --tls */
     bool want_out, dead;
     char *rbuf, *wbuf;
     size_t rcap, rlen, roff, wcap, wlen, woff;
@@ -498,11 +505,11 @@ typedef struct {
 static worker_t *workers;
 static size_t max_req_bytes;
 
-static int connect_server(bool nonblock)
+static int connect_server(bool nonblock, const char *port)
 {
     struct addrinfo hints = { 0 }, *res, *ai;
     hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(cfg.host, cfg.port, &hints, &res);
+    int rc = getaddrinfo(cfg.host, port, &hints, &res);
     if (rc)
         die("resolve %s:%s: %s", cfg.host, cfg.port, gai_strerror(rc));
     int fd = -1;
@@ -517,12 +524,51 @@ static int connect_server(bool nonblock)
     }
     freeaddrinfo(res);
     if (fd < 0)
-        die("connect %s:%s: %s", cfg.host, cfg.port, strerror(errno));
+        die("connect %s:%s: %s", cfg.host, port, strerror(errno));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (nonblock)
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
+}
+
+/* --tls: the handshake, blocking, on a fresh socket. */
+static SSL *tls_connect(int fd)
+{
+    SSL *ssl = SSL_new(tls_ctx);
+    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || SSL_connect(ssl) != 1) {
+        ERR_print_errors_fp(stderr);
+        die("TLS handshake with %s:%s failed", cfg.host, cfg.port);
+    }
+    return ssl;
+}
+
+/* write(2) or SSL_write; a TLS "want" is EAGAIN. */
+static ssize_t conn_out(conn_t *c, const void *buf, size_t len)
+{
+    if (c->ssl == NULL)
+        return write(c->fd, buf, len);
+    size_t n = 0;
+    if (SSL_write_ex(c->ssl, buf, len, &n) == 1)
+        return (ssize_t)n;
+    int e = SSL_get_error(c->ssl, 0);
+    errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+    return -1;
+}
+
+/* read(2) or SSL_read; a TLS "want" is EAGAIN, a closed session 0. */
+static ssize_t conn_in(conn_t *c, void *buf, size_t len)
+{
+    if (c->ssl == NULL)
+        return read(c->fd, buf, len);
+    size_t n = 0;
+    if (SSL_read_ex(c->ssl, buf, len, &n) == 1)
+        return (ssize_t)n;
+    int e = SSL_get_error(c->ssl, 0);
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : ECONNRESET;
+    return -1;
 }
 
 static uint64_t choose_key(worker_t *w)
@@ -642,7 +688,7 @@ static void refill(worker_t *w, conn_t *c, uint64_t t)
 static void conn_flush(worker_t *w, conn_t *c)
 {
     while (c->woff < c->wlen) {
-        ssize_t n = write(c->fd, c->wbuf + c->woff, c->wlen - c->woff);
+        ssize_t n = conn_out(c, c->wbuf + c->woff, c->wlen - c->woff);
         if (n > 0) {
             c->woff += (size_t)n;
             continue;
@@ -793,7 +839,7 @@ static void conn_read(worker_t *w, conn_t *c)
             if (!nb) die("out of memory");
             c->rbuf = nb;
         }
-        ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        ssize_t n = conn_in(c, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
             c->rlen += (size_t)n;
             if (!parse(w, c, now_ns())) {
@@ -802,7 +848,7 @@ static void conn_read(worker_t *w, conn_t *c)
                 atomic_fetch_add(&fatal_errors, 1);
                 return;
             }
-            if ((size_t)n < 16384)
+            if ((size_t)n < 16384 && (c->ssl == NULL || SSL_pending(c->ssl) == 0))
                 return; /* short read: socket most likely drained */
             continue;
         }
@@ -889,7 +935,7 @@ typedef struct { stat_t *s; int n; } statset_t;
 static statset_t read_stats(void)
 {
     statset_t ss = { 0 };
-    int fd = connect_server(false);
+    int fd = connect_server(false, cfg.stats_port[0] ? cfg.stats_port : cfg.port);
     struct timeval tv = { .tv_sec = 5 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (write(fd, "stats\r\n", 7) != 7) {
@@ -1038,6 +1084,8 @@ static void usage(void)
 "      --no-load             skip the load phase (data already there)\n"
 "      --load-only           only load\n"
 "      --no-stats            do not read server stats\n"
+"      --tls                 speak TLS on every load connection (no certificate check)\n"
+"      --stats-port PORT     read stats over plain TCP on PORT (with --tls: a notls port)\n"
 "      --no-verify           check key/length/header only, not the checksum\n"
 "  -q, --quiet               no progress output\n");
 }
@@ -1063,7 +1111,7 @@ static void parse_args(int argc, char **argv)
     double custom[OP_NTYPES] = { -1, -1, -1, -1 };
     int dist = -1;
     enum { O_WARM = 256, O_READ, O_UPD, O_INS, O_RMW, O_DIST, O_THETA, O_SEED, O_JSON,
-           O_NOLOAD, O_LOADONLY, O_NOSTATS, O_NOVERIFY, O_LABEL };
+           O_NOLOAD, O_LOADONLY, O_NOSTATS, O_NOVERIFY, O_LABEL, O_TLS, O_STATSPORT };
     static struct option lo[] = {
         { "server", 1, 0, 's' }, { "threads", 1, 0, 't' }, { "conns", 1, 0, 'c' },
         { "depth", 1, 0, 'd' }, { "records", 1, 0, 'n' }, { "duration", 1, 0, 'T' },
@@ -1074,6 +1122,7 @@ static void parse_args(int argc, char **argv)
         { "label", 1, 0, O_LABEL }, { "no-load", 0, 0, O_NOLOAD },
         { "load-only", 0, 0, O_LOADONLY }, { "no-stats", 0, 0, O_NOSTATS },
         { "no-verify", 0, 0, O_NOVERIFY }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' },
+        { "tls", 0, 0, O_TLS }, { "stats-port", 1, 0, O_STATSPORT },
         { 0, 0, 0, 0 }
     };
     int o;
@@ -1114,6 +1163,8 @@ static void parse_args(int argc, char **argv)
         case O_LOADONLY: cfg.load_only = true; break;
         case O_NOSTATS: cfg.no_stats = true; break;
         case O_NOVERIFY: cfg.no_verify = true; break;
+        case O_TLS: cfg.tls = true; break;
+        case O_STATSPORT: snprintf(cfg.stats_port, sizeof cfg.stats_port, "%s", optarg); break;
         case 'q': cfg.quiet = true; break;
         case 'h': usage(); exit(0);
         default: usage(); exit(2);
@@ -1121,6 +1172,15 @@ static void parse_args(int argc, char **argv)
     }
     if (optind < argc)
         die("unexpected argument '%s'", argv[optind]);
+    if (cfg.tls) {
+        tls_ctx = SSL_CTX_new(TLS_client_method());
+        if (tls_ctx == NULL)
+            die("cannot make a TLS context");
+        SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        if (cfg.stats_port[0] == '\0')
+            cfg.no_stats = true;    /* stats are read in plain text */
+    }
     bool any = false;
     for (int i = 0; i < OP_NTYPES; i++)
         any |= custom[i] >= 0;
@@ -1243,7 +1303,11 @@ int main(int argc, char **argv)
         w->epfd = epoll_create1(0);
         for (int j = 0; j < w->nconn; j++) {
             conn_t *c = &w->c[j];
-            c->fd = connect_server(true);
+            c->fd = connect_server(!cfg.tls, cfg.port);
+            if (cfg.tls) {
+                c->ssl = tls_connect(c->fd);
+                fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+            }
             c->rcap = 2 * (max_set + 512) > 262144 ? 2 * (max_set + 512) : 262144;
             c->wcap = (size_t)cfg.depth * max_set;
             if (c->wcap > 4u << 20) c->wcap = 4u << 20;
