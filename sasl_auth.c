@@ -90,6 +90,13 @@ bool sasl_auth_init(char *err, size_t errlen)
     return true;
 }
 
+/* One connection's exchange.  Cyrus SASL must not be asked to step an
+ * exchange that no SASL_AUTH started: it would follow a NULL mechanism. */
+struct sasl_session {
+    sasl_conn_t *conn;
+    bool started;       /* a SASL_AUTH answered "continue"; a step may follow */
+};
+
 void *sasl_auth_new(void)
 {
     sasl_conn_t *conn = NULL;
@@ -100,33 +107,43 @@ void *sasl_auth_new(void)
         .maxbufsize = 0,
         .security_flags = SASL_SEC_NOANONYMOUS,
     };
-    if (sasl_setprop(conn, SASL_SEC_PROPS, &sp) != SASL_OK) {
+    struct sasl_session *s = calloc(1, sizeof(*s));
+    if (s == NULL || sasl_setprop(conn, SASL_SEC_PROPS, &sp) != SASL_OK) {
+        free(s);
         sasl_dispose(&conn);
         return NULL;
     }
-    return conn;
+    s->conn = conn;
+    return s;
 }
 
-void sasl_auth_free(void *s)
+void sasl_auth_free(void *p)
 {
-    sasl_conn_t *conn = s;
-    if (conn != NULL)
-        sasl_dispose(&conn);
+    struct sasl_session *s = p;
+    if (s == NULL)
+        return;
+    sasl_dispose(&s->conn);
+    free(s);
 }
 
-bool sasl_auth_mechs(void *s, const char **out, unsigned *len)
+bool sasl_auth_mechs(void *p, const char **out, unsigned *len)
 {
+    struct sasl_session *s = p;
     int count;
-    return sasl_listmech(s, NULL, "", " ", "", out, len, &count) == SASL_OK;
+    return sasl_listmech(s->conn, NULL, "", " ", "", out, len, &count) == SASL_OK;
 }
 
-enum sasl_auth_result sasl_auth_step(void *s, const char *mech, size_t nmech,
+enum sasl_auth_result sasl_auth_step(void *p, const char *mech, size_t nmech,
                                      const char *in, unsigned inlen,
                                      const char **out, unsigned *outlen)
 {
+    struct sasl_session *s = p;
     int rc;
     *out = NULL;
     *outlen = 0;
+    if (mech == NULL && !s->started)
+        return SASL_AUTH_FAIL;          /* a step with nothing to step */
+    s->started = false;
     if (mech != NULL) {
         char name[64];
         if (nmech == 0 || nmech >= sizeof(name))
@@ -135,13 +152,15 @@ enum sasl_auth_result sasl_auth_step(void *s, const char *mech, size_t nmech,
         name[nmech] = '\0';
         /* No data is no initial response (CRAM-MD5 starts with the
          * server's challenge), not an empty one. */
-        rc = sasl_server_start(s, name, inlen > 0 ? in : NULL, inlen, out, outlen);
+        rc = sasl_server_start(s->conn, name, inlen > 0 ? in : NULL, inlen, out, outlen);
     } else {
-        rc = sasl_server_step(s, in, inlen, out, outlen);
+        rc = sasl_server_step(s->conn, in, inlen, out, outlen);
     }
     if (rc == SASL_OK)
         return SASL_AUTH_OK;
-    if (rc == SASL_CONTINUE)
+    if (rc == SASL_CONTINUE) {
+        s->started = true;
         return SASL_AUTH_CONTINUE;
+    }
     return SASL_AUTH_FAIL;
 }

@@ -24,6 +24,8 @@ import socket
 import struct
 import zlib
 
+import pytest
+
 from fuzz_net import exchange, fuzz_seed
 from mcserver import IS_STOCK, recv_exact
 
@@ -209,13 +211,35 @@ def bin_get(sock, key):
     return hdr[5], body[hdr[3] + hdr[2]:]
 
 
-def test_binary_fuzz_keeps_data_and_server(server):
+def sasl_login(s):
+    """PLAIN as the fuzz user (-S runs)."""
+    body = b"PLAIN" + b"\0fuzz\0fuzz-pass"
+    s.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x21, 5, 0, 0, 0, len(body), 0, 0) + body)
+    hdr = HDR.unpack(recv_exact(s, 24))
+    recv_exact(s, hdr[6])
+    assert hdr[5] == 0, "SASL login refused"
+
+
+@pytest.mark.parametrize("sasl", [False, pytest.param(True, marks=pytest.mark.tac_only)],
+                         ids=["open", "sasl"])
+def test_binary_fuzz_keeps_data_and_server(server, sasl, tmp_path, monkeypatch):
+    """Random and damaged frames; with -S they arrive unauthenticated, and the SASL
+    opcodes among them (list, auth, step in any order, any body) must fail cleanly."""
     seed = fuzz_seed()
     rng = random.Random(seed)
-    srv = server(args=["-F", "-c", "4096"])
+    args = ["-F", "-c", "4096"]
+    if sasl:
+        users = tmp_path / "users"
+        users.write_text("fuzz:fuzz-pass\n")
+        monkeypatch.setenv("MEMCACHED_SASL_PWDB", str(users))
+        monkeypatch.delenv("SASL_CONF_PATH", raising=False)
+        args.append("-S")
+    srv = server(args=args)
 
     keep = {}
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    if sasl:
+        sasl_login(s)
     for i in range(300):
         key = b"pre:%d" % i
         value = encode(key, i)
@@ -254,6 +278,8 @@ def test_binary_fuzz_keeps_data_and_server(server):
             refused += 1
 
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    if sasl:
+        sasl_login(s)
     bad = []
     for key, value in keep.items():
         status, got = bin_get(s, key)

@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 import bmemcached
 import pytest
@@ -199,3 +200,40 @@ def test_starts_that_sasl_refuses(tmp_path, pwdb, extra, env, says, rc):
                        env=dict(os.environ, **env))
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")
     assert p.returncode == rc and says in msg, (p.returncode, msg)
+
+
+def test_failed_negotiations_leak_no_connection(server, pwdb):
+    """Wrong passwords, unknown mechanisms, broken steps and garbage: the server lives and
+    every connection slot comes back (-c 32, 120 connections)."""
+    srv = server(["-S", "-c", "32"])
+    for i in range(120):
+        s = socket.create_connection((srv.host, srv.port))
+        try:
+            kind = i % 4
+            if kind == 0:
+                assert call(s, AUTH, b"PLAIN", b"\0alice\0wrong")[0] == AUTH_ERROR
+            elif kind == 1:
+                assert call(s, AUTH, b"NO-SUCH-MECH", b"x")[0] == AUTH_ERROR
+            elif kind == 2:
+                assert call(s, STEP, b"PLAIN", b"\0" * 3000)[0] == AUTH_ERROR
+            else:
+                s.sendall(HDR.pack(0x80, AUTH, 5, 0, 0, 0, 1 << 20, 0, 0) + b"PLAIN")
+        finally:
+            s.close()
+    s = socket.create_connection((srv.host, srv.port))
+    assert call(s, AUTH, b"PLAIN", b"\0alice\0plain-pass-1") == (OK, b"Authenticated")
+    deadline = time.time() + 20
+    while True:
+        status, body = call(s, 0x10)        # STAT: one key/value per response, then an empty key
+        stats = {}
+        while status == OK and body:
+            magic, op, klen, elen, _dt, status, blen, _o, _c = HDR.unpack(recv_exact(s, 24))
+            data = recv_exact(s, blen) if blen else b""
+            if not klen:
+                break
+            stats[data[elen:elen + klen]] = data[elen + klen:]
+        if int(stats.get(b"curr_connections", b"99")) <= 2 or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert int(stats[b"curr_connections"]) <= 2, stats.get(b"curr_connections")
+    assert int(stats[b"auth_errors"]) >= 90

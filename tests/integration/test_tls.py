@@ -7,6 +7,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 
 import pytest
 from pymemcache.client.base import Client
@@ -230,3 +231,38 @@ def test_ssd_reads_park_under_tls(server, pki, ssd_dir):  # noqa: F811
         batch = keys[i:i + 300]
         assert c.get_many(batch) == {k: vals[k] for k in batch}
     assert int(c.stats("tiers")[b"ssd_reads"]) > reads_before + 1000
+
+
+def test_failed_handshakes_leak_no_connection(server, pki):
+    """Garbage, plain text, a client certificate refused and a handshake cut halfway: each
+    fails alone, the server lives, and every connection slot comes back."""
+    plain = free_port()
+    srv = server(tls_args(pki, "ssl_ca_cert=%s/ca.pem" % pki, "ssl_verify_mode=2") +
+                 ["-c", "64", "-l", "127.0.0.1,notls:127.0.0.1:%d" % plain])
+    rng = random.Random(3)
+    for i in range(120):
+        s = socket.create_connection((srv.host, srv.port))
+        kind = i % 4
+        try:
+            if kind == 0:
+                s.sendall(bytes(rng.randrange(256) for _ in range(rng.randint(1, 3000))))
+            elif kind == 1:
+                s.sendall(b"get k\r\n")
+            elif kind == 2:
+                ctx = context(pki)          # no client certificate: refused
+                with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+                    t.sendall(b"version\r\n")
+                    t.recv(100)
+                continue
+            else:
+                s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")   # a cut ClientHello
+        except (OSError, ssl.SSLError):
+            pass
+        s.close()
+    c = Client(("127.0.0.1", plain), connect_timeout=5, timeout=5)
+    deadline = time.time() + 20
+    while int(c.stats()[b"curr_connections"]) > 2:
+        assert time.time() < deadline, c.stats()[b"curr_connections"]
+        time.sleep(0.1)
+    assert int(c.stats()[b"ssl_handshake_errors"]) >= 90
+    assert tls_client(srv, pki, cert="client").set(b"after", b"ok", noreply=False)
