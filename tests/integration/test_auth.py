@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 
 import bmemcached
 import pytest
@@ -170,3 +171,35 @@ def test_memccapable_is_refused_without_a_crash(server, authfile):
     assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
     assert c.set(b"k", b"v", noreply=False) is True and c.get(b"k") == b"v"
     assert os.path.exists(str(authfile))
+
+
+@pytest.mark.tac_only
+def test_handshake_fuzz_keeps_server_and_slots(server, authfile):
+    """Random first commands before authentication (set lines with odd counts and lengths,
+    data cut short, binary bytes, long lines): each is refused or waits, none crashes the
+    server or holds a slot once closed, and the data stays."""
+    srv = server(["-Y", str(authfile), "-c", "48"])
+    good = client(srv)
+    assert good.set(b"auth", b"alice s3cret-pass", noreply=False)
+    assert good.set(b"keep", b"safe", noreply=False)
+    rng = random.Random(int(os.environ.get("FUZZ_SEED", "7")))
+    words = [b"set", b"get", b"alice", b"s3cret-pass", b"0", b"-1", b"999999999999",
+             b"4294967296", b"\x00", b"\xff" * 3, b"noreply", b"13", b"17"]
+    for i in range(300):
+        raw = srv.connect(timeout=3)
+        kind = i % 3
+        if kind == 0:
+            line = b" ".join(rng.choice(words) for _ in range(rng.randint(0, 8)))
+            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
+            raw.send(line + b"\r\n" + data + rng.choice((b"\r\n", b"", b"\n")))
+        elif kind == 1:
+            raw.send(bytes(rng.randrange(256) for _ in range(rng.randint(1, 5000))))
+        else:
+            raw.send(b"set k 0 0 %d\r\nalice s3cret-pass" % rng.randint(17, 1100))
+        raw.close()
+    deadline = time.time() + 20
+    while int(good.stats()[b"curr_connections"]) > 2:
+        assert time.time() < deadline, good.stats()[b"curr_connections"]
+        time.sleep(0.1)
+    assert good.get(b"keep") == b"safe"
+    assert srv.alive()
