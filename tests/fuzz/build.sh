@@ -19,7 +19,7 @@ out="$here/bin"
 mkdir -p "$out" "$here/obj"
 flags=(-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
        -I. -pthread -Wno-unused-command-line-argument)
-libs=$(pkg-config --libs libevent libevent_pthreads libpmem liburing)
+libs=$(pkg-config --libs libevent libevent_pthreads libpmem liburing libsasl2 openssl)
 objs=()
 for f in $srcs; do
     o="$here/obj/$(echo "$f" | tr '/' '_' | sed 's/\.c$/.o/')"
