@@ -425,8 +425,8 @@ def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
     go to SSD and come back exact; every small value still found is exact."""
     s = ssd_server(server, ssd_dir, "256m", mem=8, opts=["ext_item_size=1000"])
     c = s.connect()
-    small_keys = [b"ext:small:%06d:%s" % (i, b"s" * 24) for i in range(12000)]
-    big_keys = [b"ext:big:%06d:%s" % (i, b"b" * 24) for i in range(4000)]
+    small_keys = [b"ext:small:%06d:%s" % (i, b"s" * 24) for i in range(8000)]
+    big_keys = [b"ext:big:%06d:%s" % (i, b"b" * 24) for i in range(2500)]
     small = {k: make_value(k, 1, 300) for k in small_keys}
     big = {k: make_value(k, 1) for k in big_keys}
     items = list(small.items()) + list(big.items())

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mcserver import recv_until
+from mcserver import SANITIZED, recv_until
 
 LINE = re.compile(rb"^ts=\d+\.\d+ gid=\d+ type=(\w+)((?: \w+=\S*)*)$")
 
@@ -128,6 +128,9 @@ def test_watch_tiers_shows_moves_down(server, shm_file):
 
 
 @pytest.mark.tac_only
+@pytest.mark.skipif(SANITIZED, reason="a sanitizer build emits slower than the watcher's "
+                    "socket buffers fill, and the lines then drain at a 4 KB window: "
+                    "90 s for what takes 1 s in a release build")
 def test_watch_slow_watcher_is_told_what_it_missed(server):
     """A watcher that does not read loses the oldest lines, and a
     `skipped=<n>` line says how many; the server and other clients go on."""
@@ -139,17 +142,19 @@ def test_watch_slow_watcher_is_told_what_it_missed(server):
     for i in range(0, 60000, 1000):
         raw = c.get(b"get " + b" ".join(b"miss-%d" % j for j in range(i, i + 1000)) + b"\r\n")
         assert raw == b"END\r\n"
-    data = b""
+    data = bytearray()
+    seen = False                    # "skipped=" looked for in the new bytes only
     w.sock.settimeout(2)
     try:
-        while b"skipped=" not in data or not data.endswith(b"\n"):
+        while not seen or not data.endswith(b"\n"):
             chunk = w.sock.recv(1 << 20)
             if not chunk:
                 break
+            seen = seen or b"skipped=" in bytes(data[-16:]) + chunk
             data += chunk
     except socket.timeout:
         pass
-    m = re.search(rb"skipped=(\d+)\n", data)
+    m = re.search(rb"skipped=(\d+)\n", bytes(data))
     assert m and int(m.group(1)) > 0, data[-300:]
     # A watcher that goes away is forgotten; the server serves on.
     w.close()
