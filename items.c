@@ -635,6 +635,19 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
 
     item *got = NULL;
     uint16_t one = 1;
+    /* What stays is decided before the claim below: while the refcount is
+     * 0 the page mover takes the chunk for free, so an item that stays
+     * linked must never pass through 0. */
+    bool dead = item_is_dead(it, NULL);
+    if (!dead && may_spare && tail_spare_locked(l, it)) {
+        *spared = true;
+        item_unlock(hv);
+        return NULL;
+    }
+    if (!dead && !may_evict) {
+        item_unlock(hv);
+        return NULL;
+    }
     /* Claim the index's reference by taking refcount 1 -> 0: the page
      * mover's pin (item_evict_chunk) refuses a zero refcount, so nobody
      * reads the chunk while the caller reinitializes it. */
@@ -647,7 +660,7 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
         CLS_INCR(clsid, lrutail_reflocked);
         lru_unlink_locked(l, it);
         lru_link_locked(l, it);
-    } else if (item_is_dead(it, NULL)) {
+    } else if (dead) {
         GSTATS_INCR(reclaimed);
         CLS_INCR(clsid, reclaimed);
         if ((it->it_flags & ITEM_FETCHED) == 0) {
@@ -655,14 +668,9 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
             CLS_INCR(clsid, expired_unfetched);
         }
         got = it;
-    } else if (may_spare && tail_spare_locked(l, it)) {
-        __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
-        *spared = true;
-    } else if (may_evict) {
+    } else {
         stats_evicted(it, clsid);
         got = it;
-    } else {
-        __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     }
     if (got != NULL)
         unlink_locked(l, it, hv);
