@@ -355,6 +355,9 @@ static const struct option_def options[] = {
     { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
       "ssd_page_size in megabytes"), .check = check_ext_page_size,
       .expect = "megabytes, 1 to 1024" },
+    { OPT(0, "ext_threads", OPT_INT, S(ext_threads), 1, 64, true, NULL, "<num>",
+      "threads of the SSD's pread/pwrite pool, used with ssd_io_engine=threads "
+      "or when io_uring is refused (default: 4)") },
     { OPT(0, "ext_item_size", OPT_INT, S(ext_item_size), 0, 1 << 30, true, NULL,
       "<bytes>", "values smaller than this never go to SSD: when the tiers above "
       "are full they are evicted instead (0: any size goes)"), .def = "0" },
@@ -447,7 +450,6 @@ static const struct option_def options[] = {
     IGNORED("inline_ascii_resp"),
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
-    IGNORED("ext_threads"),
     IGNORED("ext_item_age"),
     IGNORED("ext_low_ttl"),
     IGNORED("ext_drop_unread"),

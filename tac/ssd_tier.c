@@ -1308,6 +1308,7 @@ bool tac_ssd_open(void)
     cfg.size = settings.ssd_size;
     cfg.page_size = (size_t)settings.ssd_page_size;
     cfg.buf_size = (size_t)settings.ssd_buf_size;
+    cfg.threads = (unsigned)settings.ext_threads;      /* 0: the default */
     /* A tuple larger than a buf spans slots of one page: the page bounds
      * the largest tuple, so it grows with -I unless set. */
     size_t bs = cfg.buf_size ? cfg.buf_size : SSD_DEFAULT_BUF_SIZE;

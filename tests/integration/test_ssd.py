@@ -398,7 +398,7 @@ def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     server with a note naming each.  Four times -m of 2-8 KB values comes
     back byte-exact, much of it from SSD."""
     path = os.path.join(ssd_dir, "extstore")
-    ignored = ["ext_threads=4", "ext_item_age=0", "ext_max_frag=0.8"]
+    ignored = ["ext_item_age=0", "ext_max_frag=0.8"]
     s = server(["-m", "16", "-t", "2", "-o", ",".join(
         ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1",
          "ext_item_size=512"] + ignored)])
@@ -417,6 +417,26 @@ def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     hits, misses, wrong = read_check(c, keys, lambda k: (0, want[k]))
     assert not wrong and not misses, (wrong[:3], misses[:3])
     assert stat_int(c.stats(b"tiers"), "ssd_items") > len(keys) // 2, c.stats(b"tiers")
+
+
+@pytest.mark.parametrize("given,threads", [(None, 4), (3, 3)], ids=["default", "ext_threads=3"])
+def test_ext_threads_sizes_the_io_thread_pool(server, ssd_dir, given, threads):
+    """memcached's ext_threads is the size of the SSD's I/O thread pool (with
+    ssd_io_engine=threads); values still round-trip through it."""
+    opts = ["ssd_io_engine=threads"] + (["ext_threads=%d" % given] if given else [])
+    s = ssd_server(server, ssd_dir, "256m", opts=opts)
+    names = []
+    for t in os.listdir("/proc/%d/task" % s.proc.pid):
+        with open("/proc/%d/task/%s/comm" % (s.proc.pid, t)) as f:
+            names.append(f.read().strip())
+    assert sum(n.startswith("tac-ssd-io") for n in names) == threads, names
+    c = s.connect()
+    want = {k: make_value(k, 1) for k in keys_totalling(b"ext:threads:", 40 * MB)}
+    stored, failures, _ = load(c, want.items())
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    _, misses, wrong = read_check(c, list(want), lambda k: (0, want[k]))
+    assert not wrong and not misses, (wrong[:3], misses[:3])
+    assert stat_int(c.stats(b"tiers"), "ssd_reads") > 0
 
 
 def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
