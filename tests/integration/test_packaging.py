@@ -426,16 +426,17 @@ def test_run_sh_leaves_a_taken_port_alone(run_env):
         assert "tier files: %s/nvm.dat %s/ssd.dat" % (data, data) in text, text
         assert re.search(r"to remove them.*: rm -r?f ", text), text
         # The server answers on the other port; the holder still answers on its own.
-        deadline = time.time() + 30
+        deadline = time.time() + 120      # it makes a 512m and a 1g tier file first
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", new_port), timeout=5) as s:
                     s.sendall(b"version\r\n")
                     assert s.recv(100).startswith(b"VERSION ")
                 break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise
+            except OSError as e:
+                assert time.time() < deadline and proc.poll() is None, \
+                    "no answer on port %d (%s; run.sh exit %s):\n%s" % (
+                        new_port, e, proc.poll(), text[-3000:])
                 time.sleep(0.1)
         assert holder.poll() is None and _holder_answers(port), "the port's holder was stopped"
         assert os.path.exists(os.path.join(data, "nvm.dat"))

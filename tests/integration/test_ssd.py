@@ -425,12 +425,24 @@ def test_ext_threads_sizes_the_io_thread_pool(server, ssd_dir, given, threads):
     ssd_io_engine=threads); values still round-trip through it."""
     opts = ["ssd_io_engine=threads"] + (["ext_threads=%d" % given] if given else [])
     s = ssd_server(server, ssd_dir, "256m", opts=opts)
-    names = []
-    for t in os.listdir("/proc/%d/task" % s.proc.pid):
-        with open("/proc/%d/task/%s/comm" % (s.proc.pid, t)) as f:
-            names.append(f.read().strip())
-    assert sum(n.startswith("tac-ssd-io") for n in names) == threads, names
     c = s.connect()
+    # The port accepts before the tiers open: an answer means the server is up.
+    assert c.line(b"version\r\n").startswith(b"VERSION ")
+
+    def pool():
+        names = []
+        for t in os.listdir("/proc/%d/task" % s.proc.pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (s.proc.pid, t)) as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass                    # a thread that ended meanwhile
+        return names
+
+    deadline = time.time() + 30
+    while sum(n.startswith("tac-ssd-io") for n in pool()) != threads and time.time() < deadline:
+        time.sleep(0.1)
+    assert sum(n.startswith("tac-ssd-io") for n in pool()) == threads, pool()
     want = {k: make_value(k, 1) for k in keys_totalling(b"ext:threads:", 40 * MB)}
     stored, failures, _ = load(c, want.items())
     assert not failures, fmt_failures(failures, c.stats(b"tiers"))
