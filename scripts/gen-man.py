@@ -234,10 +234,16 @@ Started as root it refuses to run without
 It listens on 127.0.0.1 unless
 .B \-l
 says otherwise.
-TLS, SASL and ASCII authentication are not implemented: an option asking for one of
-them stops the start with a message, so the server never runs without what was asked
-for.
-Keep it on a trusted network.
+TLS
+.RB ( \-Z ),
+SASL
+.RB ( \-S )
+and ASCII authentication
+.RB ( \-Y )
+work as in memcached; without one of them, anyone who reaches the port can read and
+change the cache.
+memcached's syscall sandbox option (drop_privileges) is not built: asking for it stops
+the start with a message.
 .PP
 Sizes take a suffix
 .BR k ,
