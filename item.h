@@ -87,17 +87,23 @@ struct item {
                          ? (char *)(it) + ITEM_COMPACT_HDR : (it)->data)
 #define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
 
+/* With a tier key (-o tier_key) a meta tuple also keeps its tuple's write
+ * sequence (8 bytes: after the reference, or after a compact item's key),
+ * which every read of the tuple must find in it; 0 without.  Set once at
+ * start. */
+extern size_t item_meta_seq_bytes;
+
 /* Size of an NVM meta tuple (full layout) for a key of nkey bytes. */
 static inline size_t item_meta_size(size_t nkey)
 {
-    return sizeof(item) + nkey + 1 + sizeof(uint64_t);
+    return sizeof(item) + nkey + 1 + sizeof(uint64_t) + item_meta_seq_bytes;
 }
 
 /* Size of an SSD meta tuple (compact layout): the DRAM an SSD-resident
  * item costs, before rounding up to its slab chunk. */
 static inline size_t item_compact_size(size_t nkey)
 {
-    return ITEM_COMPACT_HDR + nkey;
+    return ITEM_COMPACT_HDR + nkey + item_meta_seq_bytes;
 }
 
 /* Bytes an item occupies in DRAM (its chunk's payload). */
@@ -125,6 +131,25 @@ static inline uint64_t item_meta_ref(const item *it)
 static inline void item_set_meta_ref(item *it, uint64_t ref)
 {
     __builtin_memcpy(item_ref_ptr_(it), &ref, sizeof(ref));
+}
+
+/* A meta tuple's write sequence (item_meta_seq_bytes); 0 without one. */
+static inline char *item_seq_ptr_(const item *it)
+{
+    return item_compact(it) ? (char *)it + ITEM_COMPACT_HDR + it->nkey
+                            : (char *)ITEM_data(it) + sizeof(uint64_t);
+}
+static inline uint64_t item_meta_seq(const item *it)
+{
+    uint64_t seq = 0;
+    if (item_meta_seq_bytes != 0)
+        __builtin_memcpy(&seq, item_seq_ptr_(it), sizeof(seq));
+    return seq;
+}
+static inline void item_set_meta_seq(item *it, uint64_t seq)
+{
+    if (item_meta_seq_bytes != 0)
+        __builtin_memcpy(item_seq_ptr_(it), &seq, sizeof(seq));
 }
 
 /* Total size an item of this key and value length would take. */

@@ -757,6 +757,8 @@ rel_time_t item_time(const item *it)
     return t > now ? t - (LLRU_TIME_MASK + 1) : t;
 }
 
+size_t item_meta_seq_bytes;
+
 item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls,
                       uint64_t ref, int partition, bool reserved)
 {
@@ -798,6 +800,9 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
     it->access = __atomic_load_n(&src->access, __ATOMIC_RELAXED);
     it->tier = (uint8_t)tier;
     item_set_meta_ref(it, ref);
+    /* A copy of a meta tuple keeps its tuple, so its sequence too; a new
+     * tuple's writer sets it. */
+    item_set_meta_seq(it, (src->it_flags & ITEM_META) ? item_meta_seq(src) : 0);
     __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
     return it;
 }

@@ -370,6 +370,12 @@ static const struct option_def options[] = {
       "header, or data that is not a tier (an extstore file, a mistyped path); "
       "what they hold is lost. Without it such a file stops the start"),
       .def = "no", .choices = no_yes },
+    { OPT(0, "tier_key", OPT_STRING, S(tier_key), 0, 0, true, NULL, "<file>",
+      "encrypt everything written to the NVM and SSD tier files and the "
+      "files beside them (AES-256-GCM; see README, Encryption at rest) with "
+      "the 32-byte key in this file (raw, or 64 hex digits; make one with "
+      "head -c 32 /dev/urandom). A tier file written under another key, or "
+      "without one, stops the start") },
     { OPT(0, "recovery", OPT_CHOICE, S(recovery), 0, 0, true,
       "recovery", "<on|off>", "on: bring back what a graceful stop saved "
       "(see README, Restart); off: start empty and format tier files of this "
@@ -1186,6 +1192,7 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     out(ctx, "ssl_min_version", tls_names[settings.ssl_min_version]);
     out(ctx, "auth_enabled_sasl", settings.sasl ? "yes" : "no");
     out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
+    out(ctx, "tier_key", settings.tier_key != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {
         snprintf(v, sizeof(v), "%d", settings.ssd_buf_size);
         out(ctx, "ext_wbuf_size", v);

@@ -138,6 +138,7 @@ struct settings {
     int ext_threads;        /* -o ext_threads: SSD thread pool size, 0 = default */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
+    char *tier_key;         /* -o tier_key: key file sealing NVM and SSD */
     int recovery;           /* -o recovery: 1 = on (default), 0 = off */
     int dram_log;           /* -o dram_log: 1 = on, 0 = off (default) */
     size_t dram_log_size;   /* -o dram_log_size, bytes (0 = auto: 2x -m) */

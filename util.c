@@ -573,3 +573,24 @@ char *util_uri_encode(const char *src, size_t n, char *out)
     }
     return out;
 }
+
+static bool all_zero16(const uint8_t v[16])
+{
+    for (int i = 0; i < 16; i++)
+        if (v[i] != 0)
+            return false;
+    return true;
+}
+
+const char *util_key_check_refusal(const uint8_t found[16], const uint8_t want[16])
+{
+    if (memcmp(found, want, 16) == 0)
+        return NULL;
+    if (all_zero16(found))
+        return "written without a tier key (its data is in clear; this start "
+               "gives -o tier_key)";
+    if (all_zero16(want))
+        return "sealed with a tier key (start with the same -o tier_key)";
+    return "sealed with another tier key (the -o tier_key file given is not "
+           "the one it was written with)";
+}

@@ -111,6 +111,11 @@ static inline uint64_t util_atomic_max(uint64_t *p, uint64_t v)
  */
 uint32_t util_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* The key-check value a tier file's header carries (16 bytes; zeros: no
+ * tier key) against the one this start wants: NULL when they agree, else
+ * a phrase that follows "holds a tac-memcached ... tier" and says why. */
+const char *util_key_check_refusal(const uint8_t found[16], const uint8_t want[16]);
+
 /* An open-addressing map of nonzero 64-bit keys to 64-bit values, grown by
  * doubling at half full; the caller does the locking.  Slots are indexed
  * by the key's bits above `shift` (bits the caller already partitions by).

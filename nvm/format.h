@@ -33,7 +33,7 @@
 #include "nvm/nvm.h"
 
 #define NVM_MAGIC "TACNVM\r\n"        /* 8 bytes, no NUL */
-#define NVM_FORMAT_VERSION 2u         /* 2: two copies */
+#define NVM_FORMAT_VERSION 3u         /* 2: two copies; 3: key_check */
 #define NVM_HDR_COPIES 2u
 #define NVM_HDR_COPY_STRIDE 4096u     /* copy i starts at i * stride */
 #define NVM_DATA_OFFSET (NVM_HDR_COPIES * NVM_HDR_COPY_STRIDE)  /* page 0 */
@@ -52,6 +52,7 @@ struct nvm_header {
     uint32_t slot_align;              /* NVM_SLOT_ALIGN */
     uint32_t nclasses;
     uint64_t slot_size[NVM_MAX_CLASSES + 1];  /* [1..nclasses]; [0] = 0 */
+    uint8_t key_check[16];            /* nvm_config.key_check */
     uint64_t checksum;                /* see above */
 };
 

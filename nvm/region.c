@@ -332,6 +332,11 @@ static void classify_header(struct nvm_region *r, const unsigned char *area,
                     best->nclasses == r->nclasses;
         for (unsigned c = 1; fits && c <= r->nclasses; c++)
             fits = best->slot_size[c] == r->classes[c].slot_size;
+        const char *why = util_key_check_refusal(best->key_check, r->key_check);
+        if (fits && why != NULL) {
+            snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier %s", why);
+            return;
+        }
         if (fits) {
             r->prev_state = (best->flags & NVM_HDR_DIRTY) ? NVM_PREV_DIRTY
                                                           : NVM_PREV_CLEAN;
@@ -409,6 +414,7 @@ static enum nvm_status header_format(struct nvm_region *r)
     n.open_count = r->open_count + 1;
     n.slot_align = NVM_SLOT_ALIGN;
     n.nclasses = r->nclasses;
+    memcpy(n.key_check, r->key_check, sizeof(n.key_check));
     for (unsigned c = 1; c <= r->nclasses; c++)
         n.slot_size[c] = r->classes[c].slot_size;
     n.checksum = header_checksum(&n);
@@ -447,6 +453,7 @@ enum nvm_status nvm_open(const struct nvm_config *cfg, struct nvm_region **out)
     r->nparts = rv.partitions;
     r->read_ns = cfg->read_ns;
     r->write_ns = cfg->write_ns;
+    memcpy(r->key_check, cfg->key_check, sizeof(r->key_check));
     if ((st = nvm_classes_init(r, rv.factor, rv.slot_max)) != NVM_OK)
         goto fail;
     bool inspected;

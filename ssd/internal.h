@@ -18,7 +18,8 @@
 #include "ssd/ssd.h"
 
 #define SSD_MAGIC "TACSSD\x00\x01"
-#define SSD_FORMAT_VERSION 2u        /* 2: two header copies, generation, CRC32C */
+#define SSD_FORMAT_VERSION 3u        /* 2: two header copies, generation, CRC32C;
+                                        3: key_check */
 #define SSD_HDR_COPIES 2u            /* copy i in block i */
 #define SSD_DATA_OFF ((uint64_t)SSD_HDR_COPIES * SSD_BLOCK)  /* pages follow */
 
@@ -41,6 +42,7 @@ struct ssd_disk_header {
     uint64_t data_off;
     uint32_t npages;
     uint32_t dirty;          /* 1 while open; 0 after a clean ssd_close */
+    uint8_t key_check[16];   /* ssd_config.key_check */
     uint32_t checksum;       /* CRC32C of every byte before it */
     uint32_t reserved;       /* 0 */
 };
@@ -122,6 +124,7 @@ struct ssd_store {
     unsigned queue_depth, nthreads;
     enum ssd_engine engine;
     enum ssd_prev_state prev_state;
+    uint8_t key_check[16];      /* ssd_config.key_check */
     uint64_t generation;        /* of the last header written (open, close) */
     uint64_t prev_generation;   /* of the header found at open (0: none) */
 

@@ -104,6 +104,10 @@ struct ssd_config {
     /* Format the path even when it holds something else: another format
      * version, another geometry, a damaged header or foreign data. */
     bool reformat;
+    /* An opaque value kept in the header (the caller's encryption key
+     * check; zeros for none): a store whose header holds another one is
+     * refused like another geometry. */
+    uint8_t key_check[16];
 };
 
 enum ssd_prev_state {

@@ -170,6 +170,7 @@ static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
     h->buf_size = s->buf_size;
     h->data_off = SSD_DATA_OFF;
     h->npages = s->npages;
+    memcpy(h->key_check, s->key_check, sizeof h->key_check);
     h->checksum = header_crc(h);
     enum ssd_status st = SSD_OK;
     for (unsigned i = 0; i < SSD_HDR_COPIES && st == SSD_OK; i++) {
@@ -219,6 +220,12 @@ static void classify_header(struct ssd_store *s, const unsigned char *area)
         if (best->size == s->size && best->page_size == s->page_size &&
             best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
             best->npages == s->npages) {
+            const char *why = util_key_check_refusal(best->key_check, s->key_check);
+            if (why != NULL) {
+                snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier %s", why);
+                s->prev_state = SSD_PREV_OTHER;
+                return;
+            }
             s->prev_state = best->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
             s->generation = s->prev_generation = best->generation;
             return;
@@ -334,6 +341,7 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     pthread_cond_init(&s->idle_cond, NULL);
     bg_init(&s->pool, "tac-ssd-io", NULL);
     s->page_size = page_size;
+    memcpy(s->key_check, cfg->key_check, sizeof s->key_check);
     s->buf_size = buf_size;
     s->bufs_per_page = (unsigned)(page_size / buf_size);
     s->queue_depth = cfg->queue_depth ? cfg->queue_depth : SSD_DEFAULT_QUEUE_DEPTH;

@@ -335,8 +335,9 @@ static uint32_t rec_at(uint64_t pos, const char **tuple, uint32_t *flags, bool c
     if (!tac_tuple_sane(&h, r.len - sizeof(r)) ||
         align8(sizeof(r) + tac_tuple_size(h.nkey, h.nbytes)) != r.len)
         return 0;
+    const char *clear;
     if (check && (rec_crc(&r, h.checksum) != r.crc ||
-                  tac_tuple_checksum(&h, t + sizeof(h), t + sizeof(h) + h.nkey) != h.checksum))
+                  tac_tuple_open_scratch(&h, t + sizeof(h), &clear) != TUPLE_OK))
         return 0;
     *tuple = t;
     *flags = r.flags;
@@ -431,8 +432,10 @@ static void head_to(uint64_t pos)
         dl.lap += dl.size;
 }
 
-/* Writes a record at the head (dl.lock held; room checked). */
-static void put(const struct tac_tuple_hdr *h, const char *key, const char *value,
+/* Writes a record at the head (dl.lock held; room checked): the tuple
+ * whose header is h and whose body (as the tiers hold it: clear or
+ * sealed) is the n pieces of body. */
+static void put(const struct tac_tuple_hdr *h, const struct iovec *body, int n,
                 uint32_t flags, uint64_t hint)
 {
     size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
@@ -452,8 +455,11 @@ static void put(const struct tac_tuple_hdr *h, const char *key, const char *valu
     r.crc = rec_crc(&r, h->checksum);
     memcpy(p, &r, sizeof(r));
     memcpy(p + sizeof(r), h, sizeof(*h));
-    memcpy(p + sizeof(r) + sizeof(*h), key, h->nkey);
-    memcpy(p + sizeof(r) + sizeof(*h) + h->nkey, value, h->nbytes);
+    size_t off = sizeof(r) + sizeof(*h);
+    for (int i = 0; i < n; i++) {
+        memcpy(p + off, body[i].iov_base, body[i].iov_len);
+        off += body[i].iov_len;
+    }
     if (dl.is_pmem)
         pmem_persist(p, len);
     head_to(dl.head + len);
@@ -559,6 +565,17 @@ static void prefetch_ahead(void)
     }
 }
 
+/* The clear key of a record's tuple (header h, body at body): in place, or
+ * for a sealed one opened in the thread's scratch buffer; NULL when its
+ * tag fails. */
+static const char *rec_key(const struct tac_tuple_hdr *h, const char *body)
+{
+    const char *clear = body;
+    if (tac_tuple_sealed() && tac_tuple_open_scratch(h, body, &clear) != TUPLE_OK)
+        return NULL;
+    return clear;
+}
+
 /* Cleans the record at the tail (dl.lock held): copied to the head or
  * dropped.  own_hv: the item lock the caller holds. */
 static void clean_one(uint32_t own_hv, bool force)
@@ -579,37 +596,45 @@ static void clean_one(uint32_t own_hv, bool force)
     }
     struct tac_tuple_hdr h;
     memcpy(&h, t, sizeof(h));
-    const char *key = t + sizeof(h);
+    /* The record's body, copied as it is (sealed or not). */
+    struct iovec body = {
+        (void *)(t + sizeof(h)), tac_tuple_size(h.nkey, h.nbytes) - sizeof(h)
+    };
     bool unread = dl.replaying && dl.tail >= dl.replay_at &&
                   (dl.tail < dl.replay_h0 || (flags & DL_CARRY));
     uint64_t hint = rec_hint(dl.tail);
     bool keep = false;
+    const char *key = NULL;
     if (force) {
         /* dropped */
+    } else if (hint != 0 && !unread && !hint_live(hint, &h)) {
+        /* its version is gone from DRAM: dropped unread */
+    } else if ((key = rec_key(&h, body.iov_base)) == NULL) {
+        force = true;                   /* a sealed record that fails its tag */
     } else if (unread) {
         keep = !tac_journal_dead(key, h.nkey, h.seq);
         if (keep)
-            put(&h, key, key + h.nkey, DL_CARRY, 0);   /* for the replay */
+            put(&h, &body, 1, DL_CARRY, 0);     /* for the replay */
     } else if (hint != 0) {
         /* The journal is asked only about what is still needed (a touch
          * shorter invalidates the version it leaves in DRAM). */
-        keep = hint_live(hint, &h) && !tac_journal_dead(key, h.nkey, h.seq);
+        keep = !tac_journal_dead(key, h.nkey, h.seq);
         if (keep)
-            put(&h, key, key + h.nkey, 0, hint);
+            put(&h, &body, 1, 0, hint);
     } else {
         uint32_t hv = item_hash(key, h.nkey);
         bool own = (hv & ITEM_LOCK_MASK) == (own_hv & ITEM_LOCK_MASK);
         if (own || item_trylock(hv)) {
             keep = needed(&h, key, hv) && !tac_journal_dead(key, h.nkey, h.seq);
             if (keep)
-                put(&h, key, key + h.nkey, 0, 0);  /* the tuple as it is, seq included */
+                put(&h, &body, 1, 0, 0);    /* the tuple as it is, seq included */
             if (!own)
                 item_unlock(hv);
         } else if (!tac_journal_dead(key, h.nkey, h.seq)) {
             /* Its key is busy (maybe waiting for this log): kept unchecked,
              * and the journal frees no invalidation until the tail has
              * passed this copy. */
-            put(&h, key, key + h.nkey, 0, 0);
+            put(&h, &body, 1, 0, 0);
             keep = true;
             stat_add(&dl.busy, 1);
             if (dl.head > __atomic_load_n(&dl.clear, __ATOMIC_RELAXED))
@@ -638,13 +663,14 @@ static void make_room(size_t len, uint32_t own_hv)
     }
 }
 
-static void append(const struct tac_tuple_hdr *h, const char *key,
-                   const char *value, uint32_t own_hv, uint64_t hint)
+/* Appends the tuple image iov (n pieces, the header first). */
+static void append(const struct tac_tuple_hdr *h, const struct iovec *iov, int n,
+                   uint32_t own_hv, uint64_t hint)
 {
     size_t len = align8(sizeof(struct dl_rec) + tac_tuple_size(h->nkey, h->nbytes));
     pthread_mutex_lock(&dl.lock);
     make_room(len, own_hv);
-    put(h, key, value, 0, hint);
+    put(h, iov + 1, n - 1, 0, hint);
     pthread_mutex_unlock(&dl.lock);
     stat_add(&dl.records, 1);
     stat_add(&dl.bytes, len);
@@ -662,21 +688,23 @@ bool tac_dramlog_item(const item *it)
     if (!dl.on || dl_quiet)
         return false;
     struct tac_tuple_hdr h;
+    struct iovec iov[3];
     tac_tuple_fill(&h, it);
+    int n = tac_tuple_image(&h, ITEM_key(it), ITEM_data(it), iov);
     uint64_t hint = item_hint(it);
-    append(&h, ITEM_key(it), ITEM_data(it), item_hash(ITEM_key(it), it->nkey), hint);
+    append(&h, iov, n, item_hash(ITEM_key(it), it->nkey), hint);
     return hint != 0;
 }
 
-void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
-                       const void *value)
+void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const struct iovec *iov,
+                       int n, uint32_t hv)
 {
     /* Not quiet during the replay: a tuple the replay's own stores push
      * into an SSD buf (an NVM item moved down to make room, a staged
      * store) has no other record. */
     if (!dl.on)
         return;
-    append(h, key, value, item_hash(key, h->nkey), 0);
+    append(h, iov, n, hv, 0);
 }
 
 /* ---- Replay ------------------------------------------------------------- */
@@ -712,8 +740,16 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
             }
             memcpy(buf, t, n - sizeof(struct dl_rec));
             pthread_mutex_unlock(&dl.lock);
-            fn(buf, arg);
-            stat_add(&dl.replayed, 1);
+            /* fn reads the tuple in clear: a sealed one is opened in
+             * place first (one whose tag fails is not replayed). */
+            struct tac_tuple_hdr h;
+            memcpy(&h, buf, sizeof(h));
+            char *b = buf + sizeof(h);
+            if (!tac_tuple_sealed() ||
+                tac_tuple_open(&h, b, b, b + h.nkey) == TUPLE_OK) {
+                fn(buf, arg);
+                stat_add(&dl.replayed, 1);
+            }
             pthread_mutex_lock(&dl.lock);
         }
         pos += n;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "items.h"
 #include "stats.h"
@@ -27,6 +28,7 @@ struct tac_tuple_hdr;
     X(meta_alloc_failures)   \
     X(nvm_read_errors)       \
     X(tuple_checksum_failures) \
+    X(tuple_auth_failures)   \
     X(meta_rehomed)          \
     X(evictor_runs)          \
     X(evictor_wakeups)       \
@@ -125,11 +127,22 @@ item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
  * tuple_checksum_failures, when it is damaged: the caller must not use dst
  * and unlinks meta.  Item lock held, meta pinned. */
 bool tac_nvm_read_value(const item *meta, char *dst);
-/* The same checks on the tuple where it lies: returns a pointer into the
- * NVM mapping to its key, followed by its value (valid while meta pins the
- * slot), with its header in *hdr; NULL (counted) when it is damaged.  Item
- * lock held, meta pinned. */
-const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr);
+/* The same checks on the tuple where it lies: returns its clear key,
+ * followed by its value, with its header in *hdr, and in *body (if not
+ * NULL) where its body (what follows the header) lies in the NVM mapping;
+ * NULL (counted) when it is damaged.  Without a tier key the key is in the
+ * mapping, valid while meta pins the slot; with one it is in the thread's
+ * scratch buffer (tac_tuple_open_scratch).  Item lock held, meta pinned. */
+const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr,
+                                  const char **body);
+/* Whether a checked tuple (header hdr, clear key) is the one meta tuple
+ * meta names: its key and, with a tier key, its write sequence. */
+bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
+                     const char *key);
+/* Counts a tuple refused on read: tuple_auth_failures with a tier key
+ * (its header, tag, key or sequence did not check), else
+ * tuple_checksum_failures. */
+void tac_tuple_refused(void);
 
 /* ---- The NVM page mover (mover.c) ---- */
 bool tac_nvm_mover_init(void);
@@ -294,8 +307,10 @@ void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
 bool tac_dramlog_item(const item *it);
 bool tac_dramlog_ordered(const item *it);
-void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const void *key,
-                       const void *value);
+/* iov: the tuple's image as the tier holds it (n pieces, header first);
+ * hv: its key's item_hash. */
+void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const struct iovec *iov,
+                       int n, uint32_t hv);
 void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg);
 uint64_t tac_dramlog_head(void);
 /* Below this position no record is left that an invalidation noted at a

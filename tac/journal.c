@@ -52,6 +52,7 @@
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
 #include "stats.h"
+#include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "util.h"
@@ -116,7 +117,10 @@ static struct jr_entry *bucket_of(uint64_t h)
 
 uint64_t tac_key_hash64(const char *key, size_t nkey)
 {
-    uint64_t h = ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
+    /* With a tier key the journal's records name keys by a keyed hash, so
+     * that a guessed key cannot be checked against them. */
+    uint64_t h = tac_crypt_on() ? tac_crypt_hash64(key, nkey)
+               : ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
                  item_hash(key, nkey);
     return h != 0 ? h : 1;
 }

@@ -57,12 +57,13 @@
 #include "settings.h"
 #include "ssd/ssd.h"
 #include "stats.h"
+#include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "util.h"
 
 #define RS_MAGIC "TACSTATE"
-#define RS_VERSION 1u
+#define RS_VERSION 2u                /* 2: seq in records, key check */
 #define RS_HDR_SIZE 4096u
 #define RS_CHUNK (1u << 20)         /* records are flushed in chunks of this */
 
@@ -81,6 +82,7 @@ struct rs_header {
     uint64_t ssd_off, ssd_count;    /* SSD section: pages */
     uint64_t items[TIER_COUNT];     /* records, by tier */
     uint32_t nvm_crc, ssd_crc;      /* CRC32C of each section */
+    uint8_t key_check[16];          /* tac_crypt_key_check(); zeros: no key */
     uint32_t reserved;
     uint32_t checksum;              /* CRC32C of every byte before it */
 };
@@ -104,14 +106,19 @@ struct rs_rec {
     uint64_t idle;                  /* seconds since the last access */
     uint64_t cas;
     uint64_t ref;                   /* NVM: slot | class; SSD: reference */
+    uint64_t seq;                   /* NVM, SSD: the tuple's write sequence */
 };
 
+/* With a tier key the records of a chunk are sealed (tac/crypt.h): len
+ * clear bytes become len bytes of ciphertext and TAC_SEAL_BYTES of nonce
+ * and tag, with len and count as authenticated data; crc covers them all. */
 struct rs_chunk {
     uint32_t len;                   /* bytes of records after this; 0 ends */
     uint32_t count;
     uint32_t crc;                   /* CRC32C of those bytes */
     uint32_t pad;
 };
+#define RS_CHUNK_AAD offsetof(struct rs_chunk, crc)
 
 #define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE)
 
@@ -239,14 +246,36 @@ static void out_write(const void *p, size_t n)
     rs.off += n;
 }
 
+/* Writes a chunk of count records: the n pieces of iov, len bytes. */
+static void chunk_write(const struct iovec *iov, int n, size_t len, uint32_t count)
+{
+    struct rs_chunk c = { (uint32_t)len, count, 0, 0 };
+    if (!tac_crypt_on()) {
+        for (int i = 0; i < n; i++)
+            c.crc = util_crc32c(c.crc, iov[i].iov_base, iov[i].iov_len);
+        out_write(&c, sizeof(c));
+        for (int i = 0; i < n; i++)
+            out_write(iov[i].iov_base, iov[i].iov_len);
+        return;
+    }
+    char *sealed = malloc(len + TAC_SEAL_BYTES);
+    if (sealed == NULL) {
+        rs.out_failed = true;
+        return;
+    }
+    tac_crypt_seal(&c, RS_CHUNK_AAD, iov, n, sealed);
+    c.crc = util_crc32c(0, sealed, len + TAC_SEAL_BYTES);
+    out_write(&c, sizeof(c));
+    out_write(sealed, len + TAC_SEAL_BYTES);
+    free(sealed);
+}
+
 static void chunk_flush(void)
 {
     if (rs.chunk_count == 0)
         return;
-    struct rs_chunk c = { (uint32_t)rs.chunk_len, rs.chunk_count,
-                          util_crc32c(0, rs.chunk, rs.chunk_len), 0 };
-    out_write(&c, sizeof(c));
-    out_write(rs.chunk, rs.chunk_len);
+    struct iovec one = { rs.chunk, rs.chunk_len };
+    chunk_write(&one, 1, rs.chunk_len, rs.chunk_count);
     rs.chunk_len = 0;
     rs.chunk_count = 0;
 }
@@ -258,15 +287,13 @@ static void chunk_add(const struct rs_rec *r, const char *key, const char *value
     size_t len = sizeof(*r) + r->nkey + vlen;
     if (rs.chunk_len + len > RS_CHUNK)
         chunk_flush();
-    if (len > RS_CHUNK || len > UINT32_MAX - sizeof(struct rs_chunk)) {
-        uint32_t crc = util_crc32c(0, r, sizeof(*r));
-        crc = util_crc32c(crc, key, r->nkey);
-        crc = util_crc32c(crc, value, vlen);
-        struct rs_chunk c = { (uint32_t)len, 1, crc, 0 };
-        out_write(&c, sizeof(c));
-        out_write(r, sizeof(*r));
-        out_write(key, r->nkey);
-        out_write(value, vlen);
+    if (len > RS_CHUNK || len > UINT32_MAX - sizeof(struct rs_chunk) - TAC_SEAL_BYTES) {
+        struct iovec iov[3] = {
+            { (void *)r, sizeof(*r) },
+            { (void *)key, r->nkey },
+            { (void *)value, vlen },
+        };
+        chunk_write(iov, 3, len, 1);
         return;
     }
     memcpy(rs.chunk + rs.chunk_len, r, sizeof(*r));
@@ -316,13 +343,14 @@ static void save_item(item *it, void *arg)
     rel_time_t t = item_time(it);
     r.idle = now > t ? now - t : 0;
     r.cas = it->cas;
+    r.seq = (it->it_flags & ITEM_META) ? item_meta_seq(it) : 0;
     const char *value = NULL;
     if (!(it->it_flags & ITEM_META)) {
         r.tier = TIER_DRAM;
         value = ITEM_data(it);
     } else if (whole_nvm) {
         struct tac_tuple_hdr hdr;
-        const char *key = tac_nvm_tuple_checked(it, &hdr);
+        const char *key = tac_nvm_tuple_checked(it, &hdr, NULL);
         if (key == NULL) {
             rs.lost++;          /* damaged: counted in tuple_checksum_failures */
             return;
@@ -482,6 +510,7 @@ void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
     memcpy(h->magic, RS_MAGIC, sizeof(h->magic));
     h->version = RS_VERSION;
     h->header_size = sizeof(*h);
+    memcpy(h->key_check, tac_crypt_key_check(), sizeof(h->key_check));
     h->stop_time = (int64_t)time(NULL);
     /* A tier that did not close clean keeps nothing: its records are
      * dropped at the next start. */
@@ -593,7 +622,8 @@ static bool header_usable(const struct rs_header *h)
 {
     return memcmp(h->magic, RS_MAGIC, sizeof(h->magic)) == 0 &&
            h->version == RS_VERSION && h->header_size == sizeof(*h) &&
-           h->checksum == header_crc(h);
+           h->checksum == header_crc(h) &&
+           memcmp(h->key_check, tac_crypt_key_check(), sizeof(h->key_check)) == 0;
 }
 
 /* Whether the NVM and SSD parts of the state fit the tier files as they
@@ -859,11 +889,11 @@ union meta_src {
 /* The unlinked meta tuple (refcount 1) for a tuple at ref in tier (NVM
  * slot class cls), described by src; NULL when DRAM has no chunk. */
 /* A key's two hashes: tac_key_hash64 holds item_hash in its low half
- * unless both halves were 0. */
+ * unless both halves were 0, or it is keyed (tier_key). */
 static uint64_t key_hashes(const char *key, size_t nkey, uint32_t *hv)
 {
     uint64_t kh = tac_key_hash64(key, nkey);
-    *hv = kh != 1 ? (uint32_t)kh : item_hash(key, nkey);
+    *hv = kh != 1 && !tac_crypt_on() ? (uint32_t)kh : item_hash(key, nkey);
     return kh;
 }
 
@@ -885,7 +915,7 @@ static void scan_prefetch(uint64_t kh, uint32_t hv)
 #define META_TRIES 100
 
 static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
-                      unsigned cls, const char *key)
+                      unsigned cls, const char *key, uint64_t seq)
 {
     item *src = &m->it;
     src->tier = TIER_DRAM;              /* the full layout: key in data */
@@ -899,6 +929,8 @@ static item *meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
                          (unsigned)settings.partitions);
         item *it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
                                     : tac_ssd_meta_adopt(src, ref, part);
+        if (it != NULL)
+            item_set_meta_seq(it, seq);
         if (it != NULL || __atomic_load_n(&rs.meta_short, __ATOMIC_RELAXED))
             return it;
         if (tries == META_TRIES) {
@@ -988,8 +1020,9 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         m.it.time = t;
         m.it.it_flags = r->it_flags & RS_KEEP_FLAGS;
         it = r->tier == TIER_NVM
-             ? meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff, (unsigned)(r->ref & 0xff), key)
-             : meta_for(&m, TIER_SSD, r->ref, 0, key);
+             ? meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff,
+                        (unsigned)(r->ref & 0xff), key, r->seq)
+             : meta_for(&m, TIER_SSD, r->ref, 0, key, r->seq);
     }
     if (it == NULL) {
         count(&rs.dropped);             /* no DRAM for it */
@@ -1081,11 +1114,10 @@ static void seqs_free(void)
  * unless the journal says it is dead, it expired, a newer copy is linked
  * already, or the key was written during recovery. */
 static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
-                       const char *tuple, uint64_t kh, uint32_t hv)
+                       const struct tac_tuple_hdr *hp, const char *key,
+                       uint64_t kh, uint32_t hv)
 {
-    struct tac_tuple_hdr h;
-    memcpy(&h, tuple, sizeof(h));
-    const char *key = tuple + sizeof(h);
+    struct tac_tuple_hdr h = *hp;
     size_t len = tac_tuple_size(h.nkey, h.nbytes);
     item *it = NULL;
     rel_time_t exptime;
@@ -1105,7 +1137,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     m.it.cas = h.cas != 0 ? h.cas : item_next_cas();
     m.it.access = (time & LLRU_TIME_MASK) << 8;
     m.it.time = time;
-    it = meta_for(&m, tier, ref, cls, key);
+    it = meta_for(&m, tier, ref, cls, key, h.seq);
     if (it == NULL) {
         count(&rs.dropped);             /* no DRAM for its meta tuple */
         goto release;
@@ -1242,7 +1274,7 @@ static void scan_ssd_tuple(uint64_t tref, const char *tuple, void *arg)
             memcpy(&h, tuple, sizeof(h));
             uint32_t hv;
             uint64_t kh = key_hashes(tuple + sizeof(h), h.nkey, &hv);
-            scan_tuple(TIER_SSD, tref, 0, tuple, kh, hv);
+            scan_tuple(TIER_SSD, tref, 0, &h, tuple + sizeof(h), kh, hv);
             return;
         }
         b->e = e;
@@ -1263,7 +1295,10 @@ static void scan_batch_run(struct scan_batch *b)
     for (size_t i = 0; i < b->n; i++) {
         if (i + SCAN_AHEAD < b->n)
             scan_prefetch(b->e[i + SCAN_AHEAD].kh, b->e[i + SCAN_AHEAD].hv);
-        scan_tuple(TIER_SSD, b->e[i].ref, 0, b->e[i].tuple, b->e[i].kh, b->e[i].hv);
+        struct tac_tuple_hdr h;
+        memcpy(&h, b->e[i].tuple, sizeof(h));
+        scan_tuple(TIER_SSD, b->e[i].ref, 0, &h, b->e[i].tuple + sizeof(h),
+                   b->e[i].kh, b->e[i].hv);
     }
     b->n = 0;
 }
@@ -1281,17 +1316,18 @@ static void scan_nvm_page(uint64_t p, const struct nvm_info *info)
         const char *slot = nvm_ptr(tac.nvm, ref);
         struct tac_tuple_hdr h;
         memcpy(&h, slot, sizeof(h));
-        const char *key = slot + sizeof(h);
+        const char *key;
         if (tac_tuple_sane(&h, size) &&
-            tac_tuple_checksum(&h, key, key + h.nkey) == h.checksum) {
+            tac_tuple_open_scratch(&h, slot + sizeof(h), &key) == TUPLE_OK) {
             uint32_t hv;
             uint64_t kh = key_hashes(key, h.nkey, &hv);
-            scan_tuple(TIER_NVM, ref, cls, slot, kh, hv);
+            scan_tuple(TIER_NVM, ref, cls, &h, key, kh, hv);
             continue;
         }
         /* A freed slot reads as version 0; anything else that was a tuple
          * once is damaged. */
-        if (h.version == TAC_TUPLE_VERSION)
+        if (h.version == (tac_tuple_sealed() ? TAC_TUPLE_VERSION_SEALED
+                                             : TAC_TUPLE_VERSION))
             count(&rs.dropped);
         nvm_free(tac.nvm, ref);
     }
@@ -1448,22 +1484,26 @@ static void *recover_main(void *arg)
         off += sizeof(c);
         if (c.len == 0)
             break;
-        if (c.len > cap) {
-            char *n = realloc(buf, c.len);
+        if ((size_t)c.len + TAC_SEAL_BYTES > cap) {
+            char *n = realloc(buf, (size_t)c.len + TAC_SEAL_BYTES);
             if (n == NULL) {
                 ok = false;
                 break;
             }
             buf = n;
-            cap = c.len;
+            cap = (size_t)c.len + TAC_SEAL_BYTES;
         }
-        if (!read_at(buf, c.len, off) || util_crc32c(0, buf, c.len) != c.crc ||
+        /* Sealed, the records are followed by their nonce and tag. */
+        size_t stored = c.len + (tac_crypt_on() ? TAC_SEAL_BYTES : 0);
+        struct iovec clear = { buf, c.len };
+        if (!read_at(buf, stored, off) || util_crc32c(0, buf, stored) != c.crc ||
+            (tac_crypt_on() && !tac_crypt_open(&c, RS_CHUNK_AAD, buf, c.len, &clear, 1)) ||
             !restore_chunk(buf, c.len, c.count)) {
             __atomic_add_fetch(&rs.dropped, c.count, __ATOMIC_RELAXED);
             ok = false;
             break;
         }
-        off += c.len;
+        off += stored;
     }
     free(buf);
     if (tac.ssd != NULL)

@@ -75,6 +75,7 @@
 #include "settings.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
+#include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
@@ -349,21 +350,19 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
     return ok;
 }
 
-/* Writes the tuple header `hdr` and its key and value (nkey + nbytes
- * bytes) for new meta tuple `meta`; sets meta's reference. */
-static bool put_tuple(item *meta, struct tac_tuple_hdr *hdr, const void *key,
-                      const void *value, struct writer *w)
+/* Writes a tuple's image (its n pieces in iov: tac_tuple_image, or a
+ * copy of one) for new meta tuple `meta`, whose header is hdr; sets meta's
+ * reference and write sequence. */
+static bool put_tuple(item *meta, const struct tac_tuple_hdr *hdr,
+                      const struct iovec *iov, int n, struct writer *w)
 {
-    struct iovec iov[3] = {
-        { hdr, sizeof(*hdr) },
-        { (void *)key, hdr->nkey },
-        { (void *)value, hdr->nbytes },
-    };
     uint64_t ref = 0;
-    if (!writer_put(w, iov, 3, &ref))
+    if (!writer_put(w, iov, n, &ref))
         return false;
-    tac_dramlog_tuple(hdr, key, value);     /* until its buf is written */
+    /* Until its buf is written. */
+    tac_dramlog_tuple(hdr, iov, n, item_hash(ITEM_key(meta), meta->nkey));
     item_set_meta_ref(meta, ref);
+    item_set_meta_seq(meta, hdr->seq);
     __atomic_add_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
     return true;
 }
@@ -385,8 +384,10 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
     if (meta == NULL)
         return NULL;
     struct tac_tuple_hdr hdr;
+    struct iovec iov[3];
     tac_tuple_fill(&hdr, it);
-    if (!put_tuple(meta, &hdr, ITEM_key(it), ITEM_data(it), my_writer())) {
+    int n = tac_tuple_image(&hdr, ITEM_key(it), ITEM_data(it), iov);
+    if (!put_tuple(meta, &hdr, iov, n, my_writer())) {
         item_release(meta);         /* reference 0: frees nothing on SSD */
         return NULL;
     }
@@ -402,8 +403,8 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
      * place.  A damaged tuple is not carried down (the copy would keep its
      * checksum, so SSD reads would refuse it too): no tier can keep it. */
     struct tac_tuple_hdr hdr;
-    const char *body = tac_nvm_tuple_checked(meta, &hdr);
-    if (body == NULL) {
+    const char *body = NULL;
+    if (tac_nvm_tuple_checked(meta, &hdr, &body) == NULL) {
         do_item_unlink(meta, hv);
         return true;
     }
@@ -414,7 +415,12 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
     item *n = ssd_meta_new(meta, meta->partition, true);
     if (n == NULL)
         return false;
-    if (!put_tuple(n, &hdr, body, body + hdr.nkey, my_writer())) {
+    /* The tuple's bytes as they lie in NVM, sealed or not. */
+    struct iovec iov[2] = {
+        { &hdr, sizeof(hdr) },
+        { (void *)body, tac_tuple_size(hdr.nkey, hdr.nbytes) - sizeof(hdr) },
+    };
+    if (!put_tuple(n, &hdr, iov, 2, my_writer())) {
         item_release(n);
         return false;
     }
@@ -523,9 +529,12 @@ enum fill_result {
 };
 
 /* Checks that [data, data + len) is the tuple of transient item t's key
- * and version, and copies its value into t.  Counts nothing: whether a
+ * and version (write sequence seq, checked with a tier key), and puts its
+ * value into t.  data is the tuple as the media holds it or, with opened,
+ * one tuple_open_in_place already checked.  Counts nothing: whether a
  * FILL_OTHER is damage depends on where the key's meta tuple points. */
-static enum fill_result transient_fill(item *t, const char *data, size_t len)
+static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
+                                       size_t len, bool opened)
 {
     struct tac_tuple_hdr hdr;
     if (data == NULL || len < sizeof(hdr))
@@ -534,14 +543,33 @@ static enum fill_result transient_fill(item *t, const char *data, size_t len)
     if (!tac_tuple_sane(&hdr, len) || hdr.nkey != t->nkey ||
         hdr.nbytes != t->nbytes)
         return FILL_OTHER;
-    const char *key = data + sizeof(hdr);
-    const char *value = key + hdr.nkey;
-    if (memcmp(key, ITEM_key(t), t->nkey) != 0)
-        return FILL_OTHER;
-    if (tac_tuple_checksum(&hdr, key, value) != hdr.checksum)
-        return FILL_CORRUPT;
-    memcpy(ITEM_data(t), value, hdr.nbytes);
-    return FILL_OK;
+    const char *body = data + sizeof(hdr);
+    char key[KEY_MAX_LENGTH];
+    enum tac_tuple_check c = TUPLE_OK;
+    if (opened) {
+        memcpy(key, body, hdr.nkey);
+        memcpy(ITEM_data(t), body + hdr.nkey, hdr.nbytes);
+    } else {
+        c = tac_tuple_open(&hdr, body, key, ITEM_data(t));
+    }
+    bool same_key = memcmp(key, ITEM_key(t), t->nkey) == 0;
+    if (c == TUPLE_OK)
+        return same_key && (!tac_tuple_sealed() || hdr.seq == seq)
+               ? FILL_OK : FILL_OTHER;
+    /* A clear tuple of another key is another tuple; a failed tag says
+     * nothing about whose it was. */
+    return c == TUPLE_BAD_SUM && !same_key ? FILL_OTHER : FILL_CORRUPT;
+}
+
+/* Checks the tuple at mem (a private copy: a buf image read for a fetch or
+ * a scan) and, sealed, opens it in place, so that its key and value follow
+ * its header in clear.  False when its checksum or tag fails. */
+static bool tuple_open_in_place(char *mem)
+{
+    struct tac_tuple_hdr hdr;
+    memcpy(&hdr, mem, sizeof(hdr));
+    char *body = mem + sizeof(hdr);
+    return tac_tuple_open(&hdr, body, body, body + hdr.nkey) == TUPLE_OK;
 }
 
 /* What was read at ref, a reference the key's meta tuple held, failed the
@@ -558,7 +586,7 @@ static bool do_tuple_damaged(const char *key, size_t nkey, uint32_t hv,
         return false;
     bool here = item_value_async(it) && item_meta_ref(it) == ref;
     if (here) {
-        TAC_INCR(tuple_checksum_failures);
+        tac_tuple_refused();
         do_item_unlink(it, hv);
     }
     item_release(it);
@@ -682,8 +710,9 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
                       size_t len)
 {
     struct pending_read *pr = arg;
-    enum fill_result fill = st == SSD_OK ? transient_fill(pr->t, data, len)
-                                         : FILL_OTHER;
+    enum fill_result fill = st == SSD_OK
+        ? transient_fill(pr->t, item_meta_seq(pr->meta), data, len, false)
+        : FILL_OTHER;
     if (fill == FILL_CORRUPT) {
         /* Counted, and the item unlinked, if it still points there. */
         item_lock(pr->hv);
@@ -835,7 +864,7 @@ item *tac_ssd_materialize(item *meta)
     }
     item *t = tac_transient_new(meta);
     bool ok = t != NULL;
-    if (ok && transient_fill(t, data, len) != FILL_OK) {
+    if (ok && transient_fill(t, item_meta_seq(meta), data, len, false) != FILL_OK) {
         /* The caller holds the item lock (tier_ops.materialize), so meta
          * still points at what was read: it is damaged. */
         do_tuple_damaged(ITEM_key(meta), meta->nkey,
@@ -887,10 +916,7 @@ bool tac_ssd_scan_buf(uint64_t ref, struct tac_iobuf *io,
             (*damaged)++;           /* the rest of the buf cannot be walked */
             break;
         }
-        struct tac_tuple_hdr hdr;
-        memcpy(&hdr, io->mem + off, sizeof(hdr));
-        const char *key = io->mem + off + sizeof(hdr);
-        if (tac_tuple_checksum(&hdr, key, key + hdr.nkey) != hdr.checksum)
+        if (!tuple_open_in_place(io->mem + off))
             (*damaged)++;
         else
             fn(ref + off, io->mem + off, arg);
@@ -906,8 +932,8 @@ size_t tac_ssd_buf_size(void)
     return tac.ssd != NULL ? sd.info.buf_size : 0;
 }
 
-/* Moves the tuple at tref (a copy at data) up if it is valid and warm or
- * hot.  Caller holds the key's item lock. */
+/* Moves the tuple at tref (a copy at data, opened: tuple_open_in_place)
+ * up if it is valid and warm or hot.  Caller holds the key's item lock. */
 static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
 {
     struct tac_tuple_hdr hdr;
@@ -927,7 +953,8 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         item_release(meta);
         return;
     }
-    if (transient_fill(t, data, tac_tuple_size(hdr.nkey, hdr.nbytes)) != FILL_OK) {
+    if (transient_fill(t, item_meta_seq(meta), data,
+                       tac_tuple_size(hdr.nkey, hdr.nbytes), true) != FILL_OK) {
         /* meta points at tref, whose bytes these are: damaged. */
         item_release(t);
         item_release(meta);
@@ -976,7 +1003,7 @@ void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
      * meta tuple still points at this tuple. */
     size_t got = 0;
     if (read_sync(ref, len, false, io, &got) != SSD_OK ||
-        tuple_at(io->mem, got, 0) != len ||
+        tuple_at(io->mem, got, 0) != len || !tuple_open_in_place(io->mem) ||
         memcmp(io->mem + sizeof(struct tac_tuple_hdr), key, nkey) != 0)
         return;
     item_lock(hv);
@@ -994,9 +1021,12 @@ void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io)
     size_t used = 0;
     if (read_sync(base, 0, true, io, &used) != SSD_OK)
         return;
-    const char *mem = io->mem;
+    char *mem = io->mem;
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
+        /* One that fails its check is left for the read that finds it. */
+        if (!tuple_open_in_place(mem + off))
+            continue;
         const char *key = mem + off + sizeof(struct tac_tuple_hdr);
         uint32_t hv = item_hash(key, ((const struct tac_tuple_hdr *)(mem + off))->nkey);
         item_lock(hv);
@@ -1014,15 +1044,24 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
 {
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
-    const char *key = data + sizeof(hdr);
+    const char *body = data + sizeof(hdr), *key;
+    /* Checked first.  A clear tuple that fails still names its key; a
+     * sealed one names nothing until its tag holds, so it is left where it
+     * is, for the read that finds it (its item is dropped then). */
+    bool damaged = tac_tuple_open_scratch(&hdr, body, &key) != TUPLE_OK;
+    if (damaged && tac_tuple_sealed())
+        return true;
+    if (damaged)
+        key = body;
     uint32_t hv = item_hash(key, hdr.nkey);
     bool ok = true;
     item_lock(hv);
     item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (it != NULL && item_value_async(it) && item_meta_ref(it) == tref) {
-        /* A damaged tuple is not copied on: its item is dropped. */
-        if (!drop && tac_tuple_checksum(&hdr, key, key + hdr.nkey) != hdr.checksum) {
-            TAC_INCR(tuple_checksum_failures);
+        /* A damaged tuple, or another version put in its place, is not
+         * copied on: its item is dropped. */
+        if (damaged || !tac_tuple_owned(it, &hdr, key)) {
+            tac_tuple_refused();
             drop = true;
         }
         if (drop) {
@@ -1030,16 +1069,17 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
             TAC_INCR(ssd_items_dropped);
             TAC_ADD(ssd_bytes_dropped, len);
         } else {
+            /* Copied as it lies, sealed or not. */
             struct iovec iov[2] = {
                 { &hdr, sizeof(hdr) },
-                { (void *)key, len - sizeof(hdr) },
+                { (void *)body, len - sizeof(hdr) },
             };
             uint64_t nref = 0;
             ok = writer_put(defrag_writer(), iov, 2, &nref);
             if (ok) {
                 /* The old page may be reused before the new buf is
                  * written. */
-                tac_dramlog_tuple(&hdr, key, key + hdr.nkey);
+                tac_dramlog_tuple(&hdr, iov, 2, hv);
                 item_set_meta_ref(it, nref);
                 ssd_mark_dead(tac.ssd, tref, len);
                 TAC_INCR(ssd_defrag_moved);
@@ -1333,6 +1373,7 @@ bool tac_ssd_open(void)
         cfg.page_size = grown;
     }
     cfg.reformat = settings.tier_reformat != 0;
+    memcpy(cfg.key_check, tac_crypt_key_check(), sizeof(cfg.key_check));
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
     if (st == SSD_ERR_NOT_OURS) {
         tac_refuse_tier_file("ssd_path", path, ssd_refusal());

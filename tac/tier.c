@@ -36,6 +36,7 @@
 #include "settings.h"
 #include "nvm/nvm.h"
 #include "slabs.h"
+#include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
@@ -180,15 +181,20 @@ bool tac_nvm_admit(void)
     return false;
 }
 
-/* Writes the value of `it` as a tuple at ref, owned by `meta`. */
-static void nvm_put_tuple(uint64_t ref, const item *it)
+/* Writes the value of `it` as a tuple at ref; returns its write sequence. */
+static uint64_t nvm_put_tuple(uint64_t ref, const item *it)
 {
     struct tac_tuple_hdr hdr;
+    struct iovec iov[3];
     tac_tuple_fill(&hdr, it);
-    nvm_write(tac.nvm, ref, 0, &hdr, sizeof(hdr));
-    nvm_write(tac.nvm, ref, sizeof(hdr), ITEM_key(it), it->nkey);
-    nvm_write(tac.nvm, ref, sizeof(hdr) + it->nkey, ITEM_data(it), it->nbytes);
+    int n = tac_tuple_image(&hdr, ITEM_key(it), ITEM_data(it), iov);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        nvm_write(tac.nvm, ref, off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
     nvm_drain(tac.nvm);
+    return hdr.seq;
 }
 
 /* Copies `it` (a DRAM or staging item) into NVM and returns its new,
@@ -205,7 +211,7 @@ item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
             TAC_INCR(meta_alloc_failures);
             nvm_free(tac.nvm, ref);
         } else {
-            nvm_put_tuple(ref, it);
+            item_set_meta_seq(meta, nvm_put_tuple(ref, it));
             TAC_INCR(nvm_inserts);
         }
     }
@@ -311,10 +317,33 @@ static bool nvm_hdr_read(const item *meta, uint64_t ref, struct tac_tuple_hdr *h
            hdr->nkey == meta->nkey && hdr->nbytes == meta->nbytes;
 }
 
+void tac_tuple_refused(void)
+{
+    if (tac_tuple_sealed())
+        TAC_INCR(tuple_auth_failures);
+    else
+        TAC_INCR(tuple_checksum_failures);
+}
+
+bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
+                     const char *key)
+{
+    return memcmp(key, ITEM_key(meta), hdr->nkey) == 0 &&
+           (!tac_tuple_sealed() || hdr->seq == item_meta_seq(meta));
+}
+
 static void nvm_damaged(void)
 {
     TAC_INCR(nvm_read_errors);
-    TAC_INCR(tuple_checksum_failures);
+    tac_tuple_refused();
+}
+
+/* The body of the tuple at ref (what follows its header), charged as read. */
+static const char *nvm_body(uint64_t ref, const struct tac_tuple_hdr *hdr)
+{
+    size_t len = tac_tuple_size(hdr->nkey, hdr->nbytes) - sizeof(*hdr);
+    nvm_charge_read(tac.nvm, ref, sizeof(*hdr), len);
+    return (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr);
 }
 
 bool tac_nvm_read_value(const item *meta, char *dst)
@@ -327,30 +356,30 @@ bool tac_nvm_read_value(const item *meta, char *dst)
         return false;
     }
     /* The copies are what is checked, and dst is what gets served. */
-    nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
-    nvm_read(tac.nvm, ref, sizeof(hdr) + hdr.nkey, dst, hdr.nbytes);
-    if (memcmp(key, ITEM_key(meta), hdr.nkey) != 0 ||
-        tac_tuple_checksum(&hdr, key, dst) != hdr.checksum) {
+    if (tac_tuple_open(&hdr, nvm_body(ref, &hdr), key, dst) != TUPLE_OK ||
+        !tac_tuple_owned(meta, &hdr, key)) {
         nvm_damaged();
         return false;
     }
     return true;
 }
 
-const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr)
+const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr,
+                                  const char **body)
 {
     uint64_t ref = item_meta_ref(meta);
     if (!nvm_hdr_read(meta, ref, hdr)) {
         nvm_damaged();
         return NULL;
     }
-    const char *key = (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr);
-    nvm_charge_read(tac.nvm, ref, sizeof(*hdr), hdr->nkey + hdr->nbytes);
-    if (memcmp(key, ITEM_key(meta), hdr->nkey) != 0 ||
-        tac_tuple_checksum(hdr, key, key + hdr->nkey) != hdr->checksum) {
+    const char *image = nvm_body(ref, hdr), *key;
+    if (tac_tuple_open_scratch(hdr, image, &key) != TUPLE_OK ||
+        !tac_tuple_owned(meta, hdr, key)) {
         nvm_damaged();
         return NULL;
     }
+    if (body != NULL)
+        *body = image;
     return key;
 }
 
@@ -500,6 +529,19 @@ static bool tac_open(void)
     memset(&tac, 0, sizeof(tac));
     tac.policy = (enum tac_policy)settings.tier_policy;
     tac.obp_pct = settings.nvm_obp_pct;
+    if (settings.tier_key != NULL) {
+        if (settings.nvm_path == NULL && settings.ssd_path == NULL) {
+            fprintf(stderr, "-o tier_key encrypts the NVM and SSD tiers: give "
+                    "-o nvm_path or -o ssd_path too\n");
+            return false;
+        }
+        if (!tac_crypt_load(settings.tier_key))
+            return false;
+        /* Before any size is computed: tuples carry a nonce and a tag,
+         * meta tuples their tuple's write sequence. */
+        tac_tuple_set_sealed(true);
+        item_meta_seq_bytes = sizeof(uint64_t);
+    }
     if (settings.nvm_path == NULL)
         return tac_ssd_open() && tac_plug_in();
 
@@ -511,6 +553,7 @@ static bool tac_open(void)
     cfg.partitions = settings.partitions;
     cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max);
     cfg.reformat = settings.tier_reformat != 0;
+    memcpy(cfg.key_check, tac_crypt_key_check(), sizeof(cfg.key_check));
     enum nvm_status st = nvm_open(&cfg, &tac.nvm);
     if (st == NVM_ERR_NOT_OURS) {
         tac_refuse_tier_file("nvm_path", cfg.path, nvm_refusal());
@@ -727,6 +770,11 @@ static void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }
     stat_printf(s, "meta_tuples", "%llu", meta_tuples());
+    if (tac_tuple_sealed()) {
+        stat_printf(s, "tuple_seal_bytes", "%zu", tac_tuple_overhead);
+        stat_printf(s, "records_sealed", "%llu", (unsigned long long)tac_crypt_sealed());
+        stat_printf(s, "records_opened", "%llu", (unsigned long long)tac_crypt_opened());
+    }
     stat_printf(s, "journal_invalidations", "%llu",
                 (unsigned long long)tac_journal_entries());
     stat_printf(s, "journal_overflows", "%llu",

@@ -4,9 +4,12 @@
  */
 #include "config.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "settings.h"
+#include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "util.h"
@@ -21,15 +24,24 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
     return util_crc32c(crc, value, h.nbytes);
 }
 
+size_t tac_tuple_overhead;
+
+void tac_tuple_set_sealed(bool sealed)
+{
+    tac_tuple_overhead = sealed ? TAC_SEAL_BYTES : 0;
+}
+
 bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
 {
-    if (hdr->version != TAC_TUPLE_VERSION || hdr->nkey == 0 ||
+    unsigned version = tac_tuple_sealed() ? TAC_TUPLE_VERSION_SEALED
+                                          : TAC_TUPLE_VERSION;
+    if (hdr->version != version || hdr->nkey == 0 ||
         hdr->nkey > KEY_MAX_LENGTH || hdr->nbytes < 2)
         return false;
     /* Summed with an overflow check: nbytes is not bounded yet, and a
      * size_t may be 32 bits. */
     size_t size;
-    if (__builtin_add_overflow(sizeof(*hdr) + (size_t)hdr->nkey,
+    if (__builtin_add_overflow(sizeof(*hdr) + (size_t)hdr->nkey + tac_tuple_overhead,
                                (size_t)hdr->nbytes, &size))
         return false;
     return size <= (size_t)settings.item_size_max && size <= room;
@@ -67,6 +79,113 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
                  : (uint32_t)((int64_t)process_started + it->exptime);
     hdr->time = (uint32_t)((int64_t)process_started + item_time(it));
     hdr->nkey = it->nkey;
+    if (tac_tuple_sealed()) {
+        hdr->version = TAC_TUPLE_VERSION_SEALED;  /* the tag checks it all */
+        return;
+    }
     hdr->version = TAC_TUPLE_VERSION;
     hdr->checksum = tac_tuple_checksum(hdr, ITEM_key(it), ITEM_data(it));
+}
+
+/* ---- Sealed images ---- */
+
+/* A thread's scratch buffers: one for sealed images, one for opened
+ * tuples, so that an image being appended survives an open on the way
+ * (the DRAM log's cleaning opens records to read their keys). */
+enum { SCRATCH_IMAGE, SCRATCH_OPEN, SCRATCH_N };
+struct scratch {
+    char *mem;
+    size_t cap;
+};
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
+{
+    struct scratch *s = p;
+    for (int i = 0; i < SCRATCH_N; i++)
+        free(s[i].mem);
+    free(s);
+}
+
+static void scratch_init(void)
+{
+    if (pthread_key_create(&scratch_key, scratch_free) != 0)
+        abort();
+}
+
+static char *scratch(int which, size_t len)
+{
+    pthread_once(&scratch_once, scratch_init);
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (s == NULL) {
+        s = calloc(SCRATCH_N, sizeof(*s));
+        if (s == NULL || pthread_setspecific(scratch_key, s) != 0)
+            abort();
+    }
+    s += which;
+    if (s->cap < len) {
+        /* The largest tuple is bounded by -I; grow in one step to it. */
+        size_t cap = len < (size_t)settings.item_size_max + 64
+                     ? (size_t)settings.item_size_max + 64 : len;
+        char *m = realloc(s->mem, cap);
+        if (m == NULL)
+            abort();
+        s->mem = m;
+        s->cap = cap;
+    }
+    return s->mem;
+}
+
+int tac_tuple_image(const struct tac_tuple_hdr *hdr, const char *key,
+                    const char *value, struct iovec iov[3])
+{
+    iov[0] = (struct iovec){ (void *)hdr, sizeof(*hdr) };
+    if (!tac_tuple_sealed()) {
+        iov[1] = (struct iovec){ (void *)key, hdr->nkey };
+        iov[2] = (struct iovec){ (void *)value, hdr->nbytes };
+        return 3;
+    }
+    size_t len = (size_t)hdr->nkey + hdr->nbytes;
+    char *out = scratch(SCRATCH_IMAGE, len + TAC_SEAL_BYTES);
+    struct iovec in[2] = {
+        { (void *)key, hdr->nkey },
+        { (void *)value, hdr->nbytes },
+    };
+    tac_crypt_seal(hdr, sizeof(*hdr), in, 2, out);
+    iov[1] = (struct iovec){ out, len + TAC_SEAL_BYTES };
+    return 2;
+}
+
+enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
+                                    const char *body, char *key_out,
+                                    char *value_out)
+{
+    if (tac_tuple_sealed()) {
+        struct iovec out[2] = {
+            { key_out, hdr->nkey },
+            { value_out, hdr->nbytes },
+        };
+        return tac_crypt_open(hdr, sizeof(*hdr), body,
+                              (size_t)hdr->nkey + hdr->nbytes, out, 2)
+               ? TUPLE_OK : TUPLE_BAD_TAG;
+    }
+    if (key_out != body)
+        memcpy(key_out, body, hdr->nkey);
+    if (value_out != body + hdr->nkey)
+        memcpy(value_out, body + hdr->nkey, hdr->nbytes);
+    return tac_tuple_checksum(hdr, key_out, value_out) == hdr->checksum
+           ? TUPLE_OK : TUPLE_BAD_SUM;
+}
+
+enum tac_tuple_check tac_tuple_open_scratch(const struct tac_tuple_hdr *hdr,
+                                            const char *body,
+                                            const char **clear)
+{
+    char *out = tac_tuple_sealed()
+                ? scratch(SCRATCH_OPEN, (size_t)hdr->nkey + hdr->nbytes)
+                : (char *)body;
+    enum tac_tuple_check c = tac_tuple_open(hdr, body, out, out + hdr->nkey);
+    *clear = c == TUPLE_OK ? out : NULL;
+    return c;
 }

@@ -25,6 +25,18 @@
  * it catches every change of up to 32 consecutive bits, so every changed
  * byte.  Every reader checks tac_tuple_sane() before it uses a header's
  * lengths, and the checksum before it uses the key or value.
+ *
+ * Sealed tuples (-o tier_key, tac/crypt.h).  With a tier key the header
+ * stays clear (version TAC_TUPLE_VERSION_SEALED, checksum 0) and is the
+ * authenticated data; key and value follow as AES-256-GCM ciphertext, then
+ * the nonce and the tag:
+ *   struct tac_tuple_hdr | E(key | value) | nonce (12) | tag (16)
+ * The tag binds the key, the value and every header field (seq among
+ * them), not the place: a copy (NVM to SSD, the page mover, defrag) moves
+ * the bytes as they are, and a tuple put in another key's slot opens to
+ * the other key, which the reader refuses.  Readers open a tuple with
+ * tac_tuple_open, which checks the checksum or the tag, whichever the
+ * format has.
  */
 #ifndef TAC_TUPLE_H
 #define TAC_TUPLE_H
@@ -32,6 +44,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <sys/uio.h>
 
 #include "items.h"
 
@@ -53,11 +67,49 @@ _Static_assert(sizeof(struct tac_tuple_hdr) == 40,
 
 #define TAC_TUPLE_VERSION 4         /* 2: CRC32C; 3: seq, no DRAM address;
                                        4: exptime and time in unix time */
+#define TAC_TUPLE_VERSION_SEALED 5  /* 4, sealed (see above) */
+
+/* Bytes a tuple carries beyond header, key and value: 0, or the nonce and
+ * tag of a sealed tuple (TAC_SEAL_BYTES).  Set once at start. */
+extern size_t tac_tuple_overhead;
 
 static inline size_t tac_tuple_size(size_t nkey, size_t nbytes)
 {
-    return sizeof(struct tac_tuple_hdr) + nkey + nbytes;
+    return sizeof(struct tac_tuple_hdr) + nkey + nbytes + tac_tuple_overhead;
 }
+
+/* Turns sealing on (a tier key is loaded): before any tuple is written. */
+void tac_tuple_set_sealed(bool sealed);
+static inline bool tac_tuple_sealed(void)
+{
+    return tac_tuple_overhead != 0;
+}
+
+/* The image of a tuple as the media holds it (header, then key and value,
+ * clear or sealed) in iov; returns the number of pieces (at most 3).  A
+ * sealed image lies in the calling thread's image scratch buffer, valid
+ * until its next tac_tuple_image. */
+int tac_tuple_image(const struct tac_tuple_hdr *hdr, const char *key,
+                    const char *value, struct iovec iov[3]);
+
+enum tac_tuple_check {
+    TUPLE_OK = 0,
+    TUPLE_BAD_SUM,      /* clear tuple: the checksum does not hold */
+    TUPLE_BAD_TAG,      /* sealed tuple: the tag does not hold */
+};
+/* Checks the tuple whose header is hdr (tac_tuple_sane already) and whose
+ * body, the bytes after the header on the media, is at body: writes its
+ * key to key_out and its value to value_out.  Either may be its own place
+ * in body (body and body + nkey) to work in place. */
+enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
+                                    const char *body, char *key_out,
+                                    char *value_out);
+/* The same into the calling thread's open scratch buffer (key, then
+ * value), valid until its next tac_tuple_open_scratch; without sealing,
+ * body itself.  *clear gets the key's address, NULL on failure. */
+enum tac_tuple_check tac_tuple_open_scratch(const struct tac_tuple_hdr *hdr,
+                                            const char *body,
+                                            const char **clear);
 
 /* Fills hdr from the item whose value is stored (it), with the next seq. */
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
