@@ -268,12 +268,12 @@ static inline void sip_round(uint64_t v[4])
     v[2] += v[1]; v[1] = ROTL(v[1], 17); v[1] ^= v[2]; v[2] = ROTL(v[2], 32);
 }
 
-uint64_t tac_crypt_hash64(const void *data, size_t len)
+uint64_t tac_siphash24(uint64_t k0, uint64_t k1, const void *data, size_t len)
 {
     const uint8_t *p = data;
     uint64_t v[4] = {
-        cr.sip_k0 ^ 0x736f6d6570736575ull, cr.sip_k1 ^ 0x646f72616e646f6dull,
-        cr.sip_k0 ^ 0x6c7967656e657261ull, cr.sip_k1 ^ 0x7465646279746573ull,
+        k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull,
+        k0 ^ 0x6c7967656e657261ull, k1 ^ 0x7465646279746573ull,
     };
     size_t full = len & ~(size_t)7;
     for (size_t i = 0; i < full; i += 8) {
@@ -294,4 +294,9 @@ uint64_t tac_crypt_hash64(const void *data, size_t len)
     for (int i = 0; i < 4; i++)
         sip_round(v);
     return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+uint64_t tac_crypt_hash64(const void *data, size_t len)
+{
+    return tac_siphash24(cr.sip_k0, cr.sip_k1, data, len);
 }

@@ -72,6 +72,8 @@ static inline const uint8_t *tac_crypt_nonce_of(const char *sealed, size_t len)
 
 /* SipHash-2-4 of data under the derived hash key; any thread. */
 uint64_t tac_crypt_hash64(const void *data, size_t len);
+/* SipHash-2-4 under the key k0 | k1 (little-endian halves). */
+uint64_t tac_siphash24(uint64_t k0, uint64_t k1, const void *data, size_t len);
 
 /* Records sealed and opened, and tags that failed, since start. */
 uint64_t tac_crypt_sealed(void);

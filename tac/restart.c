@@ -422,6 +422,7 @@ static void save_abandon(void)
 
 bool tac_restart_save(void)
 {
+    free(rs.path);                  /* the path a crash recovery read */
     rs.path = state_path();
     if (rs.path == NULL)
         return false;

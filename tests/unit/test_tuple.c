@@ -10,12 +10,15 @@
 
 #include "items.h"
 #include "settings.h"
+#include "tac/crypt.h"
 #include "tac/tuple.h"
 #include "unit.h"
 #include "util.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* Stores key=value as a DRAM item and returns it (one reference held). */
 static item *dram_item(const char *key, const char *value)
@@ -228,6 +231,106 @@ static void test_sane_header(void)
     }
 }
 
+
+/* SipHash-2-4's published vectors: key 00..0f, messages 00..(n-1). */
+static void test_siphash_vectors(void)
+{
+    uint8_t msg[16];
+    for (int i = 0; i < 16; i++)
+        msg[i] = (uint8_t)i;
+    uint64_t k0 = 0x0706050403020100ull, k1 = 0x0f0e0d0c0b0a0908ull;
+    CHECK_UEQ(tac_siphash24(k0, k1, msg, 0), 0x726fdb47dd0e0e31ull);
+    CHECK_UEQ(tac_siphash24(k0, k1, msg, 1), 0x74f839c593dc67fdull);
+    CHECK_UEQ(tac_siphash24(k0, k1, msg, 8), 0x93f5f5799a932462ull);
+    CHECK_UEQ(tac_siphash24(k0, k1, msg, 15), 0xa129ca6149be45e5ull);
+}
+
+/* Writes a key file of 32 bytes (or their 64 hex digits) and loads it. */
+static void load_key(const uint8_t key[32], bool hex)
+{
+    char path[] = "/tmp/test_tuple_keyXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (hex) {
+        char buf[66];
+        for (int i = 0; i < 32; i++)
+            snprintf(buf + 2 * i, 3, "%02x", key[i]);
+        buf[64] = '\n';
+        CHECK(write(fd, buf, 65) == 65);
+    } else {
+        CHECK(write(fd, key, 32) == 32);
+    }
+    close(fd);
+    CHECK(tac_crypt_load(path));
+    unlink(path);
+}
+
+/* A sealed tuple: the image hides key and value, opens to them, and any
+ * changed byte (header, ciphertext, nonce or tag) fails its tag. */
+static void test_sealed_image_and_open(void)
+{
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)unit_rand();
+    load_key(key, unit_rand() & 1);
+    CHECK(tac_crypt_on());
+    tac_tuple_set_sealed(true);
+    CHECK_UEQ(tac_tuple_size(5, 10), sizeof(struct tac_tuple_hdr) + 15 + TAC_SEAL_BYTES);
+
+    item *it = dram_item("secret-key-0123456789", "a value nobody may read here");
+    struct tac_tuple_hdr h;
+    tac_tuple_fill(&h, it);
+    CHECK_UEQ(h.version, TAC_TUPLE_VERSION_SEALED);
+    CHECK_UEQ(h.checksum, 0);
+    struct iovec iov[3];
+    int n = tac_tuple_image(&h, ITEM_key(it), ITEM_data(it), iov);
+    CHECK_UEQ(n, 2);
+    size_t len = tac_tuple_size(h.nkey, h.nbytes);
+    char *img = malloc(len);
+    CHECK(img != NULL);
+    memcpy(img, iov[0].iov_base, iov[0].iov_len);
+    memcpy(img + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+    CHECK_UEQ(iov[0].iov_len + iov[1].iov_len, len);
+    CHECK(tac_tuple_sane((const struct tac_tuple_hdr *)img, len));
+    CHECK(memmem(img, len, "secret-key", 10) == NULL);
+    CHECK(memmem(img, len, "nobody", 6) == NULL);
+
+    const char *clear;
+    CHECK(tac_tuple_open_scratch(&h, img + sizeof(h), &clear) == TUPLE_OK);
+    CHECK(memcmp(clear, ITEM_key(it), it->nkey) == 0);
+    CHECK(memcmp(clear + it->nkey, ITEM_data(it), it->nbytes) == 0);
+
+    /* Every byte after the header, and every header byte (the
+     * authenticated data), is covered. */
+    for (size_t i = 0; i < len; i++) {
+        char *bad = malloc(len);
+        CHECK(bad != NULL);
+        memcpy(bad, img, len);
+        bad[i] ^= (char)(1u << (unit_rand() % 8));
+        struct tac_tuple_hdr bh;
+        memcpy(&bh, bad, sizeof(bh));
+        if (tac_tuple_sane(&bh, len))
+            CHECK(tac_tuple_open_scratch(&bh, bad + sizeof(bh), &clear) == TUPLE_BAD_TAG);
+        free(bad);
+    }
+
+    /* The same item sealed again: another nonce, another ciphertext. */
+    struct tac_tuple_hdr h2 = h;
+    n = tac_tuple_image(&h2, ITEM_key(it), ITEM_data(it), iov);
+    const uint8_t *n1 = tac_crypt_nonce_of(img + sizeof(h), (size_t)h.nkey + h.nbytes);
+    const uint8_t *n2 = tac_crypt_nonce_of(iov[1].iov_base, (size_t)h.nkey + h.nbytes);
+    CHECK(memcmp(n1, n2, TAC_SEAL_NONCE) != 0);
+    CHECK(memcmp(iov[1].iov_base, img + sizeof(h), (size_t)h.nkey + h.nbytes) != 0);
+
+    /* Opened in place (a private copy). */
+    char *b = img + sizeof(h);
+    CHECK(tac_tuple_open(&h, b, b, b + h.nkey) == TUPLE_OK);
+    CHECK(memcmp(b, ITEM_key(it), it->nkey) == 0);
+    free(img);
+    item_release(it);
+    tac_tuple_set_sealed(false);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -239,6 +342,8 @@ int main(int argc, char **argv)
     RUN_TEST(test_crc32c);
     RUN_TEST(test_sane_header);
     RUN_TEST(test_checksum_catches_every_byte_flip);
+    RUN_TEST(test_siphash_vectors);
+    RUN_TEST(test_sealed_image_and_open);      /* last: it loads a key */
     fprintf(stderr, "test_tuple: ok\n");
     return 0;
 }
