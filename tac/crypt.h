@@ -63,6 +63,11 @@ void tac_crypt_seal(const void *aad, size_t aadlen, const struct iovec *in,
 bool tac_crypt_open(const void *aad, size_t aadlen, const char *in, size_t len,
                     const struct iovec *out, int n);
 
+/* The first n clear bytes of a sealed record (len clear bytes at in) into
+ * out, without checking its tag: a lookup hint only (which tuple of a buf
+ * a fetch may want), never something to act on before tac_crypt_open. */
+void tac_crypt_peek(const char *in, size_t len, size_t n, char *out);
+
 /* Where a sealed record of len clear bytes keeps its nonce (test hooks
  * and stats only). */
 static inline const uint8_t *tac_crypt_nonce_of(const char *sealed, size_t len)

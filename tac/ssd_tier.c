@@ -528,13 +528,12 @@ enum fill_result {
     FILL_CORRUPT,   /* t's tuple, damaged: never served */
 };
 
-/* Checks that [data, data + len) is the tuple of transient item t's key
- * and version (write sequence seq, checked with a tier key), and puts its
- * value into t.  data is the tuple as the media holds it or, with opened,
- * one tuple_open_in_place already checked.  Counts nothing: whether a
+/* Checks that [data, data + len), a tuple as the media holds it, is the
+ * tuple of transient item t's key and version (write sequence seq, checked
+ * with a tier key), and puts its value into t.  Counts nothing: whether a
  * FILL_OTHER is damage depends on where the key's meta tuple points. */
 static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
-                                       size_t len, bool opened)
+                                       size_t len)
 {
     struct tac_tuple_hdr hdr;
     if (data == NULL || len < sizeof(hdr))
@@ -545,13 +544,7 @@ static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
         return FILL_OTHER;
     const char *body = data + sizeof(hdr);
     char key[KEY_MAX_LENGTH];
-    enum tac_tuple_check c = TUPLE_OK;
-    if (opened) {
-        memcpy(key, body, hdr.nkey);
-        memcpy(ITEM_data(t), body + hdr.nkey, hdr.nbytes);
-    } else {
-        c = tac_tuple_open(&hdr, body, key, ITEM_data(t));
-    }
+    enum tac_tuple_check c = tac_tuple_open(&hdr, body, key, ITEM_data(t));
     bool same_key = memcmp(key, ITEM_key(t), t->nkey) == 0;
     if (c == TUPLE_OK)
         return same_key && (!tac_tuple_sealed() || hdr.seq == seq)
@@ -561,8 +554,8 @@ static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
     return c == TUPLE_BAD_SUM && !same_key ? FILL_OTHER : FILL_CORRUPT;
 }
 
-/* Checks the tuple at mem (a private copy: a buf image read for a fetch or
- * a scan) and, sealed, opens it in place, so that its key and value follow
+/* Checks the tuple at mem (a private copy: a buf image read for a scan)
+ * and, sealed, opens it in place, so that its key and value follow
  * its header in clear.  False when its checksum or tag fails. */
 static bool tuple_open_in_place(char *mem)
 {
@@ -711,7 +704,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
 {
     struct pending_read *pr = arg;
     enum fill_result fill = st == SSD_OK
-        ? transient_fill(pr->t, item_meta_seq(pr->meta), data, len, false)
+        ? transient_fill(pr->t, item_meta_seq(pr->meta), data, len)
         : FILL_OTHER;
     if (fill == FILL_CORRUPT) {
         /* Counted, and the item unlinked, if it still points there. */
@@ -864,7 +857,7 @@ item *tac_ssd_materialize(item *meta)
     }
     item *t = tac_transient_new(meta);
     bool ok = t != NULL;
-    if (ok && transient_fill(t, item_meta_seq(meta), data, len, false) != FILL_OK) {
+    if (ok && transient_fill(t, item_meta_seq(meta), data, len) != FILL_OK) {
         /* The caller holds the item lock (tier_ops.materialize), so meta
          * still points at what was read: it is damaged. */
         do_tuple_damaged(ITEM_key(meta), meta->nkey,
@@ -932,13 +925,13 @@ size_t tac_ssd_buf_size(void)
     return tac.ssd != NULL ? sd.info.buf_size : 0;
 }
 
-/* Moves the tuple at tref (a copy at data, opened: tuple_open_in_place)
- * up if it is valid and warm or hot.  Caller holds the key's item lock. */
-static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
+/* Moves the tuple at tref (a copy at data, whose key reads as `key`:
+ * tac_tuple_key_hint) up if it is valid and warm or hot.  Caller holds the
+ * key's item lock. */
+static void fetch_tuple(uint64_t tref, const char *data, const char *key, uint32_t hv)
 {
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
-    const char *key = data + sizeof(hdr);
     /* Valid iff the key's meta tuple, found by a hash lookup as defrag
      * does, points at this tuple. */
     item *meta = do_item_get(key, hdr.nkey, hv, NULL, false);
@@ -954,7 +947,7 @@ static void fetch_tuple(uint64_t tref, const char *data, uint32_t hv)
         return;
     }
     if (transient_fill(t, item_meta_seq(meta), data,
-                       tac_tuple_size(hdr.nkey, hdr.nbytes), true) != FILL_OK) {
+                       tac_tuple_size(hdr.nkey, hdr.nbytes)) != FILL_OK) {
         /* meta points at tref, whose bytes these are: damaged. */
         item_release(t);
         item_release(meta);
@@ -1002,12 +995,16 @@ void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
     /* Read without the lock; fetch_tuple checks under it that the key's
      * meta tuple still points at this tuple. */
     size_t got = 0;
+    char buf[KEY_MAX_LENGTH];
     if (read_sync(ref, len, false, io, &got) != SSD_OK ||
-        tuple_at(io->mem, got, 0) != len || !tuple_open_in_place(io->mem) ||
-        memcmp(io->mem + sizeof(struct tac_tuple_hdr), key, nkey) != 0)
+        tuple_at(io->mem, got, 0) != len)
+        return;
+    const struct tac_tuple_hdr *hdr = (const struct tac_tuple_hdr *)io->mem;
+    const char *hint = tac_tuple_key_hint(hdr, io->mem + sizeof(*hdr), buf);
+    if (hdr->nkey != nkey || memcmp(hint, key, nkey) != 0)
         return;
     item_lock(hv);
-    fetch_tuple(ref, io->mem, hv);
+    fetch_tuple(ref, io->mem, hint, hv);
     item_unlock(hv);
 }
 
@@ -1021,16 +1018,17 @@ void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io)
     size_t used = 0;
     if (read_sync(base, 0, true, io, &used) != SSD_OK)
         return;
-    char *mem = io->mem;
+    const char *mem = io->mem;
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
-        /* One that fails its check is left for the read that finds it. */
-        if (!tuple_open_in_place(mem + off))
-            continue;
-        const char *key = mem + off + sizeof(struct tac_tuple_hdr);
-        uint32_t hv = item_hash(key, ((const struct tac_tuple_hdr *)(mem + off))->nkey);
+        /* Each key is read alone to find its item; only a tuple that is
+         * fetched is checked whole (transient_fill), before it moves. */
+        const struct tac_tuple_hdr *hdr = (const struct tac_tuple_hdr *)(mem + off);
+        char buf[KEY_MAX_LENGTH];
+        const char *key = tac_tuple_key_hint(hdr, mem + off + sizeof(*hdr), buf);
+        uint32_t hv = item_hash(key, hdr->nkey);
         item_lock(hv);
-        fetch_tuple(base + off, mem + off, hv);
+        fetch_tuple(base + off, mem + off, key, hv);
         item_unlock(hv);
     }
 }
@@ -1044,23 +1042,20 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
 {
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
-    const char *body = data + sizeof(hdr), *key;
-    /* Checked first.  A clear tuple that fails still names its key; a
-     * sealed one names nothing until its tag holds, so it is left where it
-     * is, for the read that finds it (its item is dropped then). */
-    bool damaged = tac_tuple_open_scratch(&hdr, body, &key) != TUPLE_OK;
-    if (damaged && tac_tuple_sealed())
-        return true;
-    if (damaged)
-        key = body;
+    const char *body = data + sizeof(hdr);
+    char buf[KEY_MAX_LENGTH];
+    const char *key = tac_tuple_key_hint(&hdr, body, buf);
     uint32_t hv = item_hash(key, hdr.nkey);
     bool ok = true;
     item_lock(hv);
     item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (it != NULL && item_value_async(it) && item_meta_ref(it) == tref) {
-        /* A damaged tuple, or another version put in its place, is not
-         * copied on: its item is dropped. */
-        if (damaged || !tac_tuple_owned(it, &hdr, key)) {
+        /* Checked whole before it is copied on: a damaged tuple, or
+         * another key's or an older version put in its place, is not
+         * copied: its item is dropped. */
+        const char *clear;
+        if (!drop && (tac_tuple_open_scratch(&hdr, body, &clear) != TUPLE_OK ||
+                      !tac_tuple_owned(it, &hdr, clear))) {
             tac_tuple_refused();
             drop = true;
         }

@@ -178,6 +178,15 @@ enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
            ? TUPLE_OK : TUPLE_BAD_SUM;
 }
 
+const char *tac_tuple_key_hint(const struct tac_tuple_hdr *hdr, const char *body,
+                               char *buf)
+{
+    if (!tac_tuple_sealed())
+        return body;
+    tac_crypt_peek(body, (size_t)hdr->nkey + hdr->nbytes, hdr->nkey, buf);
+    return buf;
+}
+
 enum tac_tuple_check tac_tuple_open_scratch(const struct tac_tuple_hdr *hdr,
                                             const char *body,
                                             const char **clear)

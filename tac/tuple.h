@@ -104,6 +104,13 @@ enum tac_tuple_check {
 enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
                                     const char *body, char *key_out,
                                     char *value_out);
+/* The key of the tuple (header hdr, sane; body after it) as a lookup hint,
+ * unchecked: in place when clear, else decrypted alone into buf
+ * (KEY_MAX_LENGTH bytes).  Whatever is done with the tuple itself waits
+ * for tac_tuple_open. */
+const char *tac_tuple_key_hint(const struct tac_tuple_hdr *hdr, const char *body,
+                               char *buf);
+
 /* The same into the calling thread's open scratch buffer (key, then
  * value), valid until its next tac_tuple_open_scratch; without sealing,
  * body itself.  *clear gets the key's address, NULL on failure. */

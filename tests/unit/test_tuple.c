@@ -322,6 +322,10 @@ static void test_sealed_image_and_open(void)
     CHECK(memcmp(n1, n2, TAC_SEAL_NONCE) != 0);
     CHECK(memcmp(iov[1].iov_base, img + sizeof(h), (size_t)h.nkey + h.nbytes) != 0);
 
+    /* The key alone, as a fetch's lookup hint: GCM's own key stream. */
+    char kb[KEY_MAX_LENGTH];
+    CHECK(memcmp(tac_tuple_key_hint(&h, img + sizeof(h), kb), ITEM_key(it), it->nkey) == 0);
+
     /* Opened in place (a private copy). */
     char *b = img + sizeof(h);
     CHECK(tac_tuple_open(&h, b, b, b + h.nkey) == TUPLE_OK);
