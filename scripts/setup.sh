@@ -37,7 +37,7 @@ fi
 # ones included, on free ports of its own.
 
 # Python venv for the integration and stress suites.
-PY_REQS="pytest==8.3.5 pymemcache==4.0.0 pylibmc==1.6.3 python-binary-memcached==0.33.0 prometheus-client==0.26.0"
+PY_REQS="pytest==8.3.5 pymemcache==4.0.0 pylibmc==1.6.3 python-binary-memcached==0.33.0 prometheus-client==0.26.0 cryptography==50.0.2"
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.reqs 2>/dev/null || true)" != "$PY_REQS" ]; then

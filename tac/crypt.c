@@ -83,8 +83,11 @@ static bool parse_key(const unsigned char *buf, size_t n, uint8_t key[32])
         memcpy(key, buf, 32);
         return true;
     }
-    while (n > 64 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        n--;
+    /* One line end at most: "\n" or "\r\n". */
+    if (n == 65 && buf[64] == '\n')
+        n = 64;
+    else if (n == 66 && buf[64] == '\r' && buf[65] == '\n')
+        n = 64;
     if (n != 64)
         return false;
     for (size_t i = 0; i < 32; i++) {
@@ -125,6 +128,8 @@ bool tac_crypt_load(const char *path)
     if (fstat(fd, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
         fprintf(stderr, "tier_key: warning: %s can be read by other users "
                 "(chmod 600 it)\n", path);
+    /* Read past the longest key file (66 bytes): a longer one is refused,
+     * not cut. */
     unsigned char buf[80];
     ssize_t n = read(fd, buf, sizeof(buf));
     int err = errno;
