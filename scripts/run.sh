@@ -102,6 +102,12 @@ port_taken() {
     fi
     (exec 3<>"/dev/tcp/$listen_host/$1") 2>/dev/null
 }
+# Any TCP socket, listening or connected, holds local port $1 (a port to move to must
+# not be one a client connection holds either: the server's bind would fail).
+port_used() {
+    port_taken "$1" && return 0
+    command -v ss >/dev/null 2>&1 && [ -n "$(ss -Hatn "sport = :$1" 2>/dev/null)" ]
+}
 # "memcached.service (pid 123)" for the process listening on $1, when ss can tell.
 port_holder_pid() {
     command -v ss >/dev/null 2>&1 || return 1
@@ -159,7 +165,7 @@ else
     if port_taken "$port" && ! offer_to_stop "$port"; then
         want=$port
         for ((p = want + 1; p < want + 200 && p < 65536; p++)); do
-            port_taken "$p" || { port=$p; break; }
+            port_used "$p" || { port=$p; break; }
         done
         [ "$port" != "$want" ] || die "port $want is taken and so are the next 200; set TAC_PORT=<free port>"
         loud "port $want is taken: serving on port $port instead" \

@@ -3,6 +3,7 @@ agreeing with -h, README.md and doc/stats.md, and scripts/run.sh staying inside 
 checkout and leaving a taken port alone."""
 import importlib.util
 import os
+import random
 import re
 import shutil
 import signal
@@ -386,9 +387,37 @@ def test_run_sh_dry_run_stays_in_the_checkout(run_env):
     assert os.path.exists(data) == existed, "a dry run created %s" % data
 
 
+def _port_pair_below_ephemeral():
+    """A port p with p and p + 1 free, below the kernel's ephemeral range: run.sh moves to
+    p + 1 when p is taken, and an ephemeral port can be taken by any client's connection
+    between run.sh's check and the server's bind."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError):
+        pass
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(max(1024, lo - 12000), lo - 2)
+        socks = []
+        try:
+            for q in (p, p + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    return free_port()
+
+
 def test_run_sh_leaves_a_taken_port_alone(run_env):
     env, data = run_env
-    port = free_port()
+    port = _port_pair_below_ephemeral()
     holder = _holder(port)
     proc = None
     try:
