@@ -172,17 +172,6 @@ bool tac_crypt_load(const char *path)
     return true;
 }
 
-void tac_crypt_close(void)
-{
-    if (!cr.on)
-        return;
-    struct thread_ctx *t = pthread_getspecific(cr.ctx_key);
-    if (t != NULL) {
-        pthread_setspecific(cr.ctx_key, NULL);
-        thread_ctx_free(t);
-    }
-}
-
 bool tac_crypt_on(void)
 {
     return cr.on;

@@ -24,8 +24,8 @@
  * then the 16-byte tag (TAC_SEAL_BYTES after the ciphertext).  The caller
  * picks the authenticated data (a tuple's clear header, a chunk's length).
  *
- * Threads: load/close at start and exit only; the rest from any thread
- * (each thread keeps its own cipher contexts).
+ * Threads: load at start only; the rest from any thread.  Each thread
+ * keeps its own cipher contexts, freed when it exits.
  */
 #ifndef TAC_CRYPT_H
 #define TAC_CRYPT_H
@@ -43,7 +43,6 @@
 /* Reads the key file and derives the keys; false (after printing why to
  * stderr) when the file cannot be read or is not a key.  NULL: no key. */
 bool tac_crypt_load(const char *path);
-void tac_crypt_close(void);
 bool tac_crypt_on(void);
 
 /* The key-check value the files' headers carry: 16 bytes, all zero when
