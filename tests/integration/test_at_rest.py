@@ -870,3 +870,57 @@ def test_restarts_recover_everything_and_never_reuse_a_nonce(server, shm_file, s
     assert not reused, "at the end: %d nonces used by two different tuples (seed %d), e.g. %s" % (
         len(reused), seed, ["%s: %s" % (n.hex(), sorted(s.values())) for n, s in list(reused.items())[:3]])
     print("%d different nonces over %d stops, none reused" % (len(nonces), N_ROUNDS + 1))
+
+
+# ---------------------------------------------------------------- 7. shapes
+
+def test_sealed_shapes_round_trip(server, shm_file, ssd_dir, tmp_path):  # noqa: F811
+    """Keys of 8-250 bytes and values of 100 B-500 KB (larger than an SSD buf: a tuple of
+    its own slots) go down to NVM and SSD sealed, read back exactly, and come back exactly
+    after a graceful restart; nothing is refused on the way."""
+    seed = new_seed()
+    rng = random.Random(seed)
+    key = key_file(tmp_path, "k", rng.randbytes(32))
+    nvm = shm_file("atrest-shapes")
+    ssd = os.path.join(ssd_dir, "ssd")
+    args = tier_opts(nvm, ssd, key, nvm_mb=16, ssd_mb=96, m=16)
+    srv = server(args)
+    c = srv.connect(timeout=60)
+    want = {}
+    for klen in (8, 33, 120, 250):
+        for vlen in (100, 1100, 30_000, 500_000):
+            k = (b"s%d-%d-" % (klen, vlen) + bytes(rng.choices(KEY_CHARS, k=klen)))[:klen]
+            v = rng.randbytes(vlen)
+            assert c.line(b"set %s 7 0 %d\r\n%s\r\n" % (k, vlen, v)) == b"STORED\r\n"
+            want[k] = v
+    # Filler of the same sizes (in proportion to their slab classes' pages) pushes the
+    # shapes out of a 16 MB DRAM, into NVM and on to SSD.
+    written, i = 0, 0
+    while True:
+        tiers = tiers_of(c, list(want))
+        lower = [k for k, t in tiers.items() if t in ("nvm", "ssd")]
+        if ({"nvm", "ssd"} <= set(tiers.values()) and len(lower) >= len(want) // 2) or written > 80 * MB:
+            break
+        for vlen, n in ((100, 2000), (1100, 400), (30_000, 20), (500_000, 2)):
+            v = rng.randbytes(vlen)
+            cmds = b"".join(b"set atrest-fill-%06d 0 0 %d noreply\r\n%s\r\n" % (i + j, vlen, v)
+                            for j in range(n))
+            i += n
+            written += n * vlen
+            assert c.line(cmds + b"mn\r\n") == b"MN\r\n"
+    print("tiers of the shapes after %.1f MB of filler:" % (written / MB), collections.Counter(tiers.values()))
+    assert {"nvm", "ssd"} <= set(tiers.values()) and len(lower) >= len(want) // 2, \
+        "the shapes must reach NVM and SSD (seed %d): %s" % (seed, tiers)
+
+    def check(conn, when):
+        for k, v in want.items():
+            got = parse_get(conn.get(b"get %s\r\n" % k))
+            assert k in got, "%s: %r missing (seed %d)" % (when, k, seed)
+            assert got[k][0] == 7 and got[k][1] == v, "%s: %r read back wrong (seed %d)" % (when, k, seed)
+        assert auth_failures(conn) == 0, "%s: tuples refused (seed %d)" % (when, seed)
+
+    check(c, "before the stop")
+    graceful_stop(srv, "SIGTERM")
+    srv = restart(server, srv, args)
+    c, rs = wait_recovered(srv, seed)
+    check(c, "after the restart")

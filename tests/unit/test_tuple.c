@@ -15,6 +15,7 @@
 #include "unit.h"
 #include "util.h"
 
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,8 +249,9 @@ static void test_siphash_vectors(void)
 /* Writes a key file of 32 bytes (or their 64 hex digits) and loads it. */
 static void load_key(const uint8_t key[32], bool hex)
 {
-    char path[] = "/tmp/test_tuple_keyXXXXXX";
-    int fd = mkstemp(path);
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/test_tuple_key.%ld", (long)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     CHECK(fd >= 0);
     if (hex) {
         char buf[66];
