@@ -108,6 +108,8 @@ static size_t conn_mem_holding(const conn *c)
     size_t n = c->rsize > RBUF_INITIAL ? c->rsize - RBUF_INITIAL : 0;
     if (c->state == conn_nread && conn_value_counted(c))
         n += ITEM_ntotal(c->item);
+    if (c->reply_bytes > CONN_REPLY_ALLOWANCE)
+        n += c->reply_bytes - CONN_REPLY_ALLOWANCE;
     return n + c->room_held;
 }
 
@@ -172,8 +174,8 @@ static void conn_close_for_memory(conn *c)
 {
     GSTATS_INCR(conn_mem_closed);
     if (settings.verbose > 0)
-        fprintf(stderr, "<%d closing: holds %zu bytes of an incomplete "
-                "request past conn_mem_limit\n", c->sfd, c->mem_held);
+        fprintf(stderr, "<%d closing: holds %zu bytes (request or unsent "
+                "responses) past conn_mem_limit\n", c->sfd, c->mem_held);
     c->close_reason = "error";
     conn_close(c);
 }
@@ -263,6 +265,9 @@ struct resp *resp_new(conn *c)
         GSTATS_INCR(response_objs);
     }
     r->next = NULL;
+    r->owner = c;
+    r->held = 0;
+    c->reply_bytes += sizeof(*r);
     r->iovcnt = 0;
     r->nitems = 0;
     r->owned_buf = NULL;
@@ -311,6 +316,7 @@ uint64_t conn_resp_bytes(void)
 /* Releases what a resp holds and returns it to the worker's cache. */
 static void resp_free(struct worker *w, struct resp *r)
 {
+    r->owner->reply_bytes -= sizeof(*r) + r->held;
     for (int i = 0; i < r->nitems; i++)
         item_release(r->items[i]);
     free(r->owned_buf);
@@ -371,11 +377,35 @@ bool resp_printf(struct resp *r, const char *fmt, ...)
     return true;
 }
 
+static void resp_count(struct resp *r, size_t bytes)
+{
+    r->held += bytes;
+    r->owner->reply_bytes += bytes;
+}
+
 bool resp_hold_item(struct resp *r, struct item *it)
 {
     if (r->nitems == RESP_ITEMS_MAX)
         return false;
+    if (item_refs_crowded(it)) {
+        /* Items are never compact or meta tuples here: a reply holds a
+         * value-bearing item. */
+        item *copy = item_copy(it);
+        if (copy == NULL)
+            return false;
+        const char *lo = (const char *)it;
+        const char *hi = lo + item_copy_size(it);
+        for (int i = 0; i < r->iovcnt; i++) {
+            const char *b = r->iov[i].iov_base;
+            if (b >= lo && b < hi)
+                r->iov[i].iov_base = (char *)copy + (b - lo);
+        }
+        item_release(it);
+        it = copy;
+        GSTATS_INCR(reply_item_copies);
+    }
     r->items[r->nitems++] = it;
+    resp_count(r, item_copy_size(it));
     return true;
 }
 
@@ -384,6 +414,7 @@ bool resp_add_owned(struct resp *r, void *buf, size_t len)
     if (r->owned_buf || !resp_add_iov(r, buf, len))
         return false;
     r->owned_buf = buf;
+    resp_count(r, len);
     return true;
 }
 
@@ -1342,6 +1373,7 @@ static enum write_result conn_transmit_tcp(conn *c)
     if (sent > 0) {
         STATS_ADD(&c->thread->stats, bytes_written, sent);
         conn_advance_queue(c, (size_t)sent);
+        conn_mem_sync(c);
         return conn_queue_state(c);
     }
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -1621,7 +1653,13 @@ void conn_drive(conn *c)
                 c->protocol = (unsigned char)c->rcurr[0] == 0x80 ?
                               PROTO_BINARY : PROTO_TEXT;
             __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED);
-            if (conn_try_command(c) == PROTO_NEED_MORE) {
+            enum proto_result pr = conn_try_command(c);
+            conn_mem_sync(c);           /* the responses it queued */
+            if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+                conn_close_for_memory(c);
+                return;
+            }
+            if (pr == PROTO_NEED_MORE) {
                 need_read = true;
                 conn_set_state(c, c->resp_head ? conn_write : conn_waiting);
             } else if (c->state == conn_parse_cmd) {
@@ -1670,7 +1708,13 @@ void conn_drive(conn *c)
                             conn_set_state(c, conn_closing);
                         return;
                     }
-                    if (conn_stream_next(c) != STREAM_IDLE)
+                    enum conn_stream_step step = conn_stream_next(c);
+                    conn_mem_sync(c);
+                    if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+                        conn_close_for_memory(c);
+                        return;
+                    }
+                    if (step != STREAM_IDLE)
                         break;
                     if (!conn_stream_idle(c)) {
                         conn_set_state(c, conn_closing);

@@ -66,6 +66,9 @@ enum conn_transport { TRANSPORT_TCP, TRANSPORT_UDP, TRANSPORT_UNIX };
 
 struct resp {
     struct resp *next;
+    struct conn *owner;     /* whose reply_bytes count this resp */
+    size_t held;            /* bytes of items and buffers it holds, as
+                               counted in owner->reply_bytes */
     int iovcnt;
     struct iovec iov[RESP_IOV_MAX];
     struct item *items[RESP_ITEMS_MAX];  /* released after sending */
@@ -151,6 +154,8 @@ struct conn {
     size_t room_held;          /* bytes of parked stores' items */
 
     /* connection memory (conn.c, "Connection memory") */
+    size_t reply_bytes;     /* queued responses: their structs, the values
+                               they pin or copied, their buffers */
     size_t mem_held;        /* this conn's share of conn_mem_bytes; written
                                by its worker, read under the registry lock */
     size_t mem_closable;    /* of it, what closing would win back: all but
@@ -205,7 +210,11 @@ bool resp_printf(struct resp *r, const char *fmt, ...)
 /* Adds an iovec to memory that stays valid until the resp is sent
  * (static text, or memory of an item/buffer the resp holds). */
 bool resp_add_iov(struct resp *r, const void *buf, size_t len);
-/* Hands the resp a reference to `it`; released after sending. */
+/* Hands the resp a reference to `it`; released after sending.  An item
+ * with too many held references (items.h) is copied instead: the resp's
+ * iovecs into it are moved to the copy and the caller's reference is
+ * dropped.  False (nothing taken) when the resp holds its maximum or the
+ * copy finds no memory. */
 bool resp_hold_item(struct resp *r, struct item *it);
 /* Hands the resp a malloc'd buffer and sends len bytes of it. */
 bool resp_add_owned(struct resp *r, void *buf, size_t len);
@@ -311,6 +320,13 @@ void conn_run_ready(struct worker *w);
 /* A value being read that fits in this much is part of a connection's
  * fixed cost, like its read buffer, and is not counted in mem_held. */
 #define CONN_VALUE_ALLOWANCE (16 * 1024)
+/* Likewise for queued responses: only reply_bytes past this count. */
+#define CONN_REPLY_ALLOWANCE (64 * 1024)
+/* A request whose responses hold more than this (a get of many keys)
+ * goes on as a stream (conn_stream): the rest of it runs once what it
+ * queued so far has been sent, so that a client that reads slowly holds
+ * at most about this much per connection. */
+#define CONN_REPLY_PIECE (256 * 1024)
 
 /* conn.c: brings c's memory share up to date. */
 void conn_mem_sync(conn *c);

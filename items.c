@@ -1051,7 +1051,10 @@ void do_item_touch_access(item *it)
         item_compact(it))
         return;
     /* A worker hands the move to its lane's LRU thread; the reference
-     * keeps the item from being freed while it is queued. */
+     * keeps the item from being freed while it is queued.  An item with
+     * too many held references is not queued (items.h, held references). */
+    if (item_refs_crowded(it))
+        return;
     refcount_incr(it);
     if (llru_push(it, lane_of(it)))
         return;
@@ -1352,6 +1355,34 @@ static item *store_ready_for(item *it, item *old, int partition, bool *invalidat
 void item_ref(item *it)
 {
     refcount_incr(it);
+}
+
+bool item_refs_crowded(const item *it)
+{
+    return refcount_load(it) >= ITEM_REFS_HELD_MAX;
+}
+
+size_t item_copy_size(const item *it)
+{
+    return item_make_size(it->nkey, it->nbytes);
+}
+
+item *item_copy(const item *it)
+{
+    size_t n = item_copy_size(it);
+    item *copy = malloc(n);
+    if (copy == NULL)
+        return NULL;
+    /* The caller's reference keeps key and value in place; a value is
+     * never changed in place while readers hold it. */
+    memcpy(copy, it, n);
+    copy->h_next = NULL;
+    copy->next = copy->prev = NULL;
+    copy->it_flags = ITEM_TRANSIENT |
+                     (it->it_flags & (ITEM_FETCHED | ITEM_ACTIVE));
+    copy->slabs_clsid = 0;
+    copy->refcount = 1;
+    return copy;
 }
 
 /* Holds a value-bearing version of `it` (itself, a copy of an NVM value,

@@ -397,6 +397,24 @@ enum delta_result {
 void item_ref(item *it);
 
 /*
+ * Held references.  refcount is 16 bits.  A reference that a client can
+ * multiply and that outlives the request taking it (a queued reply's, a
+ * parked SSD read's, an LRU bump's) is taken only while the count is below
+ * ITEM_REFS_HELD_MAX: past it a reply sends a copy of the value
+ * (item_copy), and a parked read or a bump is not started.  Every other
+ * reference is a request's own, dropped before its worker takes another,
+ * or a tier thread's, so the 4,095 counts left above the bound cover them
+ * with room to spare (doc/design.md, "Bounded references").
+ */
+#define ITEM_REFS_HELD_MAX 0xF000
+bool item_refs_crowded(const item *it);
+/* A transient copy (refcount 1, malloc'd, outside -m) of a value-bearing
+ * item the caller references; NULL on out of memory. */
+item *item_copy(const item *it);
+/* Bytes item_copy() allocates for it. */
+size_t item_copy_size(const item *it);
+
+/*
  * incr/decr.  incr wraps at 2^64; decr stops at 0 (memcached rules).
  * out receives the new value as decimal text, NUL-terminated (>= 21
  * bytes).  If req_cas is non-zero it must match.  *cas_out gets the new

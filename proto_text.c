@@ -174,6 +174,95 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
     return pt_send_value(c, it, return_cas, cur);
 }
 
+/*
+ * A get of many keys in pieces.  Once the responses a connection has queued
+ * pass CONN_REPLY_PIECE bytes, or its parked reads CONN_PARK_MAX, the rest
+ * of the line becomes a stream (conn_stream): each piece looks keys up
+ * until the bound is reached again, and the next one runs when the
+ * client has read what came before.  A client that sends one line naming a
+ * key a million times and reads nothing holds a piece, not a million
+ * references and responses.  The keys stay where they are, in the
+ * connection's read buffer before rcurr: nothing is read into that buffer
+ * while a stream runs (conn.h).  Tokens already split by util_tokenize end
+ * in '\0', the others in ' ': both separate keys here.
+ */
+struct pt_get_stream {
+    char *cur;              /* next key, or a separator before it */
+    char *end;              /* the line's terminating '\0' */
+    rel_time_t exptime;
+    bool touch;
+    bool return_cas;
+};
+
+static bool pt_get_piece_full(const conn *c)
+{
+    return c->reply_bytes >= CONN_REPLY_PIECE || c->npending >= CONN_PARK_MAX;
+}
+
+static inline bool pt_is_sep(char ch)
+{
+    return ch == ' ' || ch == '\0';
+}
+
+static enum conn_stream_step pt_get_more(conn *c, void *ctx)
+{
+    struct pt_get_stream *g = ctx;
+    struct resp *cur = NULL;
+    bool first = true;
+    for (;;) {
+        while (g->cur < g->end && pt_is_sep(*g->cur))
+            g->cur++;
+        if (g->cur == g->end) {
+            if (!pt_add_static(c, &cur, "END\r\n", 5))
+                out_errstring(c, "SERVER_ERROR out of memory writing get response");
+            return STREAM_DONE;
+        }
+        /* At least one key a piece, whatever was queued before. */
+        if (!first && pt_get_piece_full(c))
+            return STREAM_PIECE;
+        char *key = g->cur;
+        while (g->cur < g->end && !pt_is_sep(*g->cur))
+            g->cur++;
+        *g->cur = '\0';        /* a separator or the line's own end */
+        if (!pt_get_one(c, key, (size_t)(g->cur - key), g->exptime, g->touch,
+                        g->return_cas, &cur)) {
+            /* Earlier pieces are sent already: the error ends the reply. */
+            out_errstring(c, "SERVER_ERROR out of memory writing get response");
+            return STREAM_DONE;
+        }
+        first = false;
+    }
+}
+
+/* The rest of a get line, from tok[i] on, as a stream; false (nothing
+ * queued) when a key of it is too long, as memcached checks every key
+ * before answering any. */
+static bool pt_get_stream_rest(conn *c, struct util_token *tok, size_t ntok,
+                               size_t i, char *rest, rel_time_t exptime,
+                               bool touch, bool return_cas, bool *bad_key)
+{
+    *bad_key = false;
+    char *from = tok[i].value;
+    char *end = rest != NULL ? rest + strlen(rest)
+                             : tok[ntok - 1].value + tok[ntok - 1].length;
+    size_t run = 0;
+    for (char *p = from; p < end; p++) {
+        if (pt_is_sep(*p)) {
+            run = 0;
+        } else if (++run > KEY_MAX_LENGTH) {
+            *bad_key = true;
+            return false;
+        }
+    }
+    struct pt_get_stream *g = malloc(sizeof(*g));
+    if (g == NULL)
+        return false;
+    *g = (struct pt_get_stream){ .cur = from, .end = end, .exptime = exptime,
+                                 .touch = touch, .return_cas = return_cas };
+    conn_stream(c, pt_get_more, free, g);
+    return true;
+}
+
 static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
                            char *rest, bool return_cas, bool touch)
 {
@@ -181,6 +270,9 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
     struct resp *cur = NULL;
     rel_time_t exptime = 0;
     size_t i = 1;
+    /* UDP answers a datagram's requests at once, never in pieces (and a
+     * datagram holds few keys). */
+    bool pieces = c->transport != TRANSPORT_UDP;
 
     if (touch) {
         int32_t e;
@@ -194,6 +286,17 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
     for (;;) {
         for (; i < ntok; i++) {
             if (tok[i].length > KEY_MAX_LENGTH) {
+                pt_cancel_since(c, mark);
+                out_string(c, "CLIENT_ERROR bad command line format");
+                return;
+            }
+            if (pieces && i > 1 && pt_get_piece_full(c)) {
+                bool bad_key;
+                if (pt_get_stream_rest(c, tok, ntok, i, rest, exptime, touch,
+                                       return_cas, &bad_key))
+                    return;
+                if (!bad_key)
+                    goto oom;
                 pt_cancel_since(c, mark);
                 out_string(c, "CLIENT_ERROR bad command line format");
                 return;

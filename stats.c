@@ -669,11 +669,17 @@ static const struct stat_row general_stats[] = {
     ROW("conn_mem_bytes", GAUGE, GSTATS(conn_mem_bytes),
         "bytes connections hold beyond their first 16 KB read buffer: read "
         "buffers grown for long request lines, values of stores still being "
-        "read (bounded by `-o conn_mem_limit`)"),
+        "read, and past 64 KB per connection the responses not yet sent "
+        "(the values they pin or copied, their buffers) (bounded by "
+        "`-o conn_mem_limit`)"),
     ROW("conn_mem_closed", COUNTER, GSTATS(conn_mem_closed),
-        "connections closed because they held the most bytes of an "
-        "incomplete request while `conn_mem_bytes` was past "
-        "`conn_mem_limit`"),
+        "connections closed because they held the most of `conn_mem_bytes` "
+        "(an incomplete request, or responses the client does not read) "
+        "while it was past `conn_mem_limit`"),
+    ROW("reply_item_copies", COUNTER, GSTATS(reply_item_copies),
+        "values sent from a copy because the item already had 61,440 "
+        "references held by queued responses and parked reads (a key "
+        "repeated in very many gets at once)"),
     ROW("slab_reassign_running", GAUGE, MODULE,
         "1 while the page mover is emptying a page"),
     ROW("slabs_moved", COUNTER, MODULE,

@@ -86,6 +86,7 @@ struct thread_stats {
     X(listen_disabled_num)   \
     X(time_in_listen_disabled_us) \
     X(conn_mem_closed)       \
+    X(reply_item_copies)     \
     X(evictions)             \
     X(evicted_unfetched)     \
     X(evicted_active)        \
