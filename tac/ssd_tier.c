@@ -735,7 +735,9 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
 bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
                     tac_value_fn fn, void *arg)
 {
-    if (rd == NULL || !item_value_async(meta))
+    /* A read pins meta until it completes: past the held-reference bound
+     * (items.h) none is started, and the caller answers without it. */
+    if (rd == NULL || !item_value_async(meta) || item_refs_crowded(meta))
         return false;
     struct pending_read *pr = malloc(sizeof(*pr));
     if (pr == NULL)
