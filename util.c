@@ -15,6 +15,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -593,4 +596,52 @@ const char *util_key_check_refusal(const uint8_t found[16], const uint8_t want[1
         return "sealed with a tier key (start with the same -o tier_key)";
     return "sealed with another tier key (the -o tier_key file given is not "
            "the one it was written with)";
+}
+
+int util_open_private(const char *path, int flags, bool *created)
+{
+    bool made = false;
+    int fd;
+    flags |= O_NOFOLLOW | O_CLOEXEC;
+    if ((flags & O_CREAT) && !(flags & O_EXCL)) {
+        /* Try to create first, to know whether this call did. */
+        fd = open(path, flags | O_EXCL, 0600);
+        if (fd >= 0)
+            made = true;
+        else if (errno == EEXIST)
+            fd = open(path, flags & ~O_CREAT);
+    } else {
+        fd = open(path, flags, 0600);
+        made = fd >= 0 && (flags & O_CREAT);
+    }
+    if (created != NULL)
+        *created = made;
+    if (fd < 0) {
+        if (errno == ELOOP)
+            fprintf(stderr, "tac-memcached: %s is a symbolic link; cache files "
+                    "are never opened through one: give the path of the file "
+                    "or device itself\n", path);
+        return -1;
+    }
+    struct stat st;
+    if (made) {
+        if (fchmod(fd, 0600) != 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            errno = e;
+            return -1;
+        }
+    } else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+               (st.st_mode & 077) != 0) {
+        fprintf(stderr, "tac-memcached: warning: %s holds cache data and other "
+                "users may access it (mode %03o); chmod 600 it\n", path,
+                (unsigned)(st.st_mode & 0777));
+    }
+    return fd;
+}
+
+void util_fd_path(int fd, char out[UTIL_FD_PATH_MAX])
+{
+    snprintf(out, UTIL_FD_PATH_MAX, "/proc/self/fd/%d", fd);
 }

@@ -145,4 +145,21 @@ bool util_file_blank(int fd, uint64_t from, uint64_t size);
 /* The table implementation alone, for tests. */
 uint32_t util_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 
+/*
+ * Opens a file that holds cache data (a tier file, the restart state, the
+ * journal, the DRAM log, a temporary file).  Never through a symbolic link
+ * (O_NOFOLLOW: a link planted at the path fails with ELOOP, and a line on
+ * stderr says so).  With O_CREAT, a file this call creates is made 0600
+ * whatever the umask, and *created (may be NULL) says so; an existing
+ * regular file that other users may read or write gets a warning on
+ * stderr.  flags are open(2)'s (O_CLOEXEC is added).  Returns the fd, or
+ * -1 with errno set.
+ */
+int util_open_private(const char *path, int flags, bool *created);
+/* "/proc/self/fd/N": a path naming fd's file itself, for libraries that
+ * open by path (libpmem), so that they reach the file util_open_private()
+ * checked and not whatever the path names by then. */
+#define UTIL_FD_PATH_MAX 32
+void util_fd_path(int fd, char out[UTIL_FD_PATH_MAX]);
+
 #endif

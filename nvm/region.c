@@ -170,17 +170,39 @@ static enum nvm_status map_file(struct nvm_region *r, const char *path,
                                 size_t size)
 {
     struct stat st;
-    bool exists = stat(path, &st) == 0;
+    bool exists = lstat(path, &st) == 0;
     bool devdax = exists && S_ISCHR(st.st_mode);
     size_t len = 0;
     int is_pmem = 0;
     void *p;
 
-    if (devdax || size == 0)        /* map what is there, whole */
+    if (exists && S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "tac-memcached: %s is a symbolic link; cache files are "
+                "never opened through one: give the path of the file or device "
+                "itself\n", path);
+        errno = ELOOP;
+        return NVM_ERR_OPEN;
+    }
+    if (devdax) {                   /* map what is there, whole */
         p = pmem_map_file(path, 0, 0, 0, &len, &is_pmem);
-    else
-        p = pmem_map_file(path, size, PMEM_FILE_CREATE, 0600, &len, &is_pmem);
-    r->created = !exists && (p != NULL || access(path, F_OK) == 0);
+        r->created = false;
+    } else {
+        /* A file: opened here, private and not through a link, and mapped
+         * by its descriptor's own path (libpmem opens by path). */
+        int fd = util_open_private(path, size == 0 ? O_RDWR : O_RDWR | O_CREAT,
+                                   &r->created);
+        if (fd < 0)
+            return status_of_errno(errno);
+        char fdpath[UTIL_FD_PATH_MAX];
+        util_fd_path(fd, fdpath);
+        if (size == 0)
+            p = pmem_map_file(fdpath, 0, 0, 0, &len, &is_pmem);
+        else
+            p = pmem_map_file(fdpath, size, PMEM_FILE_CREATE, 0600, &len, &is_pmem);
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
     if (p == NULL) {
         int err = errno;
         if (r->created)             /* e.g. no room: leave nothing behind */
@@ -380,7 +402,7 @@ static enum nvm_status inspect_file(struct nvm_region *r, const char *path,
     if (strncmp(path, "numa:", 5) == 0 || stat(path, &st) != 0 ||
         !S_ISREG(st.st_mode))
         return NVM_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = util_open_private(path, O_RDONLY, NULL);
     if (fd < 0)
         return status_of_errno(errno);
     unsigned char *area = calloc(1, NVM_DATA_OFFSET);

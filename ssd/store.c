@@ -88,11 +88,7 @@ static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
 {
     *created = false;
     *resize = false;
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0644);
-    if (fd >= 0)
-        *created = true;
-    else if (errno == EEXIST)
-        fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+    int fd = util_open_private(path, O_RDWR | O_CREAT | O_DIRECT, created);
     if (fd < 0) {
         int e = errno;
         if (e == EINVAL && *created)

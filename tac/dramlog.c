@@ -254,8 +254,20 @@ bool tac_dramlog_open(void)
 
     size_t len = 0;
     int is_pmem = 0;
-    /* An existing file of another size is opened as it is, then refused. */
-    dl.map = pmem_map_file(dl.path, 0, 0, 0, &len, &is_pmem);
+    /* An existing file of another size is opened as it is, then refused.
+     * libpmem opens by path: it is given the fd's own path, so that it
+     * maps the file util_open_private() checked (no symbolic link). */
+    char fdpath[UTIL_FD_PATH_MAX];
+    int efd = util_open_private(dl.path, O_RDWR, NULL);
+    if (efd < 0 && errno != ENOENT) {
+        fprintf(stderr, "-o dram_log: cannot open %s: %s\n", dl.path, strerror(errno));
+        return false;
+    }
+    if (efd >= 0) {
+        util_fd_path(efd, fdpath);
+        dl.map = pmem_map_file(fdpath, 0, 0, 0, &len, &is_pmem);
+        close(efd);
+    }
     bool fits = dl.map != NULL && len == DL_HDR_SIZE + size &&
                 memcmp(dl.map, &want, offsetof(struct dl_header, pad)) == 0;
     if (!fits) {
@@ -273,14 +285,15 @@ bool tac_dramlog_open(void)
         }
         /* Every block allocated first: a store into a hole of a full file
          * system would kill the process (SIGBUS) instead of failing. */
-        int fd = open(dl.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int fd = util_open_private(dl.path, O_RDWR | O_CREAT | O_EXCL, NULL);
         int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)(DL_HDR_SIZE + size));
-        if (fd >= 0)
-            close(fd);
         if (err == 0) {
-            dl.map = pmem_map_file(dl.path, 0, 0, 0, &len, &is_pmem);
+            util_fd_path(fd, fdpath);
+            dl.map = pmem_map_file(fdpath, 0, 0, 0, &len, &is_pmem);
             err = dl.map == NULL ? errno : 0;
         }
+        if (fd >= 0)
+            close(fd);
         if (err != 0) {
             fprintf(stderr, "-o dram_log: cannot create %s (%llu bytes): %s\n",
                     dl.path, (unsigned long long)(DL_HDR_SIZE + size),

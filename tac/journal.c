@@ -174,7 +174,7 @@ bool tac_journal_open(const char *state_path)
     if (jr.path == NULL)
         return false;
     snprintf(jr.path, n, "%s.journal", state_path);
-    jr.fd = open(jr.path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    jr.fd = util_open_private(jr.path, O_RDWR | O_CREAT, NULL);
     if (jr.fd < 0) {
         fprintf(stderr, "restart: cannot open %s (%s); a crash will lose "
                 "the cache\n", jr.path, strerror(errno));

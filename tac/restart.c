@@ -432,7 +432,14 @@ bool tac_restart_save(void)
     if (rs.tmp == NULL || rs.chunk == NULL)
         goto fail;
     snprintf(rs.tmp, n, "%s.tmp", rs.path);
-    rs.out = fopen(rs.tmp, "w");
+    /* A fresh file of our own (util_open_private): whatever lies at the
+     * temporary path, a link planted there included, is removed first. */
+    if (unlink(rs.tmp) != 0 && errno != ENOENT)
+        fprintf(stderr, "restart: cannot remove %s: %s\n", rs.tmp, strerror(errno));
+    int tfd = util_open_private(rs.tmp, O_WRONLY | O_CREAT | O_EXCL, NULL);
+    rs.out = tfd >= 0 ? fdopen(tfd, "w") : NULL;
+    if (rs.out == NULL && tfd >= 0)
+        close(tfd);
     if (rs.out == NULL) {
         fprintf(stderr, "restart: cannot write %s: %s; the next start will "
                 "be empty\n", rs.tmp, strerror(errno));
@@ -683,7 +690,7 @@ static void note_unrecovered_tiers(const char *why)
 /* The graceful path: true when a restart state is read (RS_RUNNING). */
 static bool graceful_prepare(char *path)
 {
-    rs.fd = open(path, O_RDONLY | O_CLOEXEC);
+    rs.fd = util_open_private(path, O_RDONLY, NULL);
     if (rs.fd < 0) {
         if (errno != ENOENT)
             fprintf(stderr, "restart: cannot read %s: %s\n", path, strerror(errno));
