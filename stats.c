@@ -608,6 +608,10 @@ static const struct stat_row general_stats[] = {
         "recovered copies skipped because their key was written, deleted or "
         "flushed during recovery, or because they expired while the server "
         "was down"),
+    ROW("recovery_refused", GAUGE, MODULE,
+        "saved records whose checksum held but whose contents did not: a "
+        "value that does not end in CRLF, a length past `-I`, unknown "
+        "flag bits or a negative time (dropped)"),
     ROW("recovery_seconds", GAUGE, MODULE,
         "seconds the restart's recovery took (so far, while running)"),
     ROW("expired_unfetched", COUNTER, GSTATS(expired_unfetched),

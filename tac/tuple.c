@@ -174,7 +174,11 @@ enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
         memcpy(key_out, body, hdr->nkey);
     if (value_out != body + hdr->nkey)
         memcpy(value_out, body + hdr->nkey, hdr->nbytes);
-    return tac_tuple_checksum(hdr, key_out, value_out) == hdr->checksum
+    if (tac_tuple_checksum(hdr, key_out, value_out) != hdr->checksum)
+        return TUPLE_BAD_SUM;
+    /* A sum that holds over a value without its "\r\n" (a tuple written
+     * and summed by something else) would break a reply's framing. */
+    return value_out[hdr->nbytes - 2] == '\r' && value_out[hdr->nbytes - 1] == '\n'
            ? TUPLE_OK : TUPLE_BAD_SUM;
 }
 
