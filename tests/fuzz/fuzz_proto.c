@@ -49,7 +49,8 @@
  * the command word swapped, a value's byte count made to match its data,
  * noreply toggled, or (meta) a flag added, dropped, repeated or given a
  * boundary number and the flags shuffled.  The other half is libFuzzer's
- * own mutation.
+ * own mutation.  One mutation in 64 appends one key repeated to fill the
+ * input (append_repeats).
  *
  * Invariant.  Canary items stored at start must read back intact every 256
  * inputs unless an input replaced or deleted them as a client may (their
@@ -668,10 +669,67 @@ static size_t mutate_structure(uint8_t *data, size_t size, size_t max, uint64_t 
 }
 #endif
 
+/*
+ * Appends requests that name one key again and again, filling the room
+ * left (run.sh's -max_len is 256 KB: a text get line of 65,600 or more
+ * repeats, past a 16-bit count): a get/gets/gat line (text), pipelined mg
+ * (meta) or GETKQ requests and a NOOP (binary).  A refcount raised once per
+ * hit once wrapped at 65,536 on such a line.
+ */
+static size_t append_repeats(uint8_t *data, size_t size, size_t max, uint64_t *s)
+{
+    char key[3] = { 'k', (char)('0' + rng_next(s) % 4), '\0' };
+    if (max <= size + 64)
+        return size;
+    size_t room = max - size - 32, n = 0;
+    uint8_t *p = data + size;
+#if defined(FUZZ_PROTO_BINARY)
+    while (n + 26 + 24 <= room) {
+        memset(p + n, 0, 24);
+        p[n] = 0x80;
+        p[n + 1] = 0x0d;                         /* GETKQ */
+        put16(p + n + 2, 2);
+        put32(p + n + 8, 2);
+        memcpy(p + n + 24, key, 2);
+        n += 26;
+    }
+    memset(p + n, 0, 24);
+    p[n] = 0x80;
+    p[n + 1] = 0x0a;                             /* NOOP */
+    n += 24;
+#elif defined(FUZZ_PROTO_META)
+    static const char *const forms[] = { "mg %s v\r\n", "mg %s v k c f t\r\n",
+                                         "mg %s q v\r\n" };
+    const char *f = PICK(s, forms);
+    char one[32];
+    int len = snprintf(one, sizeof(one), f, key);
+    while (n + (size_t)len + 4 <= room) {
+        memcpy(p + n, one, (size_t)len);
+        n += (size_t)len;
+    }
+    memcpy(p + n, "mn\r\n", 4);
+    n += 4;
+#else
+    static const char *const cmds[] = { "get", "gets", "gat 0", "gats 100" };
+    const char *cmd = PICK(s, cmds);
+    n = (size_t)snprintf((char *)p, room, "%s", cmd);
+    while (n + 3 + 2 <= room) {
+        p[n++] = ' ';
+        memcpy(p + n, key, 2);
+        n += 2;
+    }
+    memcpy(p + n, "\r\n", 2);
+    n += 2;
+#endif
+    return size + n;
+}
+
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
                                unsigned int seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    if (rng_next(&s) % 64 == 0)
+        return append_repeats(data, size, max_size, &s);
     switch (rng_next(&s) % 4) {
     case 0: case 1:
         return LLVMFuzzerMutate(data, size, max_size);

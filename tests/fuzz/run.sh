@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer harness (tests/fuzz/build.sh) for FUZZ_SECONDS
-# (default 10) on its seed corpus and dictionary; a crash, a sanitizer
+# (default 10) on its seed corpus and dictionary, inputs up to FUZZ_MAX_LEN
+# bytes (default 256 KB, room for one key repeated past 65,536 times); a crash, a sanitizer
 # report or a damaged canary fails the run.  libFuzzer's seed is printed;
 # FUZZ_SEED sets it.  With TAC_JUNIT_DIR set, writes one JUnit XML
 # (fuzz.xml) with a test case per protocol.
@@ -19,6 +20,7 @@ for p in "${protos[@]}"; do
     mkdir -p "$work/corpus-$p" "$work/art-$p"
     start=$(date +%s)
     "$bin" -seed="$seed" -max_total_time="$secs" -print_final_stats=1 -dict="$here/$p.dict" \
+        -max_len="${FUZZ_MAX_LEN:-262144}" \
         -artifact_prefix="$work/art-$p/" "$work/corpus-$p" "$here/corpus/$p" \
         > "$work/$p.log" 2>&1
     rc=$?
