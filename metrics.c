@@ -688,8 +688,8 @@ bool metrics_start(struct event_base *base)
     char *copy = strdup(settings.metrics_listen ? settings.metrics_listen : "127.0.0.1");
     bool ok = copy != NULL && retry_ev != NULL;
     char *save = NULL;
-    for (char *tok = ok ? strtok_r(copy, ", ", &save) : NULL; tok && ok;
-         tok = strtok_r(NULL, ", ", &save))
+    for (char *tok = ok ? strtok_r(copy, "; ,", &save) : NULL; tok && ok;
+         tok = strtok_r(NULL, "; ,", &save))
         ok = bind_host(tok);
     free(copy);
     if (ok && nlisten == 0) {

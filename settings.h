@@ -154,7 +154,7 @@ struct settings {
                                megabytes), bytes; 0 = not given */
     int store_wait_ms;      /* -o store_wait_ms: longest wait for room */
     int metrics_port;       /* -o metrics_port: Prometheus endpoint, 0 = off */
-    char *metrics_listen;   /* -o metrics_listen: its addresses, comma separated */
+    char *metrics_listen;   /* -o metrics_listen: its addresses, ';' separated */
     int metrics_auth;       /* -o metrics_auth: enum settings_metrics_auth */
     int metrics_max_conns;  /* -o metrics_max_conns: open connections at most */
     int metrics_timeout;    /* -o metrics_timeout: a connection's life, seconds */
