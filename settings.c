@@ -408,7 +408,7 @@ static const struct option_def options[] = {
       "off"), .def = "0" },
     { OPT(0, "metrics_listen", OPT_STRING, S(metrics_listen), 0, 0, true,
       "metrics_listen", "<addr;...>", "addresses the -o metrics_port binds, "
-      "separated by ';' (-o splits at commas); not the -l list"),
+      "separated by ';' (a comma ends the option's value); not the -l list"),
       .def = "127.0.0.1" },
     { OPT(0, "metrics_auth", OPT_CHOICE, S(metrics_auth), 0, 0, true,
       "metrics_auth", "<users|none>", "with -Y or -S: users serves "
