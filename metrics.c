@@ -408,13 +408,16 @@ static bool authorized(const char *head, const char *end)
         v++;
         vlen--;
     }
-    unsigned char cred[METRICS_CRED_MAX];
-    if (vlen == 0 || vlen > BASE64_ENCODED_LEN(sizeof(cred)))
+    unsigned char cred[METRICS_CRED_MAX + 1];
+    if (vlen == 0 || vlen > BASE64_ENCODED_LEN(METRICS_CRED_MAX))
         return false;
-    size_t n = base64_decode((const unsigned char *)v, vlen, cred, sizeof(cred));
-    const unsigned char *colon = n > 0 ? memchr(cred, ':', n) : NULL;
+    size_t n = base64_decode((const unsigned char *)v, vlen, cred, METRICS_CRED_MAX);
+    unsigned char *colon = n > 0 ? memchr(cred, ':', n) : NULL;
     if (colon == NULL || colon == cred)
         return false;
+    /* Both NUL-terminated too, for Cyrus SASL. */
+    *colon = '\0';
+    cred[n] = '\0';
     const char *user = (const char *)cred, *pass = (const char *)colon + 1;
     size_t ulen = (size_t)(colon - cred), plen = n - ulen - 1;
     bool ok;

@@ -14,8 +14,10 @@ import os
 import random
 import re
 import resource
+import shutil
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
@@ -110,6 +112,30 @@ def test_metrics_port_asks_the_users_of_S(server, pwdb):  # noqa: F811
     status, _, body = scrape(port, auth="alice:plain-pass-1")
     assert status == 200 and "tac_curr_items" in body
     assert scrape(port, auth="bob:pass:with:colons")[0] == 200
+
+
+def test_metrics_port_asks_the_users_of_a_sasldb(server, tmp_path, monkeypatch):
+    """-S with a sasldb (no password file): Cyrus SASL's own password check."""
+    saslpasswd2 = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
+    if not os.path.exists(saslpasswd2):
+        if os.environ.get("CI"):
+            pytest.fail("saslpasswd2 is missing: scripts/setup.sh installs sasl2-bin")
+        pytest.skip("saslpasswd2 is missing (Debian sasl2-bin)")
+    db = tmp_path / "sasldb2"
+    subprocess.run([saslpasswd2, "-p", "-a", "memcached", "-c", "-f", str(db), "carol"],
+                   input=b"cram-pass-3", check=True, timeout=10)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "memcached.conf").write_text("mech_list: plain cram-md5\nsasldb_path: %s\n" % db)
+    monkeypatch.setenv("SASL_CONF_PATH", str(conf))
+    monkeypatch.delenv("MEMCACHED_SASL_PWDB", raising=False)
+    port = free_tcp_port()
+    server(["-S", "-o", "metrics_port=%d" % port])
+    assert scrape(port)[0] == 401
+    assert scrape(port, auth="carol:cram-pass-4")[0] == 401
+    assert scrape(port, auth="mallory:cram-pass-3")[0] == 401
+    status, _, body = scrape(port, auth="carol:cram-pass-3")
+    assert status == 200 and "tac_curr_items" in body
 
 
 def test_metrics_auth_none_is_said_at_start(server, authfile):
