@@ -653,6 +653,7 @@ int main(int argc, char **argv)
     stats_provide("response_obj_bytes", conn_resp_bytes);
     stats_provide("reserved_fds", stat_reserved_fds);
     watch_stats_register();
+    sasl_auth_stats_register();
     items_init();
 
     /* Sockets are bound before the tiers open: a port in use stops the start

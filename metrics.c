@@ -17,19 +17,54 @@
  * sorts them by family (keeping their order within one) and writes each
  * family after its TYPE line.  A scrape costs what those `stats` commands
  * cost; nothing is kept between scrapes.
+ *
+ * Serving.  The port is a small HTTP/1.1 server of its own on the main
+ * event base, not libevent's evhttp, so that every limit is this file's:
+ *   - it binds the -o metrics_listen addresses only (127.0.0.1 by default),
+ *     never the -l list;
+ *   - one request per connection: the request line and headers are read
+ *     (at most METRICS_HEAD_MAX bytes, no body is ever read), answered
+ *     with "Connection: close", and the connection is closed when the
+ *     answer is written;
+ *   - each connection is closed -o metrics_timeout seconds after it was
+ *     accepted, whatever it sent or still has to read: an absolute
+ *     deadline, not an idle timeout that a byte every few seconds renews;
+ *   - at -o metrics_max_conns open connections accepting pauses until one
+ *     closes (the kernel's backlog holds the rest);
+ *   - accept() failing for lack of descriptors (EMFILE, ENFILE) pauses
+ *     accepting and retries every METRICS_RETRY_MS, as the cache port
+ *     does (memcached.c); the log says so once when the shortage starts
+ *     and once when it ends;
+ *   - with -Y or -S (and -o metrics_auth=users, the default) a request is
+ *     served only with HTTP basic authentication of one of their users:
+ *     -Y's file, or -S's $MEMCACHED_SASL_PWDB or Cyrus SASL's password
+ *     check (sasl_auth.c); else 401 with WWW-Authenticate.
+ * All of it runs on the main thread; a scrape holds it for as long as the
+ * `stats` commands take.
  */
 #include "config.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "auth.h"
 #include "metrics.h"
+#include "sasl_auth.h"
 #include "settings.h"
 #include "stats.h"
+#include "util.h"
 
 enum sample_type { T_COUNTER, T_GAUGE, T_UNTYPED };
 
@@ -48,8 +83,6 @@ struct scrape {
     bool oom;
     char version[64];
 };
-
-static struct evhttp *http;
 
 /* name with every byte Prometheus does not take in a name made '_'. */
 static void put_name(char *out, size_t cap, const char *prefix, const char *name,
@@ -221,84 +254,467 @@ static bool render(struct evbuffer *out)
     return true;
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* ---- Serving ------------------------------------------------------------ */
+
+#define METRICS_HEAD_MAX 8192       /* request line and headers, bytes */
+#define METRICS_RETRY_MS 100        /* accept again after running out of fds */
+#define METRICS_LISTENERS_MAX 16
+#define METRICS_CRED_MAX 1024       /* decoded "user:password", bytes */
+
+/* One open connection: its socket, and its deadline. */
+struct mconn {
+    struct mconn *prev, *next;
+    struct bufferevent *bev;
+    struct event *deadline;
+};
+
+static struct event_base *mbase;
+static int listen_fd[METRICS_LISTENERS_MAX];
+static struct event *listen_ev[METRICS_LISTENERS_MAX];
+static int nlisten;
+static bool listening;              /* listen events added */
+static struct event *retry_ev;      /* METRICS_RETRY_MS after a failed accept */
+static struct mconn *conns;
+static uint64_t nconns;
+static bool paused_full;            /* at metrics_max_conns */
+static bool paused_short;           /* accept failed for lack of fds */
+static bool fd_short;               /* that shortage lasts (for the log) */
+static struct timespec short_since;
+static bool auth_required;
+
+/* `stats` lines (relaxed atomics; written on the main thread only). */
+static uint64_t st_conns, st_auth_errors, st_timeouts, st_capped, st_short;
+
+static void stat_add(uint64_t *v, int64_t d)
 {
-    (void)arg;
-    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-    if (path == NULL || strcmp(path, "/metrics") != 0) {
-        evhttp_send_error(req, HTTP_NOTFOUND, "only /metrics is served here");
+    __atomic_fetch_add(v, (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg);
+
+/* Adds or removes the listen events as the pauses say. */
+static void listening_update(void)
+{
+    bool want = !paused_full && !paused_short;
+    if (want == listening)
+        return;
+    listening = want;
+    for (int i = 0; i < nlisten; i++)
+        if ((want ? event_add(listen_ev[i], NULL) : event_del(listen_ev[i])) != 0)
+            fprintf(stderr, "metrics port: cannot %s a listen event\n",
+                    want ? "add" : "remove");
+}
+
+/* Accepts whatever waits, once the pauses are over. */
+static void accept_pending(void)
+{
+    for (int i = 0; i < nlisten && listening; i++)
+        on_accept(listen_fd[i], EV_READ, NULL);
+}
+
+static void conn_close(struct mconn *m)
+{
+    if (m->prev != NULL)
+        m->prev->next = m->next;
+    else
+        conns = m->next;
+    if (m->next != NULL)
+        m->next->prev = m->prev;
+    bufferevent_free(m->bev);           /* closes the socket */
+    event_free(m->deadline);
+    free(m);
+    nconns--;
+    stat_add(&st_conns, -1);
+    if (paused_full && nconns < (uint64_t)settings.metrics_max_conns) {
+        paused_full = false;
+        listening_update();
+    }
+}
+
+/* An answer, then the close once it is written. */
+static void reply(struct mconn *m, int code, const char *reason,
+                  const char *headers, struct evbuffer *body, bool head_only)
+{
+    struct evbuffer *out = bufferevent_get_output(m->bev);
+    size_t len = body != NULL ? evbuffer_get_length(body) : 0;
+    bufferevent_disable(m->bev, EV_READ);
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n"
+                        "Content-Type: %s\r\n"
+                        "Content-Length: %zu\r\n"
+                        "Connection: close\r\n"
+                        "%s\r\n",
+                        code, reason,
+                        code == 200 ? "text/plain; version=0.0.4; charset=utf-8"
+                                    : "text/plain; charset=utf-8",
+                        len, headers);
+    if (body != NULL && !head_only)
+        evbuffer_add_buffer(out, body);
+    bufferevent_enable(m->bev, EV_WRITE);
+}
+
+static void reply_text(struct mconn *m, int code, const char *reason,
+                       const char *headers, const char *text)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        conn_close(m);
         return;
     }
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
-        evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
-        evhttp_send_error(req, HTTP_BADMETHOD, "GET /metrics");
+    evbuffer_add_printf(b, "%s\n", text);
+    reply(m, code, reason, headers, b, false);
+    evbuffer_free(b);
+}
+
+/* The value of header `name` (its line's rest, spaces trimmed), or NULL.
+ * head holds whole CRLF-ended lines, the request line first. */
+static const char *header(const char *head, const char *end, const char *name,
+                          size_t *vlen)
+{
+    size_t nlen = strlen(name);
+    const char *p = memchr(head, '\n', (size_t)(end - head));
+    while (p != NULL && p + 1 < end) {
+        const char *line = p + 1;
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        if (eol == NULL)
+            return NULL;
+        if ((size_t)(eol - line) > nlen && line[nlen] == ':' &&
+            strncasecmp(line, name, nlen) == 0) {
+            const char *v = line + nlen + 1, *ve = eol;
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            *vlen = (size_t)(ve - v);
+            return v;
+        }
+        p = eol;
+    }
+    return NULL;
+}
+
+/* Whether the request may be served: no users to check, or HTTP basic
+ * authentication of one of them. */
+static bool authorized(const char *head, const char *end)
+{
+    if (!auth_required)
+        return true;
+    size_t vlen;
+    const char *v = header(head, end, "Authorization", &vlen);
+    if (v == NULL || vlen < 6 || strncasecmp(v, "Basic ", 6) != 0)
+        return false;
+    v += 6;
+    vlen -= 6;
+    while (vlen > 0 && *v == ' ') {
+        v++;
+        vlen--;
+    }
+    unsigned char cred[METRICS_CRED_MAX + 1];
+    if (vlen == 0 || vlen > BASE64_ENCODED_LEN(METRICS_CRED_MAX))
+        return false;
+    size_t n = base64_decode((const unsigned char *)v, vlen, cred, METRICS_CRED_MAX);
+    unsigned char *colon = n > 0 ? memchr(cred, ':', n) : NULL;
+    if (colon == NULL || colon == cred)
+        return false;
+    /* Both NUL-terminated too, for Cyrus SASL. */
+    *colon = '\0';
+    cred[n] = '\0';
+    const char *user = (const char *)cred, *pass = (const char *)colon + 1;
+    size_t ulen = (size_t)(colon - cred), plen = n - ulen - 1;
+    bool ok;
+    if (settings.auth_file != NULL) {
+        ok = auth_check_db(AUTH_DB_ASCII, user, ulen, pass, plen);
+    } else {
+        ok = sasl_auth_check_password(user, ulen, pass, plen);
+    }
+    return ok;
+}
+
+/* The request line and headers, end at their blank line. */
+static void serve(struct mconn *m, const char *head, const char *end)
+{
+    /* "METHOD SP target SP HTTP/1.x" */
+    const char *eol = memchr(head, '\r', (size_t)(end - head));
+    const char *sp1 = eol ? memchr(head, ' ', (size_t)(eol - head)) : NULL;
+    const char *target = sp1 ? sp1 + 1 : NULL;
+    const char *sp2 = target ? memchr(target, ' ', (size_t)(eol - target)) : NULL;
+    if (sp2 == NULL || sp1 == head || sp2 == target || memchr(head, '\0', (size_t)(end - head)) ||
+        (size_t)(eol - sp2 - 1) != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+        reply_text(m, 400, "Bad Request", "", "not an HTTP/1.x request");
+        return;
+    }
+    if (!authorized(head, end)) {
+        stat_add(&st_auth_errors, 1);
+        reply_text(m, 401, "Unauthorized",
+                   "WWW-Authenticate: Basic realm=\"tac-memcached\", charset=\"UTF-8\"\r\n",
+                   "authentication required: a user of -Y or -S");
+        return;
+    }
+    size_t mlen = (size_t)(sp1 - head);
+    size_t plen = (size_t)(sp2 - target);
+    const char *q = memchr(target, '?', plen);
+    if (q != NULL)
+        plen = (size_t)(q - target);
+    if (plen != 8 || memcmp(target, "/metrics", 8) != 0) {
+        reply_text(m, 404, "Not Found", "", "only /metrics is served here");
+        return;
+    }
+    bool get = mlen == 3 && memcmp(head, "GET", 3) == 0;
+    bool head_only = mlen == 4 && memcmp(head, "HEAD", 4) == 0;
+    if (!get && !head_only) {
+        reply_text(m, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n", "GET /metrics");
         return;
     }
     struct evbuffer *out = evbuffer_new();
     if (out == NULL || !render(out)) {
         if (out != NULL)
             evbuffer_free(out);
-        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        reply_text(m, 500, "Internal Server Error", "", "out of memory");
         return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, HTTP_OK, "OK", out);
+    reply(m, 200, "OK", "", out, head_only);
     evbuffer_free(out);
 }
 
-/* The host part of one -l entry: "[::1]:11211" -> "::1", "10.0.0.1:11211"
- * -> "10.0.0.1", "notls:127.0.0.1:11212" -> "127.0.0.1". */
-static void host_of(const char *entry, char *out, size_t cap)
+static void on_read(struct bufferevent *bev, void *arg)
 {
-    if (strncmp(entry, "notls:", 6) == 0)
-        entry += 6;
-    if (entry[0] == '[') {
-        const char *close = strchr(entry, ']');
-        size_t n = close ? (size_t)(close - entry - 1) : strlen(entry + 1);
-        snprintf(out, cap, "%.*s", (int)n, entry + 1);
+    struct mconn *m = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_ptr blank = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    if (blank.pos < 0 || blank.pos + 4 > METRICS_HEAD_MAX) {
+        if (blank.pos >= 0 || evbuffer_get_length(in) > METRICS_HEAD_MAX)
+            reply_text(m, 431, "Request Header Fields Too Large", "",
+                       "the request line and headers take at most 8192 bytes");
         return;
     }
-    const char *colon = strchr(entry, ':');
-    if (colon != NULL && strchr(colon + 1, ':') == NULL)
-        snprintf(out, cap, "%.*s", (int)(colon - entry), entry);
-    else
-        snprintf(out, cap, "%s", entry);
+    size_t len = (size_t)blank.pos + 4;
+    const char *head = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
+    if (head == NULL) {
+        conn_close(m);
+        return;
+    }
+    serve(m, head, head + len - 2);
+}
+
+/* The answer is written. */
+static void on_written(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    conn_close(arg);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        conn_close(arg);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    stat_add(&st_timeouts, 1);
+    conn_close(arg);
+}
+
+static void conn_open(int fd)
+{
+    struct mconn *m = calloc(1, sizeof(*m));
+    struct timeval life = { settings.metrics_timeout, 0 };
+    if (m != NULL) {
+        m->bev = bufferevent_socket_new(mbase, fd, BEV_OPT_CLOSE_ON_FREE);
+        m->deadline = evtimer_new(mbase, on_deadline, m);
+    }
+    if (m == NULL || m->bev == NULL || m->deadline == NULL ||
+        evtimer_add(m->deadline, &life) != 0) {
+        if (m != NULL && m->bev != NULL)
+            bufferevent_free(m->bev);
+        else
+            close(fd);
+        if (m != NULL && m->deadline != NULL)
+            event_free(m->deadline);
+        free(m);
+        return;
+    }
+    bufferevent_setcb(m->bev, on_read, on_written, on_event, m);
+    bufferevent_enable(m->bev, EV_READ);
+    m->next = conns;
+    if (conns != NULL)
+        conns->prev = m;
+    conns = m;
+    nconns++;
+    stat_add(&st_conns, 1);
+    if (nconns >= (uint64_t)settings.metrics_max_conns) {
+        paused_full = true;
+        stat_add(&st_capped, 1);
+        listening_update();
+    }
+}
+
+static void shortage_begin(void)
+{
+    if (fd_short)
+        return;
+    struct rlimit rl = { 0, 0 };
+    getrlimit(RLIMIT_NOFILE, &rl);
+    fd_short = true;
+    clock_gettime(CLOCK_MONOTONIC, &short_since);
+    stat_add(&st_short, 1);
+    fprintf(stderr, "metrics port: too many open files (limit %lu, %llu metrics "
+            "connections): accepting paused, retried every %d ms\n",
+            (unsigned long)rl.rlim_cur, (unsigned long long)nconns, METRICS_RETRY_MS);
+}
+
+/* An accept found the backlog empty: descriptors are left. */
+static void shortage_end(void)
+{
+    if (!fd_short)
+        return;
+    fd_short = false;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ms = (long long)(now.tv_sec - short_since.tv_sec) * 1000 +
+                   (now.tv_nsec - short_since.tv_nsec) / 1000000;
+    fprintf(stderr, "metrics port: accepting connections again after %lld ms\n", ms);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    paused_short = false;
+    listening_update();
+    accept_pending();
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    for (int i = 0; i < 16 && listening; i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            conn_open(fd);
+            continue;
+        }
+        if (errno == EMFILE || errno == ENFILE) {
+            struct timeval retry = { 0, METRICS_RETRY_MS * 1000 };
+            shortage_begin();
+            paused_short = true;
+            listening_update();
+            if (evtimer_add(retry_ev, &retry) != 0)
+                fprintf(stderr, "metrics port: cannot add the retry timer\n");
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            shortage_end();
+        } else if (errno == EINTR || errno == ECONNABORTED) {
+            continue;
+        }
+        return;
+    }
+}
+
+/* Binds every address host resolves to. */
+static bool bind_host(const char *host)
+{
+    char port[8], name[128];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        snprintf(name, sizeof(name), "%.*s", (int)(n - 2), host + 1);
+        host = name;
+    }
+    snprintf(port, sizeof(port), "%d", settings.metrics_port);
+    struct addrinfo hints = {
+        .ai_flags = AI_PASSIVE, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    };
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "-o metrics_listen: %s: %s\n", host, gai_strerror(rc));
+        return false;
+    }
+    bool ok = true;
+    for (struct addrinfo *ai = res; ai != NULL && ok; ai = ai->ai_next) {
+        if (nlisten == METRICS_LISTENERS_MAX) {
+            fprintf(stderr, "-o metrics_listen: more than %d addresses\n",
+                    METRICS_LISTENERS_MAX);
+            ok = false;
+            break;
+        }
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        ai->ai_protocol);
+        int one = 1;
+        if (fd >= 0) {
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            if (ai->ai_family == AF_INET6)
+                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        }
+        if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
+            listen(fd, 1024) != 0) {
+            fprintf(stderr, "failed to listen on %s port %d for -o metrics_port: %s\n",
+                    host, settings.metrics_port, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            ok = false;
+            break;
+        }
+        listen_fd[nlisten] = fd;
+        listen_ev[nlisten] = event_new(mbase, fd, EV_READ | EV_PERSIST, on_accept, NULL);
+        if (listen_ev[nlisten] == NULL) {
+            close(fd);
+            ok = false;
+            break;
+        }
+        nlisten++;
+    }
+    freeaddrinfo(res);
+    return ok;
 }
 
 bool metrics_start(struct event_base *base)
 {
+    stats_provide_counter("metrics_conns", &st_conns);
+    stats_provide_counter("metrics_auth_errors", &st_auth_errors);
+    stats_provide_counter("metrics_timeouts", &st_timeouts);
+    stats_provide_counter("metrics_conns_capped", &st_capped);
+    stats_provide_counter("metrics_listen_disabled_num", &st_short);
     if (settings.metrics_port == 0)
         return true;
-    http = evhttp_new(base);
-    if (http == NULL)
-        return false;
-    evhttp_set_max_headers_size(http, 8192);
-    evhttp_set_max_body_size(http, 0);
-    evhttp_set_timeout(http, 10);
-    evhttp_set_gencb(http, on_request, NULL);
-    const char *inter = settings.inter && !settings.socketpath ? settings.inter
-                                                               : "127.0.0.1";
-    char *copy = strdup(inter);
+    mbase = base;
+    bool users = settings.auth_file != NULL || settings.sasl;
+    auth_required = users && settings.metrics_auth == METRICS_AUTH_USERS;
+    if (users && !auth_required)
+        fprintf(stderr, "-o metrics_auth=none: -o metrics_port %d serves the stats "
+                "to anyone, without the authentication %s asks on the cache port\n",
+                settings.metrics_port, settings.sasl ? "-S" : "-Y");
+    retry_ev = evtimer_new(base, on_retry, NULL);
+    char *copy = strdup(settings.metrics_listen ? settings.metrics_listen : "127.0.0.1");
+    bool ok = copy != NULL && retry_ev != NULL;
     char *save = NULL;
-    bool ok = copy != NULL;
-    for (char *tok = copy ? strtok_r(copy, ", ", &save) : NULL; tok && ok;
-         tok = strtok_r(NULL, ", ", &save)) {
-        char host[128];
-        host_of(tok, host, sizeof(host));
-        if (evhttp_bind_socket(http, host, (ev_uint16_t)settings.metrics_port) != 0) {
-            fprintf(stderr, "failed to listen on %s port %d for -o metrics_port\n",
-                    host, settings.metrics_port);
-            ok = false;
-        }
-    }
+    for (char *tok = ok ? strtok_r(copy, "; ,", &save) : NULL; tok && ok;
+         tok = strtok_r(NULL, "; ,", &save))
+        ok = bind_host(tok);
     free(copy);
+    if (ok && nlisten == 0) {
+        fprintf(stderr, "-o metrics_listen: no address for -o metrics_port\n");
+        ok = false;
+    }
+    if (ok)
+        listening_update();
     return ok;
 }
 
 void metrics_stop(void)
 {
-    if (http != NULL)
-        evhttp_free(http);
-    http = NULL;
+    while (conns != NULL)
+        conn_close(conns);
+    for (int i = 0; i < nlisten; i++) {
+        event_free(listen_ev[i]);
+        close(listen_fd[i]);
+    }
+    nlisten = 0;
+    listening = false;
+    if (retry_ev != NULL)
+        event_free(retry_ev);
+    retry_ev = NULL;
 }

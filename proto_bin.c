@@ -705,6 +705,15 @@ static void bin_sasl(conn *c, const char *key, uint16_t nkey)
         GSTATS_INCR(auth_errors);
         bin_error(c, ST_AUTH_ERROR, 0);
         break;
+    case SASL_AUTH_CLOSE:
+        /* The last failure allowed: answered, then closed; nothing the
+         * client sent after it is run. */
+        GSTATS_INCR(auth_errors);
+        bin_error(c, ST_AUTH_ERROR, 0);
+        c->rcurr += c->rbytes;
+        c->rbytes = 0;
+        c->close_after_write = true;
+        break;
     }
 }
 

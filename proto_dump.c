@@ -371,9 +371,12 @@ void pt_watch(conn *c, struct util_token *tok, size_t ntok)
         }
         mask |= streams[k].kind;
     }
-    struct watcher *w = watcher_new(mask);
+    bool too_many;
+    struct watcher *w = watcher_new(mask, &too_many);
     if (w == NULL) {
-        out_errstring(c, "SERVER_ERROR out of memory");
+        /* memcached's replies; the connection stays open. */
+        out_string(c, too_many ? "WATCHER_TOO_MANY log watcher limit reached"
+                               : "WATCHER_FAILED failed to add log watcher");
         return;
     }
     out_string(c, "OK");

@@ -10,6 +10,16 @@
  * PLAIN and CRAM-MD5, and anonymous ones never: a client must name a user.
  * Each connection has its own sasl_conn_t, made at its first SASL request
  * and freed when it closes.
+ *
+ * Guessing.  A connection gets SASL_AUTH_MAX_FAILURES failed attempts
+ * (SASL_AUTH or SASL_STEP answered with an authentication error); the
+ * last one is answered, then the connection is closed and counted in
+ * `auth_failure_closes`.  A client that wants to guess again must
+ * connect again.  (memcached allows any number on one connection; `-Y`
+ * closes at the first failure.)
+ *
+ * The metrics port checks its HTTP basic credentials against the same
+ * users with sasl_auth_check_password.
  */
 #include "config.h"
 
@@ -21,10 +31,17 @@
 
 #include "auth.h"
 #include "sasl_auth.h"
+#include "stats.h"
 
 #define APP "memcached"
 
 static bool have_pwdb;
+static uint64_t failure_closes;         /* `stats`; relaxed atomics */
+
+void sasl_auth_stats_register(void)
+{
+    stats_provide_counter("auth_failure_closes", &failure_closes);
+}
 
 /* PLAIN against $MEMCACHED_SASL_PWDB. */
 static int check_pwdb(sasl_conn_t *conn, void *ctx, const char *user,
@@ -95,6 +112,7 @@ bool sasl_auth_init(char *err, size_t errlen)
 struct sasl_session {
     sasl_conn_t *conn;
     bool started;       /* a SASL_AUTH answered "continue"; a step may follow */
+    unsigned failures;  /* failed attempts, up to SASL_AUTH_MAX_FAILURES */
 };
 
 void *sasl_auth_new(void)
@@ -133,6 +151,15 @@ bool sasl_auth_mechs(void *p, const char **out, unsigned *len)
     return sasl_listmech(s->conn, NULL, "", " ", "", out, len, &count) == SASL_OK;
 }
 
+/* One more failed attempt: SASL_AUTH_CLOSE at the last one allowed. */
+static enum sasl_auth_result failed(struct sasl_session *s)
+{
+    if (++s->failures < SASL_AUTH_MAX_FAILURES)
+        return SASL_AUTH_FAIL;
+    __atomic_fetch_add(&failure_closes, 1, __ATOMIC_RELAXED);
+    return SASL_AUTH_CLOSE;
+}
+
 enum sasl_auth_result sasl_auth_step(void *p, const char *mech, size_t nmech,
                                      const char *in, unsigned inlen,
                                      const char **out, unsigned *outlen)
@@ -142,12 +169,12 @@ enum sasl_auth_result sasl_auth_step(void *p, const char *mech, size_t nmech,
     *out = NULL;
     *outlen = 0;
     if (mech == NULL && !s->started)
-        return SASL_AUTH_FAIL;          /* a step with nothing to step */
+        return failed(s);               /* a step with nothing to step */
     s->started = false;
     if (mech != NULL) {
         char name[64];
         if (nmech == 0 || nmech >= sizeof(name))
-            return SASL_AUTH_FAIL;
+            return failed(s);
         memcpy(name, mech, nmech);
         name[nmech] = '\0';
         /* No data is no initial response (CRAM-MD5 starts with the
@@ -162,5 +189,20 @@ enum sasl_auth_result sasl_auth_step(void *p, const char *mech, size_t nmech,
         s->started = true;
         return SASL_AUTH_CONTINUE;
     }
-    return SASL_AUTH_FAIL;
+    return failed(s);
+}
+
+bool sasl_auth_check_password(const char *user, size_t ulen, const char *pass,
+                              size_t plen)
+{
+    if (have_pwdb)
+        return auth_check_db(AUTH_DB_SASL, user, ulen, pass, plen);
+    if (ulen > 255 || plen > 1024)
+        return false;
+    sasl_conn_t *conn = NULL;
+    if (sasl_server_new(APP, NULL, NULL, NULL, NULL, NULL, 0, &conn) != SASL_OK)
+        return false;
+    int rc = sasl_checkpass(conn, user, (unsigned)ulen, pass, (unsigned)plen);
+    sasl_dispose(&conn);
+    return rc == SASL_OK;
 }

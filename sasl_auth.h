@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* At start, with -S.  False, with the reason in err, when SASL cannot
  * start or $MEMCACHED_SASL_PWDB cannot be read. */
@@ -19,12 +20,27 @@ void sasl_auth_free(void *s);
 /* The mechanisms offered, space separated (owned by s). */
 bool sasl_auth_mechs(void *s, const char **out, unsigned *len);
 
-enum sasl_auth_result { SASL_AUTH_OK, SASL_AUTH_CONTINUE, SASL_AUTH_FAIL };
+/* Failed attempts a connection gets; the last is answered, then it closes. */
+#define SASL_AUTH_MAX_FAILURES 3
+
+/* SASL_AUTH_CLOSE: failed, and the connection has no attempt left. */
+enum sasl_auth_result {
+    SASL_AUTH_OK, SASL_AUTH_CONTINUE, SASL_AUTH_FAIL, SASL_AUTH_CLOSE
+};
 
 /* SASL_AUTH (mech given: the first step) or SASL_STEP (mech NULL) with
  * the client's data; *out (owned by s) is the server's answer. */
 enum sasl_auth_result sasl_auth_step(void *s, const char *mech, size_t nmech,
                                      const char *in, unsigned inlen,
                                      const char **out, unsigned *outlen);
+
+/* Whether user has that password, as PLAIN would check it: against
+ * $MEMCACHED_SASL_PWDB, or Cyrus SASL's password check.  For the metrics
+ * port's basic authentication, with -S (after sasl_auth_init). */
+bool sasl_auth_check_password(const char *user, size_t ulen, const char *pass,
+                              size_t plen);
+
+/* Hands `auth_failure_closes` to `stats`. */
+void sasl_auth_stats_register(void);
 
 #endif

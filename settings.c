@@ -155,6 +155,11 @@ static const char *const protocols[] = {
 };
 static const char *const no_yes[] = { "no", "yes", NULL };
 static const char *const off_on[] = { "off", "on", NULL };
+static const char *const metrics_auths[] = {
+    [METRICS_AUTH_USERS] = "users",
+    [METRICS_AUTH_NONE] = "none",
+    NULL
+};
 
 /* The fields every row sets, in order; the rest are set by name. */
 #define OPT(flag, nm, k, off, lo, hi, ext, stat, a, h)                      \
@@ -399,8 +404,23 @@ static const struct option_def options[] = {
       "to its floor, with a note); 0 leaves the default") },
     { OPT(0, "metrics_port", OPT_INT, S(metrics_port), 0, 65535, true,
       "metrics_port", "<num>", "HTTP port serving the stats in Prometheus "
-      "text format at /metrics, on the -l addresses (127.0.0.1 with -s); 0 "
-      "is off"), .def = "0" },
+      "text format at /metrics, on the -o metrics_listen addresses; 0 is "
+      "off"), .def = "0" },
+    { OPT(0, "metrics_listen", OPT_STRING, S(metrics_listen), 0, 0, true,
+      "metrics_listen", "<addr;...>", "addresses the -o metrics_port binds, "
+      "separated by ';' (a comma ends the option's value); not the -l list"),
+      .def = "127.0.0.1" },
+    { OPT(0, "metrics_auth", OPT_CHOICE, S(metrics_auth), 0, 0, true,
+      "metrics_auth", "<users|none>", "with -Y or -S: users serves "
+      "-o metrics_port only to a request with HTTP basic authentication of "
+      "one of their users; none serves anyone, and the start says so"),
+      .def = "users", .choices = metrics_auths },
+    { OPT(0, "metrics_max_conns", OPT_INT, S(metrics_max_conns), 1, 65536, true,
+      "metrics_max_conns", "<num>", "most open -o metrics_port connections; "
+      "at it, accepting waits for one to close"), .def = "64" },
+    { OPT(0, "metrics_timeout", OPT_INT, S(metrics_timeout), 1, 3600, true,
+      "metrics_timeout", "<s>", "a -o metrics_port connection is closed this "
+      "many seconds after it was accepted, whatever it sent"), .def = "10" },
     { OPT(0, "ssl_chain_cert", OPT_STRING, S(ssl_chain_cert), 0, 0, true,
       "ssl_chain_cert", "<file>", "-Z: the server's certificate chain (PEM)") },
     { OPT(0, "ssl_key", OPT_STRING, S(ssl_key), 0, 0, true, "ssl_key", "<file>",

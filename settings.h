@@ -51,6 +51,9 @@ enum settings_tier_policy {
 /* -B: which protocols a connection may speak. */
 enum settings_protocol { PROTOCOL_AUTO = 0, PROTOCOL_ASCII, PROTOCOL_BINARY };
 
+/* -o metrics_auth, with -Y or -S: the users of those, or nobody. */
+enum settings_metrics_auth { METRICS_AUTH_USERS = 0, METRICS_AUTH_NONE };
+
 enum settings_ssd_engine {
     SSD_ENGINE_URING,
     SSD_ENGINE_THREADS,
@@ -151,6 +154,10 @@ struct settings {
                                megabytes), bytes; 0 = not given */
     int store_wait_ms;      /* -o store_wait_ms: longest wait for room */
     int metrics_port;       /* -o metrics_port: Prometheus endpoint, 0 = off */
+    char *metrics_listen;   /* -o metrics_listen: its addresses, ';' separated */
+    int metrics_auth;       /* -o metrics_auth: enum settings_metrics_auth */
+    int metrics_max_conns;  /* -o metrics_max_conns: open connections at most */
+    int metrics_timeout;    /* -o metrics_timeout: a connection's life, seconds */
 };
 
 extern struct settings settings;

@@ -521,6 +521,23 @@ static const struct stat_row general_stats[] = {
         "SASL_STEP"),
     ROW("auth_errors", COUNTER, GSTATS(auth_errors),
         "refused authentications, and commands refused before one"),
+    ROW("auth_failure_closes", COUNTER, MODULE,
+        "connections closed after their third failed SASL attempt; not "
+        "cleared by `stats reset`"),
+    ROW("metrics_conns", GAUGE, MODULE,
+        "open connections to the `-o metrics_port`"),
+    ROW("metrics_auth_errors", COUNTER, MODULE,
+        "`-o metrics_port` requests answered 401 for want of a user's "
+        "authentication (with -Y or -S); not cleared by `stats reset`"),
+    ROW("metrics_timeouts", COUNTER, MODULE,
+        "`-o metrics_port` connections closed at `-o metrics_timeout` after "
+        "they were accepted; not cleared by `stats reset`"),
+    ROW("metrics_conns_capped", COUNTER, MODULE,
+        "times the `-o metrics_port` stopped accepting at `-o "
+        "metrics_max_conns` open connections; not cleared by `stats reset`"),
+    ROW("metrics_listen_disabled_num", COUNTER, MODULE,
+        "times the `-o metrics_port` stopped accepting for lack of file "
+        "descriptors; not cleared by `stats reset`"),
     ROW("bytes_read", COUNTER, WORKERS(bytes_read),
         "bytes read from the network"),
     ROW("bytes_written", COUNTER, WORKERS(bytes_written),
@@ -581,6 +598,9 @@ static const struct stat_row general_stats[] = {
     ROW("log_watcher_sent", COUNTER, MODULE,
         "`watch` lines handed to watchers; not cleared by `stats reset`"),
     ROW("log_watchers", GAUGE, MODULE, "connections running `watch`"),
+    ROW("log_watchers_refused", COUNTER, MODULE,
+        "`watch` commands refused with `WATCHER_TOO_MANY` because 20 "
+        "connections were watching; not cleared by `stats reset`"),
     ROW("unexpected_napi_ids", CONST, LOCAL(local_zero),
         "always 0: connections are not steered by NAPI ID"),
     ROW("round_robin_fallback", CONST, LOCAL(local_zero),

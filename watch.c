@@ -8,7 +8,10 @@
  * behind loses the oldest lines and is told how many.  memcached keeps a
  * buffer per worker and a logger thread; one ring is enough here, since
  * watching is a debugging aid and its cost falls only on a server being
- * watched.
+ * watched.  As in memcached, at most WATCH_MAX_WATCHERS connections watch
+ * at once: every event line is formatted under the one mutex and each
+ * watcher copies each line, so watchers cost every request; one more is
+ * refused (`WATCHER_TOO_MANY`, proto_dump.c) and counted.
  */
 #include "config.h"
 
@@ -45,7 +48,7 @@ static struct slot *ring;               /* allocated by the first watcher */
 static uint64_t next_gid = 1;           /* lock */
 static struct watcher *watchers;        /* lock */
 /* `stats` lines (relaxed atomics, written under lock). */
-static uint64_t nwatchers, lines_sent, lines_skipped, lines_written;
+static uint64_t nwatchers, lines_sent, lines_skipped, lines_written, refused;
 
 static void update_mask_locked(void)
 {
@@ -55,12 +58,20 @@ static void update_mask_locked(void)
     __atomic_store_n(&watch_mask_, m, __ATOMIC_RELAXED);
 }
 
-struct watcher *watcher_new(unsigned int mask)
+struct watcher *watcher_new(unsigned int mask, bool *too_many)
 {
+    *too_many = false;
     struct watcher *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return NULL;
     pthread_mutex_lock(&lock);
+    if (__atomic_load_n(&nwatchers, __ATOMIC_RELAXED) >= WATCH_MAX_WATCHERS) {
+        __atomic_fetch_add(&refused, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&lock);
+        free(w);
+        *too_many = true;
+        return NULL;
+    }
     if (ring == NULL)
         ring = calloc(WATCH_SLOTS, sizeof(*ring));
     if (ring == NULL) {
@@ -213,4 +224,5 @@ void watch_stats_register(void)
     stats_provide_counter("log_watcher_sent", &lines_sent);
     stats_provide_counter("log_watcher_skipped", &lines_skipped);
     stats_provide_counter("log_worker_written", &lines_written);
+    stats_provide_counter("log_watchers_refused", &refused);
 }

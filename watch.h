@@ -46,9 +46,14 @@ void watch_conn_event(bool open, const char *rip, unsigned int rport,
 void watch_tier_move(const char *key, size_t nkey, const char *from,
                      const char *to, unsigned int clsid, uint32_t value_len);
 
-/* A watcher: from its registration on, the lines of the streams in mask. */
+/* Watchers at once, as memcached's WATCHER_LIMIT. */
+#define WATCH_MAX_WATCHERS 20
+
+/* A watcher: from its registration on, the lines of the streams in mask.
+ * NULL with *too_many set when WATCH_MAX_WATCHERS already watch (counted
+ * in log_watchers_refused), NULL alone for lack of memory. */
 struct watcher;
-struct watcher *watcher_new(unsigned int mask);
+struct watcher *watcher_new(unsigned int mask, bool *too_many);
 void watcher_free(struct watcher *w);
 /* Appends the watcher's next lines to buf (at most about cap bytes);
  * returns the bytes added, 0 when there is nothing new.  Lines the ring
@@ -56,7 +61,7 @@ void watcher_free(struct watcher *w);
 size_t watcher_read(struct watcher *w, char *buf, size_t cap);
 
 /* Hands the log's counters to `stats` (log_watchers, log_watcher_sent,
- * log_watcher_skipped, log_worker_written). */
+ * log_watcher_skipped, log_worker_written, log_watchers_refused). */
 void watch_stats_register(void);
 
 #endif
