@@ -98,7 +98,7 @@ struct rs_page {
 struct rs_rec {
     uint8_t tier;                   /* enum item_tier */
     uint8_t nkey;
-    uint16_t it_flags;              /* ITEM_FETCHED, ACTIVE, TOKEN_SENT, STALE */
+    uint16_t it_flags;              /* RS_KEEP_FLAGS */
     uint32_t flags;
     uint32_t nbytes;
     uint32_t read_count;            /* the access field's readCount */
@@ -120,7 +120,12 @@ struct rs_chunk {
 };
 #define RS_CHUNK_AAD offsetof(struct rs_chunk, crc)
 
-#define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE)
+/* Flags a record keeps.  ITEM_WAS_LOWER among them: a DRAM item brought up
+ * from NVM or SSD may still have its version there, and an overwrite or
+ * delete after the restart must record an invalidation for it, or a crash
+ * would bring that copy back. */
+#define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE | \
+                       ITEM_WAS_LOWER)
 
 enum rs_state { RS_OFF, RS_NONE, RS_RUNNING, RS_DONE, RS_FAILED };
 

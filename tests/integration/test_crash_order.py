@@ -1,0 +1,85 @@
+"""Orders of events around restarts that once brought back a deleted or older value.
+
+Each test forces one order with real requests, a graceful stop and a
+SIGKILL, and checks that no deleted key comes back and no older value is
+served.
+"""
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from mcserver import IS_STOCK
+from test_crash import sigkill, wait_crash_recovered
+from test_restart import graceful_stop, restart, tier_files  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(IS_STOCK, reason="tac-memcached's tiers and restart")]
+
+SEED = 37
+
+
+def value_of(i):
+    return (b"%06d:" % i) * 150          # 1050 bytes, different per key
+
+
+def tier_of(c, key):
+    m = re.search(rb"tier=(\w+)", c.line(b"me " + key + b"\r\n"))
+    return m.group(1).decode() if m else None
+
+
+def wait_recovered(srv):
+    c = srv.connect()
+    deadline = time.time() + 60
+    while c.stats()["recovery_state"] != "done":
+        assert srv.alive() and time.time() < deadline, srv.stderr_text()
+        time.sleep(0.05)
+    return c
+
+
+def test_a_key_fetched_up_then_deleted_after_a_graceful_restart_stays_gone(server, tier_files):  # noqa: F811
+    """An SSD item read until it moves up to DRAM keeps a copy on the SSD.  A
+    graceful restart must remember that (ITEM_WAS_LOWER), or a delete after it
+    records nothing and a SIGKILL brings the SSD copy back."""
+    _nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "16", "-o", "ssd_path=%s:128m,fetch_threads=1,temp_sample_interval=0" % ssd]
+    srv = server(args)
+    c = srv.connect()
+    n = 24000
+    for i in range(n):
+        v = value_of(i)
+        c.send(b"set k%05d %d 0 %d noreply\r\n%s\r\n" % (i, i % 7, len(v), v))
+    assert c.line(b"mn\r\n") == b"MN\r\n"
+    picks = [b"k%05d" % i for i in range(0, 4000, 97) if tier_of(c, b"k%05d" % i) == "ssd"][:6]
+    assert len(picks) >= 3, "too few keys on the SSD"
+    up = []
+    for k in picks:
+        deadline = time.time() + 10
+        while tier_of(c, k) != "dram" and time.time() < deadline:
+            for _ in range(6):
+                c.get(b"get %s\r\n" % k)
+            time.sleep(0.05)
+        if tier_of(c, k) == "dram":
+            up.append(k)
+    assert up, "no SSD key was fetched up to DRAM"
+    graceful_stop(srv, "SIGTERM")
+    srv2 = restart(server, srv, args)
+    c2 = wait_recovered(srv2)
+    for k in up:
+        assert tier_of(c2, k) == "dram", k
+        assert c2.line(b"delete %s\r\n" % k) == b"DELETED\r\n"
+    time.sleep(1.5)                       # what a crash test allows the journal
+    sigkill(srv2, SEED, "after deleting keys fetched up before a graceful restart")
+    srv3 = restart(server, srv2, args)
+    c3, rs = wait_crash_recovered(srv3, SEED, "after the SIGKILL")
+    back = [k for k in up if c3.get(b"get %s\r\n" % k) != b"END\r\n"]
+    assert not back, "deleted keys came back after the crash: %s (%s)" % (back, rs)
+    # The rest of the data set is intact wherever it came back.
+    for i in range(0, n, 53):
+        k = b"k%05d" % i
+        if k in up:
+            continue
+        got = c3.get(b"get %s\r\n" % k)
+        assert got in (b"END\r\n", b"VALUE %s %d %d\r\n%s\r\nEND\r\n" % (k, i % 7, 1050, value_of(i))), got[:80]
