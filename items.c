@@ -1740,12 +1740,17 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     } else if (md->has_cas && it->cas != md->req_cas) {
         res = DELETE_EXISTS;
     } else if (md->stale) {
+        /* The stale mark lives in DRAM only: a copy on the media (a lower
+         * tier's tuple, the DRAM log's records) would come back fresh
+         * after a crash.  They are invalidated, and the stale version is
+         * not logged: a crash loses the key instead of serving it as
+         * fresh.  A graceful restart keeps the mark (RS_KEEP_FLAGS). */
+        lower_invalidate(it);
         if (md->new_ttl)
-            set_exptime(it, md->exptime);
+            it->exptime = md->exptime;
         it->it_flags |= ITEM_STALE;
-        it->it_flags &= (uint16_t)~ITEM_TOKEN_SENT;
+        it->it_flags &= (uint16_t)~(ITEM_TOKEN_SENT | ITEM_LOG_ORDERED);
         it->cas = md->set_cas ? md->cas : item_next_cas();
-        log_version(it);
         res = DELETE_STALE;
     } else {
         lower_invalidate(it);

@@ -83,3 +83,50 @@ def test_a_key_fetched_up_then_deleted_after_a_graceful_restart_stays_gone(serve
             continue
         got = c3.get(b"get %s\r\n" % k)
         assert got in (b"END\r\n", b"VALUE %s %d %d\r\n%s\r\nEND\r\n" % (k, i % 7, 1050, value_of(i))), got[:80]
+
+
+def test_a_stale_mark_is_never_lost_to_a_crash(server, tier_files):  # noqa: F811
+    """`md key I` marks a value stale in DRAM only.  The copies on the media (a
+    lower tier's tuple, the DRAM log's records) must not come back after a
+    SIGKILL as a fresh value: the key is then a miss or still stale."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "16", "-o", "nvm_path=%s:24m,ssd_path=%s:128m,dram_log=on" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    n = 30000
+    for i in range(n):
+        v = value_of(i)
+        c.send(b"set k%05d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
+    assert c.line(b"mn\r\n") == b"MN\r\n"
+    # Written once the evictors have made room: in DRAM (a set into a full
+    # DRAM goes straight to a lower tier).
+    deadline = time.time() + 20
+    while True:
+        time.sleep(0.5)
+        for i in range(20):
+            v = value_of(i)
+            assert c.line(b"set d%05d 0 0 %d\r\n%s\r\n" % (i, len(v), v)) == b"STORED\r\n"
+        if sum(tier_of(c, b"d%05d" % i) == "dram" for i in range(20)) >= 5 or time.time() > deadline:
+            break
+    by_tier = {}
+    for k in [b"k%05d" % i for i in range(0, 6000, 101)] + [b"d%05d" % i for i in range(20)]:
+        by_tier.setdefault(tier_of(c, k), []).append(k)
+    assert by_tier.get("ssd") and by_tier.get("nvm") and by_tier.get("dram"), \
+        {t: len(v) for t, v in by_tier.items()}
+    marked = by_tier["ssd"][:5] + by_tier["nvm"][:5] + by_tier["dram"][:5]
+    for k in marked:
+        assert c.line(b"md %s I\r\n" % k) == b"HD\r\n"
+        assert b" X" in c.line(b"mg %s c\r\n" % k)
+    time.sleep(1.5)
+    sigkill(srv, SEED, "after marking keys stale")
+    srv2 = restart(server, srv, args)
+    c2, rs = wait_crash_recovered(srv2, SEED, "after the SIGKILL")
+    fresh = []
+    for k in marked:
+        ln = c2.line(b"mg %s c\r\n" % k)
+        if ln.startswith(b"HD"):
+            if b" X" not in ln:
+                fresh.append((k, ln))
+        else:
+            assert ln == b"EN\r\n", ln
+    assert not fresh, "stale-marked keys came back fresh: %s (%s)" % (fresh, rs)
