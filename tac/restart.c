@@ -1188,8 +1188,12 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     item_lock(hv);
     uint64_t seen = seq_seen(kh, hv);
     item *old = assoc_find(key, h.nkey, hv);
+    /* Against the newest seq linked for the key, not against what is in
+     * the index now: a newer copy linked earlier in the scan and since
+     * evicted, dropped or unlinked as damaged leaves old NULL, and an older
+     * copy found later must not take its place. */
     bool link = !do_item_recovery_written(key, h.nkey, hv) && seen != UINT64_MAX &&
-                (old == NULL || h.seq > seen);
+                (h.seq > seen || (seen == 0 && old == NULL));
     if (link) {
         if (old != NULL)
             do_item_unlink(old, hv);    /* an older copy found earlier */
