@@ -266,6 +266,21 @@ static inline void rec_mark(const char *key, size_t nkey, uint32_t hv)
         __atomic_store_n(&rec_lost, true, __ATOMIC_RELAXED);  /* skip every key */
 }
 
+/* A write or delete of a key the recovery has not brought back yet (none
+ * in the index, not marked yet).  The recovery will skip its saved or
+ * scanned copies (rec_mark), but they stay on the media: an invalidation
+ * recorded now, before any new version of the key is written, keeps the
+ * next crash's scan from bringing one back.  Item lock held. */
+static inline void rec_forget_unrecovered(const char *key, size_t nkey, uint32_t hv)
+{
+    if (__builtin_expect(__atomic_load_n(&rec_active, __ATOMIC_RELAXED), 0) &&
+        !rec_self && tier_ops != NULL && tier_ops->invalidate != NULL &&
+        util_u64map_find(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
+                         ITEM_LOCK_POWER) == NULL &&
+        assoc_find(key, nkey, hv) == NULL)
+        tier_ops->invalidate(key, nkey);
+}
+
 bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv)
 {
     if (__atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
@@ -1349,6 +1364,8 @@ static item *store_ready_for(item *it, item *old, int partition, bool *invalidat
     *invalidated = old != NULL && (it->it_flags & ITEM_STAGING);
     if (*invalidated)
         lower_invalidate(old);
+    else if (old == NULL && __atomic_load_n(&rec_active, __ATOMIC_RELAXED))
+        rec_forget_unrecovered(ITEM_key(it), it->nkey, item_hash(ITEM_key(it), it->nkey));
     return store_ready(it, partition);
 }
 
@@ -1705,6 +1722,7 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
     uint32_t hv = item_hash(key, nkey);
     enum delete_result res = DELETE_OK;
     item_lock(hv);
+    rec_forget_unrecovered(key, nkey, hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
     if (clsid != NULL)
@@ -1732,6 +1750,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     enum delete_result res = DELETE_OK;
     enum item_miss why;
     item_lock(hv);
+    rec_forget_unrecovered(key, nkey, hv);
     rec_mark(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, &why, false);
     *clsid = it != NULL ? it->slabs_clsid : 0;
