@@ -25,6 +25,14 @@ def value_of(i):
     return (b"%06d:" % i) * 150          # 1050 bytes, different per key
 
 
+def load(c, n, flags=lambda i: 0):
+    """Keys k00000.. with value_of(i), pipelined without replies."""
+    for i in range(n):
+        v = value_of(i)
+        c.send(b"set k%05d %d 0 %d noreply\r\n%s\r\n" % (i, flags(i), len(v), v))
+    assert c.line(b"mn\r\n") == b"MN\r\n"
+
+
 def tier_of(c, key):
     m = re.search(rb"tier=(\w+)", c.line(b"me " + key + b"\r\n"))
     return m.group(1).decode() if m else None
@@ -48,10 +56,7 @@ def test_a_key_fetched_up_then_deleted_after_a_graceful_restart_stays_gone(serve
     srv = server(args)
     c = srv.connect()
     n = 24000
-    for i in range(n):
-        v = value_of(i)
-        c.send(b"set k%05d %d 0 %d noreply\r\n%s\r\n" % (i, i % 7, len(v), v))
-    assert c.line(b"mn\r\n") == b"MN\r\n"
+    load(c, n, flags=lambda i: i % 7)
     picks = [b"k%05d" % i for i in range(0, 4000, 97) if tier_of(c, b"k%05d" % i) == "ssd"][:6]
     assert len(picks) >= 3, "too few keys on the SSD"
     up = []
@@ -94,10 +99,7 @@ def test_a_stale_mark_is_never_lost_to_a_crash(server, tier_files):  # noqa: F81
     srv = server(args)
     c = srv.connect()
     n = 30000
-    for i in range(n):
-        v = value_of(i)
-        c.send(b"set k%05d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
-    assert c.line(b"mn\r\n") == b"MN\r\n"
+    load(c, n)
     # Written once the evictors have made room: in DRAM (a set into a full
     # DRAM goes straight to a lower tier).
     deadline = time.time() + 20
@@ -142,10 +144,7 @@ def test_deletes_during_recovery_stay_deleted_after_the_next_crash(server, tier_
     srv = server(args)
     c = srv.connect()
     n = 40000
-    for i in range(n):
-        v = value_of(i)
-        c.send(b"set k%05d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
-    assert c.line(b"mn\r\n") == b"MN\r\n"
+    load(c, n)
     time.sleep(2.5)                       # open SSD bufs are written when idle 1 s
     sigkill(srv, SEED, "after loading")
     srv2 = restart(server, srv, args, wait=False)

@@ -14,16 +14,14 @@ import os
 import random
 import re
 import resource
-import shutil
 import socket
 import struct
-import subprocess
 import time
 
 import pytest
 
 from mcserver import is_closed, recv_until
-from test_sasl import AUTH, AUTH_ERROR, OK, call, pwdb  # noqa: F401  (pwdb: fixture)
+from test_sasl import AUTH, AUTH_ERROR, OK, call, pwdb, use_sasldb  # noqa: F401  (pwdb: fixture)
 from test_sasl import HDR, recv_exact
 
 pytestmark = pytest.mark.tac_only
@@ -116,19 +114,7 @@ def test_metrics_port_asks_the_users_of_S(server, pwdb):  # noqa: F811
 
 def test_metrics_port_asks_the_users_of_a_sasldb(server, tmp_path, monkeypatch):
     """-S with a sasldb (no password file): Cyrus SASL's own password check."""
-    saslpasswd2 = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
-    if not os.path.exists(saslpasswd2):
-        if os.environ.get("CI"):
-            pytest.fail("saslpasswd2 is missing: scripts/setup.sh installs sasl2-bin")
-        pytest.skip("saslpasswd2 is missing (Debian sasl2-bin)")
-    db = tmp_path / "sasldb2"
-    subprocess.run([saslpasswd2, "-p", "-a", "memcached", "-c", "-f", str(db), "carol"],
-                   input=b"cram-pass-3", check=True, timeout=10)
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "memcached.conf").write_text("mech_list: plain cram-md5\nsasldb_path: %s\n" % db)
-    monkeypatch.setenv("SASL_CONF_PATH", str(conf))
-    monkeypatch.delenv("MEMCACHED_SASL_PWDB", raising=False)
+    use_sasldb(tmp_path, monkeypatch, "plain cram-md5")
     port = free_tcp_port()
     server(["-S", "-o", "metrics_port=%d" % port])
     assert scrape(port)[0] == 401

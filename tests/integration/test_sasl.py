@@ -140,7 +140,9 @@ def test_ascii_requests_are_refused(server, pwdb):
     assert srv.alive()
 
 
-def test_cram_md5_from_a_sasldb(server, tmp_path, monkeypatch):
+def use_sasldb(tmp_path, monkeypatch, mechs):
+    """A sasldb holding carol (password cram-pass-3) and a memcached.conf offering
+    `mechs`, in SASL_CONF_PATH, with no password file."""
     saslpasswd2 = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
     if not os.path.exists(saslpasswd2):
         if os.environ.get("CI"):
@@ -151,10 +153,13 @@ def test_cram_md5_from_a_sasldb(server, tmp_path, monkeypatch):
                    input=b"cram-pass-3", check=True, timeout=10)
     conf = tmp_path / "conf"
     conf.mkdir()
-    (conf / "memcached.conf").write_text(
-        "mech_list: anonymous plain cram-md5\nsasldb_path: %s\n" % db)
+    (conf / "memcached.conf").write_text("mech_list: %s\nsasldb_path: %s\n" % (mechs, db))
     monkeypatch.setenv("SASL_CONF_PATH", str(conf))
     monkeypatch.delenv("MEMCACHED_SASL_PWDB", raising=False)
+
+
+def test_cram_md5_from_a_sasldb(server, tmp_path, monkeypatch):
+    use_sasldb(tmp_path, monkeypatch, "anonymous plain cram-md5")
     srv = server(["-S"])
     s = socket.create_connection((srv.host, srv.port))
     status, mechs = call(s, LIST_MECHS)
