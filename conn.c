@@ -1115,6 +1115,7 @@ void conn_close_idle(struct worker *w)
             if (settings.verbose > 1)
                 fprintf(stderr, "<%d idle timeout\n", c->sfd);
             c->close_reason = "idle_timeout";
+            __atomic_fetch_add(&gstats.idle_kicks, 1, __ATOMIC_RELAXED);
             conn_close(c);
         }
         c = next;

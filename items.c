@@ -290,8 +290,13 @@ static inline int part_index(int partition)
     return partition >= 0 ? partition % npart : 0;
 }
 
+/* -o no_modern (memcached's one-queue LRU): a store first reuses a dead
+ * item at its class's LRU tail, as memcached does in that mode. */
+static bool dead_tail_first;
+
 void items_init(void)
 {
+    dead_tail_first = settings_ignored_arg("no_modern") != NULL;
     if (!locks_ready) {
         item_locks_init();
         for (int t = 0; t < TIER_COUNT; t++)
@@ -703,12 +708,35 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
     return got;
 }
 
-/* A chunk of class clsid: a free one, else the LRU tail's (a dead item's,
- * or with may_evict a live one's).  With a lower tier, live DRAM items are
+/* The tail item of clsid's DRAM LRU p, taken for reuse if it is dead
+ * (expired or flushed; counted in `reclaimed`), else NULL.  With -o
+ * no_modern a store tries this before it takes a free chunk, as memcached
+ * does in that mode. */
+static item *lru_reclaim_tail(unsigned int clsid, int p)
+{
+    struct lru *l = &lrus[TIER_DRAM][clsid][p];
+    item *got = NULL;
+    bool spared = false;
+    pthread_mutex_lock(&l->lock);
+    item *tail = l->tail;
+    if (tail == &crawler)
+        tail = tail->prev;
+    if (tail != NULL && item_is_dead(tail, NULL))
+        got = tail_take_locked(l, tail, false, false, &spared);
+    pthread_mutex_unlock(&l->lock);
+    return got;
+}
+
+/* A chunk of class clsid: (with -o no_modern) a dead tail item's, a free
+ * one, else the LRU
+ * tail's (a dead item's, or with may_evict a live one's).  With a lower tier, live DRAM items are
  * demoted by the evictors instead of dropped here. */
 static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
                          bool reserved)
 {
+    item *dead = dead_tail_first ? lru_reclaim_tail(clsid, p) : NULL;
+    if (dead != NULL)
+        return dead;
     for (int tries = 0; tries < ALLOC_TRIES; tries++) {
         item *it = slabs_alloc_ex(clsid, p, reserved);
         if (it != NULL)
@@ -1728,7 +1756,10 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
 
 /* ---- Expiry crawler. ------------------------------------------------- */
 
-/* Reclaims `it` if dead.  Caller holds l->lock and crawl_lock. */
+/* Reclaims `it` if dead.  A dead item at the LRU's tail counts in
+ * `reclaimed`, as in memcached, whose LRU maintainer reclaims dead tail
+ * items; any other counts in `crawler_reclaimed`.  Caller holds l->lock
+ * and crawl_lock. */
 static void crawl_check_locked(struct lru *l, item *it)
 {
     unsigned int clsid = it->slabs_clsid;
@@ -1738,8 +1769,13 @@ static void crawl_check_locked(struct lru *l, item *it)
     if (!item_trylock(hv))
         return;
     if (item_is_dead(it, NULL)) {
-        GSTATS_INCR(crawler_reclaimed);
-        CLS_INCR(clsid, crawler_reclaimed);
+        if (l->tail == it) {
+            GSTATS_INCR(reclaimed);
+            CLS_INCR(clsid, reclaimed);
+        } else {
+            GSTATS_INCR(crawler_reclaimed);
+            CLS_INCR(clsid, crawler_reclaimed);
+        }
         if ((it->it_flags & ITEM_FETCHED) == 0) {
             GSTATS_INCR(expired_unfetched);
             CLS_INCR(clsid, expired_unfetched);

@@ -468,6 +468,7 @@ static const struct option_def options[] = {
     IGNORED("slab_sizes"),
     IGNORED("resp_obj_mem_limit"),
     IGNORED("no_drop_privileges"),
+    IGNORED("relaxed_privileges"),
 };
 #undef IGNORED
 #undef S
@@ -498,6 +499,12 @@ static const struct option_def *opt_by_name(const char *name)
         if (strcmp(options[i].name, name) == 0)
             return &options[i];
     return NULL;
+}
+
+const char *settings_ignored_arg(const char *name)
+{
+    const struct option_def *o = opt_by_name(name);
+    return o != NULL && o->kind == OPT_IGNORED ? ignored_arg[o - options] : NULL;
 }
 
 static bool opt_given(const char *name)

@@ -167,6 +167,9 @@ static inline rel_time_t mc_now(void)
 
 /* Sets defaults into `settings`.  Called before option parsing. */
 void settings_init(void);
+/* What the command line gave a memcached option that is accepted and
+ * ignored here ("yes" for a bare flag), or NULL: it was not given. */
+const char *settings_ignored_arg(const char *name);
 
 /*
  * Parses the command line (memcached's short and long flags, and -o
