@@ -1569,6 +1569,10 @@ void conn_drive(conn *c)
                     conn_set_state(c, conn_closing);
                 return;
             } else {
+                /* As memcached counts it: the turn ends with the request
+                 * budget spent, though nothing more is buffered. */
+                if (--nreqs < 0)
+                    STATS_INCR(&c->thread->stats, conn_yields);
                 conn_set_state(c, conn_waiting);
             }
             break;

@@ -290,13 +290,15 @@ static inline int part_index(int partition)
     return partition >= 0 ? partition % npart : 0;
 }
 
-/* -o no_modern (memcached's one-queue LRU): a store first reuses a dead
- * item at its class's LRU tail, as memcached does in that mode. */
-static bool dead_tail_first;
+/* -o no_modern (memcached's one-queue LRU), as memcached runs it: a store
+ * first reuses a dead item at its class's LRU tail, and an item read since
+ * it was linked gets no second chance at the tail (memcached moves it only
+ * on a read at least a minute after its last move). */
+static bool one_queue_lru;
 
 void items_init(void)
 {
-    dead_tail_first = settings_ignored_arg("no_modern") != NULL;
+    one_queue_lru = settings_ignored_arg("no_modern") != NULL;
     if (!locks_ready) {
         item_locks_init();
         for (int t = 0; t < TIER_COUNT; t++)
@@ -613,7 +615,7 @@ void do_item_evict(item *it, uint32_t hv)
  * holds l->lock. */
 static bool tail_spare_locked(struct lru *l, item *it)
 {
-    if (!lazy_lru || !llru_second_chance(it))
+    if (!lazy_lru || one_queue_lru || !llru_second_chance(it))
         return false;
     lru_unlink_locked(l, it);
     lru_link_locked(l, it);
@@ -734,7 +736,7 @@ static item *lru_reclaim_tail(unsigned int clsid, int p)
 static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
                          bool reserved)
 {
-    item *dead = dead_tail_first ? lru_reclaim_tail(clsid, p) : NULL;
+    item *dead = one_queue_lru ? lru_reclaim_tail(clsid, p) : NULL;
     if (dead != NULL)
         return dead;
     for (int tries = 0; tries < ALLOC_TRIES; tries++) {
