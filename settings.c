@@ -361,6 +361,10 @@ static const struct option_def options[] = {
     { OPT(0, "ext_item_size", OPT_INT, S(ext_item_size), 0, 1 << 30, true, NULL,
       "<bytes>", "values smaller than this never go to SSD: when the tiers above "
       "are full they are evicted instead (0: any size goes)"), .def = "0" },
+    { OPT(0, "ext_item_age", OPT_INT, S(ext_item_age), 0, 1 << 30, true, NULL,
+      "<secs>", "move DRAM items not read for this many seconds to the SSD tier "
+      "even while DRAM has room, as memcached's extstore does (0: off, items "
+      "move down only when DRAM runs short)"), .def = "0" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -456,7 +460,6 @@ static const struct option_def options[] = {
     IGNORED("inline_ascii_resp"),
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
-    IGNORED("ext_item_age"),
     IGNORED("ext_low_ttl"),
     IGNORED("ext_drop_unread"),
     IGNORED("ext_recache_rate"),
@@ -1177,7 +1180,6 @@ static const struct {
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
-    { "ext_item_age", "ext_item_age", "4294967295", 0, true },
     { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
     { "ext_recache_rate", "ext_recache_rate", "2000", 0, true },
     { "ext_compact_under", "ext_compact_under", "0", 0, true },
@@ -1205,6 +1207,10 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         out(ctx, "ext_wbuf_size", v);
         snprintf(v, sizeof(v), "%d", settings.ext_item_size);
         out(ctx, "ext_item_size", v);
+        /* memcached shows its "off" as UINT_MAX */
+        snprintf(v, sizeof(v), "%u", settings.ext_item_age > 0
+                 ? (unsigned)settings.ext_item_age : 4294967295u);
+        out(ctx, "ext_item_age", v);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;
