@@ -181,6 +181,7 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
     struct resp *cur = NULL;
     rel_time_t exptime = 0;
     size_t i = 1;
+    int nkeys = 0;
 
     if (touch) {
         int32_t e;
@@ -198,6 +199,10 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
                 out_string(c, "CLIENT_ERROR bad command line format");
                 return;
             }
+            /* memcached gives every key of a get a response object,
+             * which -o read_buf_mem_limit bounds: so does this. */
+            if (!conn_resp_room(c, ++nkeys))
+                goto oom;
             if (!pt_get_one(c, tok[i].value, tok[i].length, exptime, touch,
                             return_cas, &cur))
                 goto oom;

@@ -400,7 +400,8 @@ static const struct option_def options[] = {
     { OPT(0, "read_buf_mem_limit", OPT_MEGABYTES, S(read_buf_mem_limit), 0, 1 << 30,
       true, "read_buf_mem_limit", "<mb>", "memcached's limit on connection "
       "buffers, in megabytes: sets conn_mem_limit when that is not given (raised "
-      "to its floor, with a note); 0 leaves the default") },
+      "to its floor, with a note), and bounds the responses each worker queues "
+      "to its share, as memcached does; 0 leaves the default") },
     { OPT(0, "metrics_port", OPT_INT, S(metrics_port), 0, 65535, true,
       "metrics_port", "<num>", "HTTP port serving the stats in Prometheus "
       "text format at /metrics, on the -l addresses (127.0.0.1 with -s); 0 "

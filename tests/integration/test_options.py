@@ -459,6 +459,32 @@ def test_read_buf_mem_limit_sets_conn_mem_limit(server):
     assert st["conn_mem_limit"] == str(200 * MB), st
 
 
+def test_read_buf_mem_limit_bounds_responses(server):
+    """As in memcached, read_buf_mem_limit split over the workers bounds the responses a
+    worker queues: a 500-key get is answered SERVER_ERROR out of memory (counted in
+    response_obj_oom) while a 10-key one is not, and 500 pipelined mg close the connection.
+    Without the option the same requests are answered in full."""
+    keys = b" ".join(b"k%d" % i for i in range(500))
+    s = server(["-o", "read_buf_mem_limit=1", "-t", "32", "-R", "500"])
+    c = s.connect()
+    assert c.line(b"set k1 0 0 2\r\nv1\r\n") == b"STORED\r\n"
+    assert c.line(b"get " + keys + b"\r\n") == b"SERVER_ERROR out of memory writing get response\r\n"
+    assert int(c.stats()["response_obj_oom"]) > 0
+    assert c.get(b"get k1 k2 k3 k4 k5 k6 k7 k8 k9 k10\r\n") == b"VALUE k1 0 2\r\nv1\r\nEND\r\n"
+    flood = s.connect()
+    flood.sock.sendall(b"mg foo v\r\n" * 500)
+    got = b""
+    flood.sock.settimeout(10)
+    while True:
+        chunk = flood.sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    assert len(got) < 500 * 4, "the connection was not closed"
+    c2 = server(["-t", "32", "-R", "500"]).connect()
+    assert c2.get(b"get " + keys + b"\r\n") == b"END\r\n"
+
+
 @pytest.mark.tac_only
 @pytest.mark.parametrize("opt,why", [
     ("nvm_path=/dev/shm/tac-test-x:12q", "a size with a bad unit"),
