@@ -40,6 +40,7 @@
 #include "conn.h"
 #include "items.h"
 #include "metrics.h"
+#include "prefix_stats.h"
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "settings.h"
@@ -653,6 +654,7 @@ int main(int argc, char **argv)
     stats_provide("response_obj_bytes", conn_resp_bytes);
     stats_provide("reserved_fds", stat_reserved_fds);
     watch_stats_register();
+    stats_register_reset(prefix_stats_clear);   /* as memcached's stats reset */
     items_init();
 
     /* Sockets are bound before the tiers open: a port in use stops the start
