@@ -167,10 +167,11 @@ static const char *const off_on[] = { "off", "on", NULL };
 /* A memcached -o name with no meaning here (listed by name in -h). */
 #define IGNORED(nm) { OPT(0, nm, OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) }
 static const struct option_def options[] = {
-    { OPT('p', "port", OPT_INT, S(port), 0, 65535, false, "tcpport", "<num>",
-      "TCP port to listen on, 0 is off"), .def = "11211" },
-    { OPT('U', "udp-port", OPT_INT, S(udpport), 0, 65535, false, "udpport", "<num>",
-      "UDP port to listen on, 0 is off"), .def = "0" },
+    { OPT('p', "port", OPT_INT, S(port), -1, 65535, false, "tcpport", "<num>",
+      "TCP port to listen on, 0 is off, -1 any free port"), .def = "11211" },
+    { OPT('U', "udp-port", OPT_INT, S(udpport), -1, 65535, false, "udpport", "<num>",
+      "UDP port to listen on, 0 is off, -1 any free port; given without -p it "
+      "is the TCP port too, as in memcached"), .def = "0" },
     { OPT('s', "unix-socket", OPT_STRING, S(socketpath), 0, 0, false, "domain_socket",
       "<file>", "UNIX socket to listen on (disables network support)") },
     { OPT('a', "unix-mask", OPT_OCTAL, S(access), 0, 0777, false, "umask", "<mask>",
@@ -1000,6 +1001,9 @@ bool settings_finalize(void)
     /* The default listen address, shown as such by `stats settings`. */
     if (settings.inter == NULL && settings.socketpath == NULL)
         settings.inter = strdup("127.0.0.1");
+    /* memcached: -U without -p sets the TCP port too. */
+    if (opt_given("udp-port") && settings.udpport != 0 && !opt_given("port"))
+        settings.port = settings.udpport;
     if (opt_given("ext_path") && opt_given("ssd_path")) {
         fprintf(stderr, "-o ext_path and -o ssd_path both name the SSD tier's "
                 "file; give one\n");

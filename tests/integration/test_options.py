@@ -510,3 +510,29 @@ def test_bad_values_are_refused_at_start(opt, why):
     assert p.returncode not in (0, None), "server accepted -o %s (%s)" % (opt, why)
     assert name in msg, "the error for %s does not name %s: %r" % (why, name, msg)
     assert not os.path.exists("/dev/shm/tac-test-x"), "a refused nvm_path left its file"
+
+
+@pytest.mark.tac_only
+def test_ephemeral_ports_and_port_file(tmp_path):
+    """memcached's -p -1 / -U -1 (any free port) and MEMCACHED_PORT_FILENAME: the bound
+    ports are written as "TCP INET: N" / "UDP INET: N" lines; -U alone sets -p too."""
+    for args in (["-p", "-1", "-U", "-1"], ["-U", "-1"]):
+        pf = tmp_path / ("ports%d" % len(args))
+        env = dict(os.environ, MEMCACHED_PORT_FILENAME=str(pf))
+        proc = subprocess.Popen([SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-m", "8"] + args,
+                                env=env, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 10
+            while not pf.exists() and time.time() < deadline:
+                time.sleep(0.05)
+            ports = dict(ln.split(": ") for ln in pf.read_text().splitlines())
+            assert set(ports) == {"TCP INET", "UDP INET"}, ports
+            tcp, udp = int(ports["TCP INET"]), int(ports["UDP INET"])
+            assert tcp not in (0, 11211) and udp != 0, ports
+            s = socket.create_connection(("127.0.0.1", tcp), timeout=5)
+            s.sendall(b"version\r\n")
+            assert s.recv(100).startswith(b"VERSION "), ports
+            s.close()
+        finally:
+            proc.terminate()
+            proc.wait(10)
