@@ -290,6 +290,16 @@ static inline int part_index(int partition)
     return partition >= 0 ? partition % npart : 0;
 }
 
+static bool crawl_rush;             /* atomic: lru_crawler crawl asked */
+
+/* lru_crawler_running: 1 inside a pass, and from `lru_crawler crawl` on
+ * until the pass it asked for is done, as memcached shows it. */
+static uint64_t crawl_running_stat(void)
+{
+    return __atomic_load_n(&crawl_running, __ATOMIC_RELAXED) ||
+           __atomic_load_n(&crawl_rush, __ATOMIC_RELAXED);
+}
+
 /* -o no_modern (memcached's one-queue LRU), as memcached runs it: a store
  * first reuses a dead item at its class's LRU tail, and an item read since
  * it was linked gets no second chance at the tail (memcached moves it only
@@ -333,7 +343,7 @@ void items_init(void)
     assoc_init(settings.hashpower_init);
     npart = slabs_npartitions();
     stats_register_section("items", items_stats);
-    stats_provide_counter("lru_crawler_running", &crawl_running);
+    stats_provide("lru_crawler_running", crawl_running_stat);
     stats_register_section("sizes", items_stats_sizes);
     stats_register_reset(items_stats_reset);
 }
@@ -1821,8 +1831,6 @@ static int crawl_lru(struct lru *l, int budget, bool *done)
     pthread_mutex_unlock(&l->lock);
     return checked;
 }
-
-static bool crawl_rush;             /* atomic: lru_crawler crawl asked */
 
 int items_crawl_step(int budget)
 {

@@ -566,8 +566,10 @@ static void opt_apply(const struct option_def *o, const char *arg)
     case OPT_INT:
     case OPT_MEGABYTES:
     case OPT_DOUBLE:
-        /* A 0|1 option given bare, as memcached takes maxconns_fast: 1. */
-        if (!arg && o->kind == OPT_INT && o->min == 0 && o->max == 1)
+        /* A 0|1 option given bare, as memcached takes maxconns_fast: 1;
+         * and slab_automove, whose bare form is 1 in memcached too. */
+        if (!arg && o->kind == OPT_INT && o->min == 0 &&
+            (o->max == 1 || strcmp(o->name, "slab_automove") == 0))
             arg = "1";
         if (!arg)
             die("option '%s' needs a value%s", name, "");
@@ -811,6 +813,14 @@ static void opt_apply_extended(const char *list)
             die("Illegal suboption \"%s\"%s", tok, "");
         given[o - options] = true;
         opt_apply(o, val);
+        /* memcached's no_modern turns off, at its place in the line (a
+         * later option turns one back on), what this server has of its
+         * "modern" defaults: the expiry crawler and the page mover. */
+        if (strcmp(o->name, "no_modern") == 0) {
+            settings.lru_crawler = false;
+            settings.slab_reassign = false;
+            settings.slab_automove = 0;
+        }
     }
     free(copy);
 }

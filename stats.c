@@ -286,7 +286,10 @@ static bool shown_lru_crawler(void)
 
 static bool shown_lru_maintainer(void)
 {
-    return settings_ignored_arg("no_lru_maintainer") == NULL;
+    /* memcached's no_modern stops its LRU maintainer too */
+    return settings_ignored_arg("no_lru_maintainer") == NULL &&
+           (settings_ignored_arg("no_modern") == NULL ||
+            settings_ignored_arg("lru_maintainer") != NULL);
 }
 
 static void local_pid(const struct general_snap *g, char *val, size_t len)
