@@ -19,6 +19,8 @@
 #   CONFORMANCE_JOBS   files run at once per server (default 4)
 #   CONFORMANCE_TIMEOUT  seconds one file may take (default 180)
 #   CONFORMANCE_LOGS   directory for each file's prove output (default: a temp dir)
+#   CONFORMANCE_SET    "core": only the 42 core text-protocol files, binary.t and
+#                      binary-get.t (what scripts/test.sh runs); default: every t/*.t
 # Arguments: file names (basename, e.g. stats.t) to run instead of all t/*.t.
 # Exit status: 0 when every file that passes on stock passes on the server
 # under test too (a file failing on both is memcached's own or this host's).
@@ -66,8 +68,18 @@ make_tree() {
     ln -s "$bin" "$dir/memcached-debug"
 }
 
+# The core files: memcached's text protocol, the binary protocol's two files.
+CORE="udp getset incrdecr cas flags noreply flush-all getandtouch touch metaget
+bogus-commands malicious-commands item_size_max issue_3 issue_14 issue_22 issue_29
+issue_41 issue_42 issue_50 issue_61 issue_68 issue_70 issue_104 issue_108 issue_152
+issue_163 issue_183 issue_192 maxconns quit multiversioning evictions 64bit dash-M
+unixsocket conn-limits idle-timeout stats-conns stats lru chunked-items binary binary-get"
+
 if [ $# -gt 0 ]; then
     FILES=("$@")
+elif [ "${CONFORMANCE_SET:-all}" = core ]; then
+    FILES=()
+    for f in $CORE; do FILES+=("$f.t"); done
 else
     FILES=()
     for f in "$SRC"/t/*.t; do FILES+=("$(basename "$f")"); done
