@@ -120,12 +120,14 @@ fi
 
 # memcached 1.6.18's own t/ suite, only when a checkout of it is given
 # (MEMCACHED_SRC; CI has none): the 44 core files (text protocol, binary.t,
-# binary-get.t) against this build and stock memcached side by side, four
-# files at a time per server, bounded to 4 minutes.  The whole suite:
-# tests/conformance/run.sh (README, Conformance).
+# binary-get.t) against this build only, four files at a time, bounded to 4
+# minutes (about 2.5 on two cores); a failure of a file doc/design.md lists
+# as unable to pass is shown, not counted.  Both columns, every file:
+# tests/conformance/run.sh (README, "memcached's own test suite").
 if [ -n "${MEMCACHED_SRC:-}" ]; then
     echo "== memcached 1.6.18's t/ suite, core files (MEMCACHED_SRC=$MEMCACHED_SRC)"
-    if ! CONFORMANCE_SET=core CONFORMANCE_TIMEOUT=120 timeout -k 10 240 tests/conformance/run.sh; then
+    if ! CONFORMANCE_SET=core STOCK_MEMCACHED=none CONFORMANCE_TIMEOUT=200 \
+            timeout -k 10 240 tests/conformance/run.sh; then
         failed_steps+=("conformance")
     fi
 fi

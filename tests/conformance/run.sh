@@ -22,8 +22,9 @@
 #   CONFORMANCE_SET    "core": only the 42 core text-protocol files, binary.t and
 #                      binary-get.t (what scripts/test.sh runs); default: every t/*.t
 # Arguments: file names (basename, e.g. stats.t) to run instead of all t/*.t.
-# Exit status: 0 when every file that passes on stock passes on the server
-# under test too (a file failing on both is memcached's own or this host's).
+# Exit status: 0 when every file that passes on stock (or, without the stock
+# column, every file) passes on the server under test too, but for the files
+# doc/design.md lists as unable to pass here (KNOWN below, marked "FAIL*").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -69,11 +70,17 @@ make_tree() {
 }
 
 # The core files: memcached's text protocol, the binary protocol's two files.
-CORE="udp getset incrdecr cas flags noreply flush-all getandtouch touch metaget
+# The files doc/design.md ("memcached's test suite") says cannot pass here.
+KNOWN="metaget.t ascii-auth.t lru-maintainer.t slabs-reassign2.t slabs-reassign-chunked.t
+restart.t extstore-jbod.t extstore.t binary-extstore.t error-extstore.t chunked-extstore.t
+extstore-buckets.t"
+
+# The core files, the slowest (binary, metaget) first.
+CORE="binary metaget udp getset incrdecr cas flags noreply flush-all getandtouch touch
 bogus-commands malicious-commands item_size_max issue_3 issue_14 issue_22 issue_29
 issue_41 issue_42 issue_50 issue_61 issue_68 issue_70 issue_104 issue_108 issue_152
 issue_163 issue_183 issue_192 maxconns quit multiversioning evictions 64bit dash-M
-unixsocket conn-limits idle-timeout stats-conns stats lru chunked-items binary binary-get"
+unixsocket conn-limits idle-timeout stats-conns stats lru chunked-items binary-get"
 
 if [ $# -gt 0 ]; then
     FILES=("$@")
@@ -133,11 +140,20 @@ printf '%-28s %-8s %-8s\n' file tac stock
 tac_pass=0 stock_pass=0 regress=()
 for f in "${FILES[@]}"; do
     t=$(cell tac "$f"); s=$(cell stock "$f")
-    printf '%-28s %-8s %-8s\n' "$f" "$t" "$s"
     [ "$t" = pass ] && tac_pass=$((tac_pass + 1))
     [ "$s" = pass ] && stock_pass=$((stock_pass + 1))
-    [ "$t" != pass ] && [ "$s" != FAIL ] && [ "$s" != TIMEOUT ] && regress+=("$f")
+    case " $(echo $KNOWN) " in
+        *" $f "*) known=1 ;;
+        *) known=0 ;;
+    esac
+    if [ "$t" != pass ] && [ $known = 1 ]; then
+        t="$t*"
+    elif [ "$t" != pass ] && [ "$s" != FAIL ] && [ "$s" != TIMEOUT ]; then
+        regress+=("$f")
+    fi
+    printf '%-28s %-8s %-8s\n' "$f" "$t" "$s"
 done
+echo "(FAIL*: listed in doc/design.md as unable to pass against this server)"
 echo "tac-memcached: $tac_pass/${#FILES[@]} pass; stock: $stock_pass/${#FILES[@]} pass ($(( $(date +%s) - start )) s)"
 if [ ${#regress[@]} -gt 0 ]; then
     echo "fail here but not on stock: ${regress[*]}"
