@@ -249,9 +249,35 @@ void conn_stats(struct stat_sink *sink)
 
 /* ---- Response queue ----------------------------------------------------- */
 
+/*
+ * -o read_buf_mem_limit, as memcached applies it to response objects: each
+ * worker's share of the limit, less one 16 KB read buffer, bounds the
+ * responses queued on its connections (at least one).  0: no bound.
+ */
+static int resp_limit(void)
+{
+    if (settings.read_buf_mem_limit == 0)
+        return 0;
+    size_t share = settings.read_buf_mem_limit /
+                   (size_t)(settings.num_threads > 0 ? settings.num_threads : 1);
+    size_t n = share > 16384 ? (share - 16384) / sizeof(struct resp) : 0;
+    return n > 0 ? (n < INT_MAX ? (int)n : INT_MAX) : 1;
+}
+
+bool conn_resp_room(conn *c, int n)
+{
+    int limit = resp_limit();
+    if (limit == 0 || c->thread->resp_live + n <= limit)
+        return true;
+    GSTATS_INCR(response_obj_oom);
+    return false;
+}
+
 struct resp *resp_new(conn *c)
 {
     struct worker *w = c->thread;
+    if (!conn_resp_room(c, 1))
+        return NULL;
     struct resp *r = w->resp_cache;
     if (r) {
         w->resp_cache = r->next;
@@ -264,6 +290,7 @@ struct resp *resp_new(conn *c)
         }
         GSTATS_INCR(response_objs);
     }
+    w->resp_live++;
     r->next = NULL;
     r->owner = c;
     r->held = 0;
@@ -320,6 +347,7 @@ static void resp_free(struct worker *w, struct resp *r)
     for (int i = 0; i < r->nitems; i++)
         item_release(r->items[i]);
     free(r->owned_buf);
+    w->resp_live--;
     if (w->resp_cache_len < RESP_CACHE_MAX) {
         r->next = w->resp_cache;
         w->resp_cache = r;
@@ -1146,6 +1174,7 @@ void conn_close_idle(struct worker *w)
             if (settings.verbose > 1)
                 fprintf(stderr, "<%d idle timeout\n", c->sfd);
             c->close_reason = "idle_timeout";
+            __atomic_fetch_add(&gstats.idle_kicks, 1, __ATOMIC_RELAXED);
             conn_close(c);
         }
         c = next;
@@ -1600,6 +1629,10 @@ void conn_drive(conn *c)
                     conn_set_state(c, conn_closing);
                 return;
             } else {
+                /* As memcached counts it: the turn ends with the request
+                 * budget spent, though nothing more is buffered. */
+                if (--nreqs < 0)
+                    STATS_INCR(&c->thread->stats, conn_yields);
                 conn_set_state(c, conn_waiting);
             }
             break;

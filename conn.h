@@ -202,6 +202,9 @@ struct conn {
 /* ---- Response queue (protocol side) ----------------------------------- */
 
 /* Appends a new empty response; NULL on out of memory. */
+/* True if the worker may queue n more responses under -o
+ * read_buf_mem_limit; false counts in response_obj_oom. */
+bool conn_resp_room(conn *c, int n);
 struct resp *resp_new(conn *c);
 /* Appends text to the response's buffer; false if it does not fit. */
 bool resp_add_text(struct resp *r, const char *s, size_t len);

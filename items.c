@@ -305,8 +305,25 @@ static inline int part_index(int partition)
     return partition >= 0 ? partition % npart : 0;
 }
 
+static bool crawl_rush;             /* atomic: lru_crawler crawl asked */
+
+/* lru_crawler_running: 1 inside a pass, and from `lru_crawler crawl` on
+ * until the pass it asked for is done, as memcached shows it. */
+static uint64_t crawl_running_stat(void)
+{
+    return __atomic_load_n(&crawl_running, __ATOMIC_RELAXED) ||
+           __atomic_load_n(&crawl_rush, __ATOMIC_RELAXED);
+}
+
+/* -o no_modern (memcached's one-queue LRU), as memcached runs it: a store
+ * first reuses a dead item at its class's LRU tail, and an item read since
+ * it was linked gets no second chance at the tail (memcached moves it only
+ * on a read at least a minute after its last move). */
+static bool one_queue_lru;
+
 void items_init(void)
 {
+    one_queue_lru = settings_ignored_arg("no_modern") != NULL;
     if (!locks_ready) {
         item_locks_init();
         for (int t = 0; t < TIER_COUNT; t++)
@@ -341,7 +358,7 @@ void items_init(void)
     assoc_init(settings.hashpower_init);
     npart = slabs_npartitions();
     stats_register_section("items", items_stats);
-    stats_provide_counter("lru_crawler_running", &crawl_running);
+    stats_provide("lru_crawler_running", crawl_running_stat);
     stats_register_section("sizes", items_stats_sizes);
     stats_register_reset(items_stats_reset);
 }
@@ -623,7 +640,7 @@ void do_item_evict(item *it, uint32_t hv)
  * holds l->lock. */
 static bool tail_spare_locked(struct lru *l, item *it)
 {
-    if (!lazy_lru || !llru_second_chance(it))
+    if (!lazy_lru || one_queue_lru || !llru_second_chance(it))
         return false;
     lru_unlink_locked(l, it);
     lru_link_locked(l, it);
@@ -718,12 +735,35 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
     return got;
 }
 
-/* A chunk of class clsid: a free one, else the LRU tail's (a dead item's,
- * or with may_evict a live one's).  With a lower tier, live DRAM items are
+/* The tail item of clsid's DRAM LRU p, taken for reuse if it is dead
+ * (expired or flushed; counted in `reclaimed`), else NULL.  With -o
+ * no_modern a store tries this before it takes a free chunk, as memcached
+ * does in that mode. */
+static item *lru_reclaim_tail(unsigned int clsid, int p)
+{
+    struct lru *l = &lrus[TIER_DRAM][clsid][p];
+    item *got = NULL;
+    bool spared = false;
+    pthread_mutex_lock(&l->lock);
+    item *tail = l->tail;
+    if (tail == &crawler)
+        tail = tail->prev;
+    if (tail != NULL && item_is_dead(tail, NULL))
+        got = tail_take_locked(l, tail, false, false, &spared);
+    pthread_mutex_unlock(&l->lock);
+    return got;
+}
+
+/* A chunk of class clsid: (with -o no_modern) a dead tail item's, a free
+ * one, else the LRU
+ * tail's (a dead item's, or with may_evict a live one's).  With a lower tier, live DRAM items are
  * demoted by the evictors instead of dropped here. */
 static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
                          bool reserved)
 {
+    item *dead = one_queue_lru ? lru_reclaim_tail(clsid, p) : NULL;
+    if (dead != NULL)
+        return dead;
     for (int tries = 0; tries < ALLOC_TRIES; tries++) {
         item *it = slabs_alloc_ex(clsid, p, reserved);
         if (it != NULL)
@@ -1783,7 +1823,10 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
 
 /* ---- Expiry crawler. ------------------------------------------------- */
 
-/* Reclaims `it` if dead.  Caller holds l->lock and crawl_lock. */
+/* Reclaims `it` if dead.  A dead item at the LRU's tail counts in
+ * `reclaimed`, as in memcached, whose LRU maintainer reclaims dead tail
+ * items; any other counts in `crawler_reclaimed`.  Caller holds l->lock
+ * and crawl_lock. */
 static void crawl_check_locked(struct lru *l, item *it)
 {
     unsigned int clsid = it->slabs_clsid;
@@ -1793,8 +1836,13 @@ static void crawl_check_locked(struct lru *l, item *it)
     if (!item_trylock(hv))
         return;
     if (item_is_dead(it, NULL)) {
-        GSTATS_INCR(crawler_reclaimed);
-        CLS_INCR(clsid, crawler_reclaimed);
+        if (l->tail == it) {
+            GSTATS_INCR(reclaimed);
+            CLS_INCR(clsid, reclaimed);
+        } else {
+            GSTATS_INCR(crawler_reclaimed);
+            CLS_INCR(clsid, crawler_reclaimed);
+        }
         if ((it->it_flags & ITEM_FETCHED) == 0) {
             GSTATS_INCR(expired_unfetched);
             CLS_INCR(clsid, expired_unfetched);
@@ -1838,8 +1886,6 @@ static int crawl_lru(struct lru *l, int budget, bool *done)
     pthread_mutex_unlock(&l->lock);
     return checked;
 }
-
-static bool crawl_rush;             /* atomic: lru_crawler crawl asked */
 
 int items_crawl_step(int budget)
 {

@@ -40,6 +40,7 @@
 #include "conn.h"
 #include "items.h"
 #include "metrics.h"
+#include "prefix_stats.h"
 #include "proto_bin.h"
 #include "proto_text.h"
 #include "settings.h"
@@ -364,9 +365,44 @@ static bool server_listen_inet(int port, int type)
     bool ok = true;
     for (char *tok = strtok_r(copy, ", ", &save); tok && ok;
          tok = strtok_r(NULL, ", ", &save))
-        ok = server_listen_one(tok, port, type);
+        ok = server_listen_one(tok, port < 0 ? 0 : port, type); /* -1: any */
     free(copy);
     return ok;
+}
+
+/*
+ * memcached's MEMCACHED_PORT_FILENAME: when set, the bound TCP then UDP
+ * ports, one "TCP INET: <port>" (INET6 for IPv6) line per socket, written
+ * to NAME.lck and renamed to NAME once complete (memcached's test suite
+ * reads it to learn ephemeral ports).
+ */
+static void port_file_write(void)
+{
+    const char *name = getenv("MEMCACHED_PORT_FILENAME");
+    if (name == NULL || settings.socketpath != NULL)
+        return;
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.lck", name);
+    FILE *f = fopen(tmp, "a");
+    if (f == NULL) {
+        fprintf(stderr, "Failed to open \"%s\": %s\n", tmp, strerror(errno));
+        return;
+    }
+    for (int i = 0; i < nlisteners; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        if (getsockname(listeners[i].fd, (struct sockaddr *)&ss, &len) != 0)
+            continue;
+        const char *proto = listeners[i].transport == TRANSPORT_UDP ? "UDP" : "TCP";
+        if (ss.ss_family == AF_INET)
+            fprintf(f, "%s INET: %u\n", proto,
+                    ntohs(((struct sockaddr_in *)&ss)->sin_port));
+        else if (ss.ss_family == AF_INET6)
+            fprintf(f, "%s INET6: %u\n", proto,
+                    ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    }
+    fclose(f);
+    rename(tmp, name);
 }
 
 static bool server_listen_unix(const char *path, int mask)
@@ -654,6 +690,7 @@ int main(int argc, char **argv)
     stats_provide("reserved_fds", stat_reserved_fds);
     watch_stats_register();
     sasl_auth_stats_register();
+    stats_register_reset(prefix_stats_clear);   /* as memcached's stats reset */
     items_init();
 
     /* Sockets are bound before the tiers open: a port in use stops the start
@@ -670,6 +707,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "failed to start listening\n");
         exit(EX_OSERR);
     }
+    port_file_write();
     if (!tac_init())
         exit(EX_CONFIG);
     workers_start(settings.num_threads, main_base);

@@ -2,10 +2,11 @@
  * metrics.c - the stats as Prometheus text, over HTTP (metrics.h).
  *
  * Design.  One libevent HTTP server on the main event base answers
- * GET /metrics.  A scrape runs the same sections as `stats`, `stats
- * settings`, `stats items`, `stats slabs` and `stats tiers` through a sink
+ * GET /metrics.  A scrape runs the same sections as `stats`, `stats tac`,
+ * `stats settings`, `stats items`, `stats slabs` and `stats tiers` through a sink
  * that turns each numeric line into a sample:
- *   stats          tac_<name> (a gauge), or tac_<name>_total for a counter
+ *   stats, stats tac
+ *                  tac_<name> (a gauge), or tac_<name>_total for a counter
  *                  (stats.c's kind column); strings are left out but for
  *                  tac_version_info{version="..."} 1
  *   stats settings tac_setting_<name>, gauges, numeric values only
@@ -224,7 +225,7 @@ static const char *const type_names[] = { "counter", "gauge", "untyped" };
 static bool render(struct evbuffer *out)
 {
     static const struct { const char *section, *sub; } runs[] = {
-        { "general", "" }, { "settings", "settings" }, { "items", "items" },
+        { "general", "" }, { "general", "tac" }, { "settings", "settings" }, { "items", "items" },
         { "slabs", "slabs" }, { "tiers", "tiers" },
     };
     struct scrape sc = { 0 };

@@ -192,6 +192,12 @@ static void lru_crawler_metadump(conn *c, const char *arg)
         out_string(c, "SERVER_ERROR metadump needs a stream connection");
         return;
     }
+    /* memcached's rule: a dump streams alone, not behind answers of
+     * commands pipelined before it that are still queued. */
+    if (c->resp_head != NULL) {
+        out_string(c, "ERROR cannot pipeline other commands before metadump");
+        return;
+    }
     struct metadump *m = calloc(1, sizeof(*m));
     if (m == NULL) {
         out_errstring(c, "SERVER_ERROR out of memory");

@@ -273,6 +273,7 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
     /* UDP answers a datagram's requests at once, never in pieces (and a
      * datagram holds few keys). */
     bool pieces = c->transport != TRANSPORT_UDP;
+    int nkeys = 0;
 
     if (touch) {
         int32_t e;
@@ -290,6 +291,10 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
                 out_string(c, "CLIENT_ERROR bad command line format");
                 return;
             }
+            /* memcached gives every key of a get a response object,
+             * which -o read_buf_mem_limit bounds: so does this. */
+            if (!conn_resp_room(c, ++nkeys))
+                goto oom;
             if (pieces && i > 1 && pt_get_piece_full(c)) {
                 bool bad_key;
                 if (pt_get_stream_rest(c, tok, ntok, i, rest, exptime, touch,
@@ -365,6 +370,19 @@ static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
 }
 
 
+/* memcached's store looks its key up first, and `watch fetchers` sees that
+ * lookup as an item_get line before the store's line: so does this (only
+ * while someone watches fetchers). */
+static void pt_watch_store_lookup(conn *c, const item *it)
+{
+    enum item_miss why = MISS_NONE;
+    item *old = item_get(ITEM_key(it), it->nkey, &why, false);
+    conn_watch_get(c, ITEM_key(it), it->nkey, old, old != NULL, why,
+                   old != NULL ? old->slabs_clsid : 0);
+    if (old != NULL)
+        item_release(old);
+}
+
 static void pt_complete_classic(conn *c, item *it)
 {
     enum store_op op = PT_NREAD_OP(c->nr.cmd);
@@ -380,6 +398,8 @@ static void pt_complete_classic(conn *c, item *it)
         out_string(c, "CLIENT_ERROR bad data chunk");
         return;
     }
+    if (c->redo_tries == 0 && watch_on(WATCH_FETCHERS))
+        pt_watch_store_lookup(c, it);
     enum store_result ret = pt_store(c, it, op, c->nr.req_cas, NULL);
     if (ret == STORE_NEED_VALUE) {
         conn_retry_nread(c);        /* append/prepend to an SSD value */
@@ -925,6 +945,7 @@ static void pt_process_line(conn *c, char *line)
         strncmp(tok[ntok - 1].value, "HTTP/", 5) == 0) {
         if (__atomic_load_n(&settings.verbose, __ATOMIC_RELAXED) > 0)
             fprintf(stderr, "<%d HTTP request line: closing\n", c->sfd);
+        c->close_reason = "error";      /* a protocol error, as memcached logs it */
         c->rcurr += c->rbytes;
         c->rbytes = 0;
         conn_set_state(c, conn_closing);

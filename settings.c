@@ -122,6 +122,7 @@ struct option_def {
     const char *expect;     /* what check accepts, for its error */
     const char *const *choices; /* OPT_CHOICE: the names, NULL-terminated */
     bool no_effect;         /* accepted for compatibility, does nothing */
+    bool unlisted;          /* accepted, but -h does not name it */
 };
 
 /* Validators, below the table. */
@@ -171,10 +172,11 @@ static const char *const metrics_auths[] = {
 /* A memcached -o name with no meaning here (listed by name in -h). */
 #define IGNORED(nm) { OPT(0, nm, OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL, NULL) }
 static const struct option_def options[] = {
-    { OPT('p', "port", OPT_INT, S(port), 0, 65535, false, "tcpport", "<num>",
-      "TCP port to listen on, 0 is off"), .def = "11211" },
-    { OPT('U', "udp-port", OPT_INT, S(udpport), 0, 65535, false, "udpport", "<num>",
-      "UDP port to listen on, 0 is off"), .def = "0" },
+    { OPT('p', "port", OPT_INT, S(port), -1, 65535, false, "tcpport", "<num>",
+      "TCP port to listen on, 0 is off, -1 any free port"), .def = "11211" },
+    { OPT('U', "udp-port", OPT_INT, S(udpport), -1, 65535, false, "udpport", "<num>",
+      "UDP port to listen on, 0 is off, -1 any free port; given without -p it "
+      "is the TCP port too, as in memcached"), .def = "0" },
     { OPT('s', "unix-socket", OPT_STRING, S(socketpath), 0, 0, false, "domain_socket",
       "<file>", "UNIX socket to listen on (disables network support)") },
     { OPT('a', "unix-mask", OPT_OCTAL, S(access), 0, 0777, false, "umask", "<mask>",
@@ -366,6 +368,10 @@ static const struct option_def options[] = {
     { OPT(0, "ext_item_size", OPT_INT, S(ext_item_size), 0, 1 << 30, true, NULL,
       "<bytes>", "values smaller than this never go to SSD: when the tiers above "
       "are full they are evicted instead (0: any size goes)"), .def = "0" },
+    { OPT(0, "ext_item_age", OPT_INT, S(ext_item_age), 0, 1 << 30, true, NULL,
+      "<secs>", "move DRAM items not read for this many seconds to the SSD tier "
+      "even while DRAM has room, as memcached's extstore does (0: off, items "
+      "move down only when DRAM runs short)"), .def = "0" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -401,7 +407,8 @@ static const struct option_def options[] = {
     { OPT(0, "read_buf_mem_limit", OPT_MEGABYTES, S(read_buf_mem_limit), 0, 1 << 30,
       true, "read_buf_mem_limit", "<mb>", "memcached's limit on connection "
       "buffers, in megabytes: sets conn_mem_limit when that is not given (raised "
-      "to its floor, with a note); 0 leaves the default") },
+      "to its floor, with a note), and bounds the responses each worker queues "
+      "to its share, as memcached does; 0 leaves the default") },
     { OPT(0, "metrics_port", OPT_INT, S(metrics_port), 0, 65535, true,
       "metrics_port", "<num>", "HTTP port serving the stats in Prometheus "
       "text format at /metrics, on the -o metrics_listen addresses; 0 is "
@@ -476,7 +483,6 @@ static const struct option_def options[] = {
     IGNORED("inline_ascii_resp"),
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
-    IGNORED("ext_item_age"),
     IGNORED("ext_low_ttl"),
     IGNORED("ext_drop_unread"),
     IGNORED("ext_recache_rate"),
@@ -487,7 +493,11 @@ static const struct option_def options[] = {
     IGNORED("ext_io_depth"),
     IGNORED("slab_sizes"),
     IGNORED("resp_obj_mem_limit"),
-    IGNORED("no_drop_privileges"),
+    /* Accepted, not named by -h: memcached's test suite reads a -h that
+     * names it as "privileges can be dropped", which is not so here. */
+    { OPT(0, "no_drop_privileges", OPT_IGNORED, NOFIELD, 0, 0, true, NULL, NULL,
+      NULL), .unlisted = true },
+    IGNORED("relaxed_privileges"),
 };
 #undef IGNORED
 #undef S
@@ -518,6 +528,12 @@ static const struct option_def *opt_by_name(const char *name)
         if (strcmp(options[i].name, name) == 0)
             return &options[i];
     return NULL;
+}
+
+const char *settings_ignored_arg(const char *name)
+{
+    const struct option_def *o = opt_by_name(name);
+    return o != NULL && o->kind == OPT_IGNORED ? ignored_arg[o - options] : NULL;
 }
 
 static bool opt_given(const char *name)
@@ -570,8 +586,10 @@ static void opt_apply(const struct option_def *o, const char *arg)
     case OPT_INT:
     case OPT_MEGABYTES:
     case OPT_DOUBLE:
-        /* A 0|1 option given bare, as memcached takes maxconns_fast: 1. */
-        if (!arg && o->kind == OPT_INT && o->min == 0 && o->max == 1)
+        /* A 0|1 option given bare, as memcached takes maxconns_fast: 1;
+         * and slab_automove, whose bare form is 1 in memcached too. */
+        if (!arg && o->kind == OPT_INT && o->min == 0 &&
+            (o->max == 1 || strcmp(o->name, "slab_automove") == 0))
             arg = "1";
         if (!arg)
             die("option '%s' needs a value%s", name, "");
@@ -815,6 +833,14 @@ static void opt_apply_extended(const char *list)
             die("Illegal suboption \"%s\"%s", tok, "");
         given[o - options] = true;
         opt_apply(o, val);
+        /* memcached's no_modern turns off, at its place in the line (a
+         * later option turns one back on), what this server has of its
+         * "modern" defaults: the expiry crawler and the page mover. */
+        if (strcmp(o->name, "no_modern") == 0) {
+            settings.lru_crawler = false;
+            settings.slab_reassign = false;
+            settings.slab_automove = 0;
+        }
     }
     free(copy);
 }
@@ -894,7 +920,7 @@ void settings_usage(void)
     char names[1024] = "";
     for (size_t i = 0; i < NOPTIONS; i++) {
         const struct option_def *o = &options[i];
-        if (!o->extended || o->help != NULL)
+        if (!o->extended || o->help != NULL || o->unlisted)
             continue;
         size_t len = strlen(names);
         snprintf(names + len, sizeof(names) - len, "%s%s", len ? ", " : "", o->name);
@@ -1005,6 +1031,9 @@ bool settings_finalize(void)
     /* The default listen address, shown as such by `stats settings`. */
     if (settings.inter == NULL && settings.socketpath == NULL)
         settings.inter = strdup("127.0.0.1");
+    /* memcached: -U without -p sets the TCP port too. */
+    if (opt_given("udp-port") && settings.udpport != 0 && !opt_given("port"))
+        settings.port = settings.udpport;
     if (opt_given("ext_path") && opt_given("ssd_path")) {
         fprintf(stderr, "-o ext_path and -o ssd_path both name the SSD tier's "
                 "file; give one\n");
@@ -1190,7 +1219,6 @@ static const struct {
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
-    { "ext_item_age", "ext_item_age", "4294967295", 0, true },
     { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
     { "ext_recache_rate", "ext_recache_rate", "2000", 0, true },
     { "ext_compact_under", "ext_compact_under", "0", 0, true },
@@ -1218,6 +1246,10 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         out(ctx, "ext_wbuf_size", v);
         snprintf(v, sizeof(v), "%d", settings.ext_item_size);
         out(ctx, "ext_item_size", v);
+        /* memcached shows its "off" as UINT_MAX */
+        snprintf(v, sizeof(v), "%u", settings.ext_item_age > 0
+                 ? (unsigned)settings.ext_item_age : 4294967295u);
+        out(ctx, "ext_item_age", v);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;

@@ -138,6 +138,8 @@ struct settings {
     int ext_page_size;      /* -o ext_page_size, megabytes: ssd_page_size */
     int ext_wbuf_size;      /* -o ext_wbuf_size, megabytes: ssd_buf_size */
     int ext_item_size;      /* -o ext_item_size: smallest value written to SSD */
+    int ext_item_age;       /* -o ext_item_age: seconds unread before a DRAM
+                               item moves to SSD regardless of room; 0 off */
     int ext_threads;        /* -o ext_threads: SSD thread pool size, 0 = default */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
@@ -174,6 +176,9 @@ static inline rel_time_t mc_now(void)
 
 /* Sets defaults into `settings`.  Called before option parsing. */
 void settings_init(void);
+/* What the command line gave a memcached option that is accepted and
+ * ignored here ("yes" for a bare flag), or NULL: it was not given. */
+const char *settings_ignored_arg(const char *name);
 
 /*
  * Parses the command line (memcached's short and long flags, and -o

@@ -400,6 +400,12 @@ void slabs_init(void)
         npart = MAX_PARTITIONS;
     mem_limit = settings.maxbytes;
     mem_malloced = 0;
+    /* memcached's test hook, read as memcached reads it in every build:
+     * that many bytes count as handed out already (its t/64bit.t fakes a
+     * 4 GB preallocation with it). */
+    const char *fake = getenv("T_MEMD_INITIAL_MALLOC");
+    if (fake != NULL)
+        mem_malloced = (size_t)strtoull(fake, NULL, 10);
     shrinking = false;
     prealloc_used = 0;
     std_page = (size_t)settings.slab_page_size;

@@ -265,7 +265,32 @@ struct stat_row {
     size_t off;             /* SRC_GSTATS, SRC_WORKERS, SRC_CLASSES */
     stat_local_fn local;    /* SRC_LOCAL */
     const char *doc;        /* doc/stats.md's meaning, word for word */
+    bool (*shown)(void);    /* NULL, or false when memcached leaves it out */
 };
+
+/* Lines memcached prints only under some flags: the same flags here. */
+static bool shown_idle_timeout(void)
+{
+    return settings.idle_timeout > 0;
+}
+
+static bool shown_slab_reassign(void)
+{
+    return settings.slab_reassign;
+}
+
+static bool shown_lru_crawler(void)
+{
+    return __atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED);
+}
+
+static bool shown_lru_maintainer(void)
+{
+    /* memcached's no_modern stops its LRU maintainer too */
+    return settings_ignored_arg("no_lru_maintainer") == NULL &&
+           (settings_ignored_arg("no_modern") == NULL ||
+            settings_ignored_arg("lru_maintainer") != NULL);
+}
 
 static void local_pid(const struct general_snap *g, char *val, size_t len)
 {
@@ -352,6 +377,8 @@ static void local_partitions(const struct general_snap *g, char *val,
 #define CLASSES(f) .src = SRC_CLASSES, .off = offsetof(struct slab_stats, f)
 #define LOCAL(fn)  .src = SRC_LOCAL, .local = fn
 #define MODULE     .src = SRC_MODULE
+/* IF(shown_x, read): the line is printed only while shown_x() is true. */
+#define IF(fn, read) read, .shown = fn
 #define ROW(n, t, read, d) { .name = n, .type = STAT_##t, read, .doc = d }
 
 /*
@@ -411,14 +438,6 @@ static const struct stat_row general_stats[] = {
     ROW("cmd_meta", COUNTER, WORKERS(meta_cmds), "meta commands"),
     ROW("get_hits", COUNTER, CLASSES(get_hits),
         "keys found, in any tier"),
-    ROW("get_hits_ssd", COUNTER, MODULE,
-        "hits served from the SSD tier (only with an SSD tier)"),
-    ROW("ssd_meta_tuple_bytes", CONST, MODULE,
-        "DRAM bytes an SSD-resident item costs besides its key (48; only "
-        "with an SSD tier; see `stats tiers`)"),
-    ROW("tuple_checksum_failures", COUNTER, MODULE,
-        "NVM and SSD tuples found damaged when read back (only with a lower "
-        "tier; see `stats tiers`)"),
     ROW("extstore_pages_used", GAUGE, MODULE,
         "SSD pages holding data: memcached's extstore name for `ssd_pages_used` (only with an SSD tier)"),
     ROW("extstore_pages_free", GAUGE, MODULE,
@@ -521,23 +540,9 @@ static const struct stat_row general_stats[] = {
         "SASL_STEP"),
     ROW("auth_errors", COUNTER, GSTATS(auth_errors),
         "refused authentications, and commands refused before one"),
-    ROW("auth_failure_closes", COUNTER, MODULE,
-        "connections closed after their third failed SASL attempt; not "
-        "cleared by `stats reset`"),
-    ROW("metrics_conns", GAUGE, MODULE,
-        "open connections to the `-o metrics_port`"),
-    ROW("metrics_auth_errors", COUNTER, MODULE,
-        "`-o metrics_port` requests answered 401 for want of a user's "
-        "authentication (with -Y or -S); not cleared by `stats reset`"),
-    ROW("metrics_timeouts", COUNTER, MODULE,
-        "`-o metrics_port` connections closed at `-o metrics_timeout` after "
-        "they were accepted; not cleared by `stats reset`"),
-    ROW("metrics_conns_capped", COUNTER, MODULE,
-        "times the `-o metrics_port` stopped accepting at `-o "
-        "metrics_max_conns` open connections; not cleared by `stats reset`"),
-    ROW("metrics_listen_disabled_num", COUNTER, MODULE,
-        "times the `-o metrics_port` stopped accepting for lack of file "
-        "descriptors; not cleared by `stats reset`"),
+    ROW("idle_kicks", COUNTER, IF(shown_idle_timeout, GSTATS(idle_kicks)),
+        "connections closed for being idle past `-o idle_timeout` (only "
+        "with -o idle_timeout)"),
     ROW("bytes_read", COUNTER, WORKERS(bytes_read),
         "bytes read from the network"),
     ROW("bytes_written", COUNTER, WORKERS(bytes_written),
@@ -562,25 +567,25 @@ static const struct stat_row general_stats[] = {
         "bytes used by the hash table"),
     ROW("hash_is_expanding", GAUGE, MODULE,
         "1 while an incremental resize runs"),
-    ROW("slab_reassign_rescues", COUNTER, MODULE,
+    ROW("slab_reassign_rescues", COUNTER, IF(shown_slab_reassign, MODULE),
         "items of pages being emptied that moved down a tier rather than "
         "being evicted; not cleared by `stats reset`"),
-    ROW("slab_reassign_chunk_rescues", CONST, LOCAL(local_zero),
+    ROW("slab_reassign_chunk_rescues", CONST, IF(shown_slab_reassign, LOCAL(local_zero)),
         "always 0: no item is split into chunks here"),
-    ROW("slab_reassign_evictions_nomem", COUNTER, MODULE,
+    ROW("slab_reassign_evictions_nomem", COUNTER, IF(shown_slab_reassign, MODULE),
         "live items of pages being emptied that were evicted (no lower tier); "
         "not cleared by `stats reset`"),
-    ROW("slab_reassign_inline_reclaim", COUNTER, MODULE,
+    ROW("slab_reassign_inline_reclaim", COUNTER, IF(shown_slab_reassign, MODULE),
         "expired or flushed items of pages being emptied, freed in place; "
         "not cleared by `stats reset`"),
-    ROW("slab_reassign_busy_deletes", CONST, LOCAL(local_zero),
+    ROW("slab_reassign_busy_deletes", CONST, IF(shown_slab_reassign, LOCAL(local_zero)),
         "always 0: a busy item is retried (`slab_reassign_busy_items`), "
         "never deleted"),
-    ROW("lru_crawler_running", GAUGE, MODULE,
+    ROW("lru_crawler_running", GAUGE, IF(shown_lru_crawler, MODULE),
         "1 while an expiry crawl pass runs"),
-    ROW("lru_crawler_starts", COUNTER, GSTATS(lru_crawler_starts),
+    ROW("lru_crawler_starts", COUNTER, IF(shown_lru_crawler, GSTATS(lru_crawler_starts)),
         "expiry crawl passes started (by the timer or `lru_crawler crawl`)"),
-    ROW("lru_maintainer_juggles", COUNTER, MODULE,
+    ROW("lru_maintainer_juggles", COUNTER, IF(shown_lru_maintainer, MODULE),
         "rounds of the DRAM and NVM LRU threads (Lazy LRU); not cleared by "
         "`stats reset`"),
     ROW("malloc_fails", CONST, LOCAL(local_zero),
@@ -598,22 +603,74 @@ static const struct stat_row general_stats[] = {
     ROW("log_watcher_sent", COUNTER, MODULE,
         "`watch` lines handed to watchers; not cleared by `stats reset`"),
     ROW("log_watchers", GAUGE, MODULE, "connections running `watch`"),
-    ROW("log_watchers_refused", COUNTER, MODULE,
-        "`watch` commands refused with `WATCHER_TOO_MANY` because 20 "
-        "connections were watching; not cleared by `stats reset`"),
     ROW("unexpected_napi_ids", CONST, LOCAL(local_zero),
         "always 0: connections are not steered by NAPI ID"),
     ROW("round_robin_fallback", CONST, LOCAL(local_zero),
         "always 0: connections are not steered by NAPI ID"),
-    ROW("partitions", CONST, LOCAL(local_partitions),
-        "LRU/free-list partitions per slab class (`-o partitions`)"),
-    ROW("total_malloced", GAUGE, MODULE,
-        "bytes of `-m` handed out as slab pages"),
     ROW("bytes", GAUGE, GSTATS(bytes),
         "bytes used by stored items (headers included)"),
     ROW("curr_items", GAUGE, GSTATS(curr_items),
         "items in the index (DRAM items + meta tuples of lower tiers)"),
     ROW("total_items", COUNTER, GSTATS(total_items), "items ever stored"),
+    ROW("expired_unfetched", COUNTER, GSTATS(expired_unfetched),
+        "items reclaimed after expiring without a read"),
+    ROW("evicted_unfetched", COUNTER, GSTATS(evicted_unfetched),
+        "items evicted without ever being read"),
+    ROW("evicted_active", COUNTER, IF(shown_lru_maintainer, GSTATS(evicted_active)),
+        "evicted items that had been read more than once"),
+    ROW("evictions", COUNTER, GSTATS(evictions),
+        "items dropped to make room (not with `-M`)"),
+    ROW("reclaimed", COUNTER, GSTATS(reclaimed),
+        "expired items whose memory was reused"),
+    ROW("crawler_reclaimed", COUNTER, GSTATS(crawler_reclaimed),
+        "expired items reclaimed by the background crawler"),
+    ROW("crawler_items_checked", COUNTER, GSTATS(crawler_items_checked),
+        "items the crawler examined"),
+    ROW("lrutail_reflocked", COUNTER, GSTATS(lrutail_reflocked),
+        "LRU tail items skipped because a reader held them"),
+    ROW("direct_reclaims", COUNTER, IF(shown_lru_maintainer, GSTATS(direct_reclaims)),
+        "items a worker took from an LRU tail (expired, or evicted) to store "
+        "a new one, for want of a free chunk"),
+    ROW("moves_to_cold", CONST, IF(shown_lru_maintainer, LOCAL(local_zero)),
+        "always 0: one LRU per class, not segmented (see `stats items`)"),
+    ROW("moves_to_warm", CONST, IF(shown_lru_maintainer, LOCAL(local_zero)),
+        "always 0: one LRU per class, not segmented"),
+    ROW("moves_within_lru", COUNTER, IF(shown_lru_maintainer, GSTATS(lru_bumps)),
+        "items moved to the head of their LRU after a read (`lru_bumps`)"),
+    ROW("lru_bumps_dropped", COUNTER, IF(shown_lru_maintainer, GSTATS(lru_bumps_dropped)),
+        "such moves dropped because the worker's ring (1024) was full; the "
+        "item stays where it is"),
+    ROW("slab_reassign_running", GAUGE, IF(shown_slab_reassign, MODULE),
+        "1 while the page mover is emptying a page"),
+    ROW("slabs_moved", COUNTER, IF(shown_slab_reassign, MODULE),
+        "pages moved from one slab class to another or to the pool; not "
+        "cleared by `stats reset`"),
+    ROW("slab_reassign_busy_items", COUNTER, IF(shown_slab_reassign, MODULE),
+        "times an item in a page being emptied was busy and retried; not "
+        "cleared by `stats reset`"),
+    ROW("slab_global_page_pool", GAUGE, MODULE,
+        "free pages in the global pool"),
+};
+
+/*
+ * `stats tac`, in output order: tac-memcached's own general counters, the
+ * ones memcached 1.6.18 does not print in plain `stats` (see doc/stats.md).
+ * A new counter of this server's own is one row here and one row in
+ * doc/stats.md's `stats tac` table.
+ */
+static const struct stat_row tac_stats[] = {
+    ROW("get_hits_ssd", COUNTER, MODULE,
+        "hits served from the SSD tier (only with an SSD tier)"),
+    ROW("ssd_meta_tuple_bytes", CONST, MODULE,
+        "DRAM bytes an SSD-resident item costs besides its key (48; only "
+        "with an SSD tier; see `stats tiers`)"),
+    ROW("tuple_checksum_failures", COUNTER, MODULE,
+        "NVM and SSD tuples found damaged when read back (only with a lower "
+        "tier; see `stats tiers`)"),
+    ROW("partitions", CONST, LOCAL(local_partitions),
+        "LRU/free-list partitions per slab class (`-o partitions`)"),
+    ROW("total_malloced", GAUGE, MODULE,
+        "bytes of `-m` handed out as slab pages"),
     ROW("recovery_state", STRING, MODULE,
         "restart recovery: off (`-o recovery=off`), none (nothing to bring "
         "back), running, done or failed (see README, Restart)"),
@@ -634,38 +691,10 @@ static const struct stat_row general_stats[] = {
         "flag bits or a negative time (dropped)"),
     ROW("recovery_seconds", GAUGE, MODULE,
         "seconds the restart's recovery took (so far, while running)"),
-    ROW("expired_unfetched", COUNTER, GSTATS(expired_unfetched),
-        "items reclaimed after expiring without a read"),
-    ROW("evicted_unfetched", COUNTER, GSTATS(evicted_unfetched),
-        "items evicted without ever being read"),
-    ROW("evicted_active", COUNTER, GSTATS(evicted_active),
-        "evicted items that had been read more than once"),
-    ROW("evictions", COUNTER, GSTATS(evictions),
-        "items dropped to make room (not with `-M`)"),
-    ROW("reclaimed", COUNTER, GSTATS(reclaimed),
-        "expired items whose memory was reused"),
-    ROW("crawler_reclaimed", COUNTER, GSTATS(crawler_reclaimed),
-        "expired items reclaimed by the background crawler"),
-    ROW("crawler_items_checked", COUNTER, GSTATS(crawler_items_checked),
-        "items the crawler examined"),
-    ROW("lrutail_reflocked", COUNTER, GSTATS(lrutail_reflocked),
-        "LRU tail items skipped because a reader held them"),
-    ROW("direct_reclaims", COUNTER, GSTATS(direct_reclaims),
-        "items a worker took from an LRU tail (expired, or evicted) to store "
-        "a new one, for want of a free chunk"),
-    ROW("moves_to_cold", CONST, LOCAL(local_zero),
-        "always 0: one LRU per class, not segmented (see `stats items`)"),
-    ROW("moves_to_warm", CONST, LOCAL(local_zero),
-        "always 0: one LRU per class, not segmented"),
-    ROW("moves_within_lru", COUNTER, GSTATS(lru_bumps),
-        "items moved to the head of their LRU after a read (`lru_bumps`)"),
     ROW("lru_bumps_queued", COUNTER, GSTATS(lru_bumps_queued),
         "reads that raised an item's temperature class, queued on the "
         "worker's bump ring for its LRU thread (Lazy LRU: workers never take "
         "an LRU lock)"),
-    ROW("lru_bumps_dropped", COUNTER, GSTATS(lru_bumps_dropped),
-        "such moves dropped because the worker's ring (1024) was full; the "
-        "item stays where it is"),
     ROW("lru_bumps", COUNTER, GSTATS(lru_bumps),
         "items the DRAM and NVM LRU threads moved to their LRU head"),
     ROW("lru_second_chances", COUNTER, GSTATS(lru_second_chances),
@@ -704,11 +733,26 @@ static const struct stat_row general_stats[] = {
         "values sent from a copy because the item already had 61,440 "
         "references held by queued responses and parked reads (a key "
         "repeated in very many gets at once)"),
-    ROW("slab_reassign_running", GAUGE, MODULE,
-        "1 while the page mover is emptying a page"),
-    ROW("slabs_moved", COUNTER, MODULE,
-        "pages moved from one slab class to another or to the pool; not "
+    ROW("auth_failure_closes", COUNTER, MODULE,
+        "connections closed after their third failed SASL attempt; not "
         "cleared by `stats reset`"),
+    ROW("log_watchers_refused", COUNTER, MODULE,
+        "`watch` commands refused with `WATCHER_TOO_MANY` because 20 "
+        "connections were watching; not cleared by `stats reset`"),
+    ROW("metrics_conns", GAUGE, MODULE,
+        "open connections to the `-o metrics_port`"),
+    ROW("metrics_auth_errors", COUNTER, MODULE,
+        "`-o metrics_port` requests answered 401 for want of a user's "
+        "authentication (with -Y or -S); not cleared by `stats reset`"),
+    ROW("metrics_timeouts", COUNTER, MODULE,
+        "`-o metrics_port` connections closed at `-o metrics_timeout` after "
+        "they were accepted; not cleared by `stats reset`"),
+    ROW("metrics_conns_capped", COUNTER, MODULE,
+        "times the `-o metrics_port` stopped accepting at `-o "
+        "metrics_max_conns` open connections; not cleared by `stats reset`"),
+    ROW("metrics_listen_disabled_num", COUNTER, MODULE,
+        "times the `-o metrics_port` stopped accepting for lack of file "
+        "descriptors; not cleared by `stats reset`"),
     ROW("slab_reassign_to_pool", COUNTER, MODULE,
         "pages returned to the global pool (reusable by any class); not "
         "cleared by `stats reset`"),
@@ -718,14 +762,9 @@ static const struct stat_row general_stats[] = {
     ROW("slab_reassign_evicted", COUNTER, MODULE,
         "items taken out of pages being emptied (moved to a lower tier when "
         "one exists, otherwise evicted); not cleared by `stats reset`"),
-    ROW("slab_reassign_busy_items", COUNTER, MODULE,
-        "times an item in a page being emptied was busy and retried; not "
-        "cleared by `stats reset`"),
     ROW("slab_automove_moves", COUNTER, MODULE,
         "moves started by the automove policy; not cleared by `stats "
         "reset`"),
-    ROW("slab_global_page_pool", GAUGE, MODULE,
-        "free pages in the global pool"),
 };
 
 #undef GSTATS
@@ -733,57 +772,73 @@ static const struct stat_row general_stats[] = {
 #undef CLASSES
 #undef LOCAL
 #undef MODULE
+#undef IF
 #undef ROW
 
 #define NGENERAL (sizeof(general_stats) / sizeof(general_stats[0]))
+#define NTAC (sizeof(tac_stats) / sizeof(tac_stats[0]))
 
-/* The readers of MODULE rows, by row. */
-static struct {
+/* The reader of a MODULE row. */
+struct stat_provided {
     uint64_t (*fn)(void);
     const uint64_t *counter;
     const char *(*text)(void);
-} provided[NGENERAL];
+};
 
-static size_t module_row(const char *name)
+static struct stat_provided general_provided[NGENERAL], tac_provided[NTAC];
+
+static const struct stat_table {
+    const struct stat_row *rows;
+    size_t n;
+    struct stat_provided *provided;
+} stat_tables[] = {
+    { general_stats, NGENERAL, general_provided },  /* `stats` */
+    { tac_stats, NTAC, tac_provided },              /* `stats tac` */
+};
+
+static const struct stat_row *find_row(const char *name,
+                                       struct stat_provided **prov)
 {
-    for (size_t i = 0; i < NGENERAL; i++)
-        if (strcmp(general_stats[i].name, name) == 0 &&
-            general_stats[i].src == SRC_MODULE)
-            return i;
-    fprintf(stderr, "stats: %s is not a module's line of `stats`\n", name);
-    abort();
+    for (size_t t = 0; t < sizeof(stat_tables) / sizeof(stat_tables[0]); t++)
+        for (size_t i = 0; i < stat_tables[t].n; i++)
+            if (strcmp(stat_tables[t].rows[i].name, name) == 0) {
+                if (prov != NULL)
+                    *prov = &stat_tables[t].provided[i];
+                return &stat_tables[t].rows[i];
+            }
+    return NULL;
+}
+
+static struct stat_provided *module_row(const char *name)
+{
+    struct stat_provided *p = NULL;
+    const struct stat_row *r = find_row(name, &p);
+    if (r == NULL || r->src != SRC_MODULE) {
+        fprintf(stderr, "stats: %s is not a module's line of `stats`\n", name);
+        abort();
+    }
+    return p;
 }
 
 void stats_provide(const char *name, uint64_t (*fn)(void))
 {
-    size_t i = module_row(name);
-    provided[i].fn = fn;
-    provided[i].counter = NULL;
-    provided[i].text = NULL;
+    *module_row(name) = (struct stat_provided){ .fn = fn };
 }
 
 void stats_provide_text(const char *name, const char *(*fn)(void))
 {
-    size_t i = module_row(name);
-    provided[i].fn = NULL;
-    provided[i].counter = NULL;
-    provided[i].text = fn;
+    *module_row(name) = (struct stat_provided){ .text = fn };
 }
 
 void stats_provide_counter(const char *name, const uint64_t *counter)
 {
-    size_t i = module_row(name);
-    provided[i].fn = NULL;
-    provided[i].counter = counter;
-    provided[i].text = NULL;
+    *module_row(name) = (struct stat_provided){ .counter = counter };
 }
 
 int stats_general_kind(const char *name)
 {
-    for (size_t i = 0; i < NGENERAL; i++)
-        if (strcmp(general_stats[i].name, name) == 0)
-            return (int)general_stats[i].type;
-    return -1;
+    const struct stat_row *r = find_row(name, NULL);
+    return r != NULL ? (int)r->type : -1;
 }
 
 static uint64_t field_at(const void *base, size_t off)
@@ -792,16 +847,19 @@ static uint64_t field_at(const void *base, size_t off)
                            __ATOMIC_RELAXED);
 }
 
-static void stats_general(struct stat_sink *s)
+static void stats_table(struct stat_sink *s, const struct stat_table *tab)
 {
     struct general_snap g;
     stats_aggregate(&g.ts, &g.tot);
     getrusage(RUSAGE_SELF, &g.usage);
     g.now = mc_now();
 
-    for (size_t i = 0; i < NGENERAL; i++) {
-        const struct stat_row *r = &general_stats[i];
+    for (size_t i = 0; i < tab->n; i++) {
+        const struct stat_row *r = &tab->rows[i];
+        const struct stat_provided *p = &tab->provided[i];
         uint64_t v;
+        if (r->shown != NULL && !r->shown())
+            continue;
         switch (r->src) {
         case SRC_GSTATS:
             v = field_at(&gstats, r->off);
@@ -813,12 +871,12 @@ static void stats_general(struct stat_sink *s)
             v = field_at(&g.tot, r->off);
             break;
         case SRC_MODULE:
-            if (provided[i].counter != NULL)
-                v = __atomic_load_n(provided[i].counter, __ATOMIC_RELAXED);
-            else if (provided[i].fn != NULL)
-                v = provided[i].fn();
-            else if (provided[i].text != NULL) {
-                s->emit(s->ctx, r->name, provided[i].text());
+            if (p->counter != NULL)
+                v = __atomic_load_n(p->counter, __ATOMIC_RELAXED);
+            else if (p->fn != NULL)
+                v = p->fn();
+            else if (p->text != NULL) {
+                s->emit(s->ctx, r->name, p->text());
                 continue;
             } else
                 continue;           /* its tier is not configured */
@@ -839,7 +897,11 @@ static void stats_general(struct stat_sink *s)
 bool stats_run(const char *sub, struct stat_sink *sink)
 {
     if (sub == NULL || *sub == '\0') {
-        stats_general(sink);
+        stats_table(sink, &stat_tables[0]);
+        return true;
+    }
+    if (strcmp(sub, "tac") == 0) {
+        stats_table(sink, &stat_tables[1]);
         return true;
     }
     bool known = false;

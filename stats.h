@@ -101,6 +101,7 @@ struct thread_stats {
     X(response_obj_oom)      \
     X(auth_cmds)             \
     X(auth_errors)           \
+    X(idle_kicks)            \
     X(lru_bumps_queued)      \
     X(lru_bumps_dropped)     \
     X(lru_bumps)             \

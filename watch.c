@@ -27,7 +27,9 @@
 #include "watch.h"
 
 #define WATCH_SLOTS 8192
-#define WATCH_LINE 480                  /* a 250-byte key URI-encoded fits */
+/* A line with a 250-byte key URI-encoded (750 bytes) and every field fits.
+ * The ring is static: its pages are touched only once watched. */
+#define WATCH_LINE 1024
 
 struct slot {
     unsigned int kind;

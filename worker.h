@@ -30,6 +30,7 @@ struct worker {
     struct thread_stats stats;  /* written by this worker only */
     struct resp *resp_cache;    /* free resps, this worker only */
     int resp_cache_len;
+    int resp_live;              /* resps queued on its connections */
     struct conn *conns;         /* this worker's connections */
     struct tac_reader *reader;  /* SSD reads; NULL without an SSD tier */
     struct event *reader_event;

@@ -115,7 +115,7 @@ def comeback(srv, args, before, label, d):
     back90 = None
     done_s = None
     while time.time() - t_open < 300:
-        st = stats(srv.port)
+        st = stats(srv.port, "tac")
         if done_s is None and st.get("recovery_state") in ("done", "failed", "none"):
             done_s = time.time() - srv.t0
             final = st
@@ -126,7 +126,7 @@ def comeback(srv, args, before, label, d):
         if back90 is not None and done_s is not None:
             break
     if done_s is None:
-        final = stats(srv.port)
+        final = stats(srv.port, "tac")
     items = int(final.get("recovery_items", 0))
     rec_s = float(final.get("recovery_seconds", 0))
     return {"open_s": round(srv.open_s, 3), "recovered_s": round(done_s, 2) if done_s else None,
@@ -210,7 +210,7 @@ def main():
         srv.stop(signal.SIGKILL)
         disk = dd_read_rate(ssd)
         srv = Server(cmd, errpath, port)
-        while stats(port).get("recovery_state") not in ("done", "failed", "none"):
+        while stats(port, "tac").get("recovery_state") not in ("done", "failed", "none"):
             time.sleep(0.05)
         with open(errpath) as f:
             line = [ln for ln in f if "SSD scan:" in ln][-1]

@@ -77,6 +77,7 @@ def stats(port, sub=""):
 
 def all_stats(port):
     st = stats(port)
+    st.update(stats(port, "tac"))
     st.update(stats(port, "tiers"))
     return st
 

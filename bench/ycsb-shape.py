@@ -148,6 +148,7 @@ def run(a, port, proc):
             try:
                 st = stats_mux.stats(b"tiers", timeout=60)
                 st.update(stats_mux.stats(timeout=60))
+                st.update(stats_mux.stats(b"tac", timeout=60))
             except (ConnectionError, TimeoutError) as e:
                 print("stats failed: %s" % e)
                 return

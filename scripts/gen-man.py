@@ -8,9 +8,10 @@ Sources:
   * OPTIONS and EXTENDED OPTIONS: `tac-memcached -h`, every entry (the option table in
     settings.c prints it, so the page lists exactly the options the binary takes);
   * TIER STATISTICS: doc/stats.md.  The rule: every statistic memcached 1.6 does not have,
-    that is every name of the `stats` table that memcached 1.6.18's `stats` does not print
+    that is every name of the `stats tac` table (tac-memcached's own general lines), any
+    name of the `stats` table that memcached 1.6.18's `stats` does not print
     (MEMCACHED_STATS below, taken from memcached 1.6.18 running with an extstore file), and
-    every name of the `stats tiers`, `stats nvm` and `stats temperature` tables, three
+    every name of the `stats tiers`, `stats nvm` and `stats temperature` tables, four
     commands memcached lacks.  (`stats settings` lines mirror the options.)
 The rest of the page (description, signals, exit status, files) is written here.
 
@@ -134,14 +135,16 @@ def tier_stats(stats_md):
     """doc/stats.md -> [(command, [(names, kind or None, meaning)])], by the rule above."""
     secs = md_sections(stats_md)
     groups = []
-    if "stats" not in secs:
-        raise SystemExit("gen-man: doc/stats.md has no `stats` section")
+    for cmd in ("stats", "stats tac"):
+        if cmd not in secs:
+            raise SystemExit("gen-man: doc/stats.md has no `%s` section" % cmd)
     own = []
-    for names, cells in md_table(secs["stats"]):
-        names = [n for n in names if n not in MEMCACHED_STATS]
-        if names:
-            own.append((names, cells[0], cells[-1]))
-    groups.append(("stats", own))
+    for cmd in ("stats", "stats tac"):
+        for names, cells in md_table(secs[cmd]):
+            names = [n for n in names if cmd == "stats tac" or n not in MEMCACHED_STATS]
+            if names:
+                own.append((names, cells[0], cells[-1]))
+    groups.append(("stats tac", own))
     for cmd in TIER_COMMANDS:
         if cmd not in secs:
             raise SystemExit("gen-man: doc/stats.md has no `%s` section" % cmd)
@@ -282,16 +285,16 @@ and have no effect (each one given prints a note): %s.
 STATS_HEAD = r""".SH TIER STATISTICS
 Every statistic of memcached keeps its name and meaning.
 This section lists the statistics memcached 1.6 does not have:
-the lines of
-.B stats
-that memcached's
-.B stats
-does not print, and every line of
+every line of
+.BR "stats tac" ,
 .BR "stats tiers" ,
 .B "stats nvm"
 and
 .BR "stats temperature" ,
-three commands memcached lacks.
+four commands memcached lacks.
+Plain
+.B stats
+prints exactly memcached 1.6.18's names.
 Most are about the tiers; a few are about tac\-memcached's own LRU, restart
 and limits.
 (\fBstats settings\fR adds one line per option above.)
@@ -310,7 +313,7 @@ is fixed while the server runs.
 """
 
 STATS_INTRO = {
-    "stats": "tac\\-memcached's own lines of plain \\fBstats\\fR, with their kind:",
+    "stats tac": "tac\\-memcached's own general lines, with their kind:",
     "stats tiers": "One group of lines per tier, then the tier policy's counters:",
     "stats nvm": ("The NVM slot classes, one group \\fIclass\\fB:\\fIname\\fR per class "
                   "that has held a page, then \\fBactive_classes\\fR and \\fBfree_pages\\fR:"),
@@ -347,7 +350,7 @@ The next start with the same options serves at once and brings the items back in
 background
 .RB ( recovery_state
 in
-.BR stats );
+.BR "stats tac" );
 the state file is deleted once it has been read.
 After a crash the server scans the tier files instead, guided by a journal beside the
 state file; with

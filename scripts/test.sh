@@ -3,8 +3,9 @@
 # against ./tac-memcached), then an ASan+UBSan build in build-asan/ and the
 # integration suite again against it, less the tests marked slow, a
 # ThreadSanitizer build in build-tsan/ running the three-tier stress test, and
-# a short run of each libFuzzer harness (tests/fuzz). Ends with
-# "N passed, N failed, N skipped".
+# a short run of each libFuzzer harness (tests/fuzz), and with MEMCACHED_SRC
+# set, memcached 1.6.18's own t/ core files (tests/conformance/run.sh). Ends
+# with "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -115,6 +116,20 @@ if sanitizer_build build-tsan --enable-tsan; then
     fi
 else
     failed_steps+=("tsan-build")
+fi
+
+# memcached 1.6.18's own t/ suite, only when a checkout of it is given
+# (MEMCACHED_SRC; CI has none): the 44 core files (text protocol, binary.t,
+# binary-get.t) against this build only, four files at a time, bounded to 4
+# minutes (about 2.5 on two cores); a failure of a file doc/design.md lists
+# as unable to pass is shown, not counted.  Both columns, every file:
+# tests/conformance/run.sh (README, "memcached's own test suite").
+if [ -n "${MEMCACHED_SRC:-}" ]; then
+    echo "== memcached 1.6.18's t/ suite, core files (MEMCACHED_SRC=$MEMCACHED_SRC)"
+    if ! CONFORMANCE_SET=core STOCK_MEMCACHED=none CONFORMANCE_TIMEOUT=200 \
+            timeout -k 10 240 tests/conformance/run.sh; then
+        failed_steps+=("conformance")
+    fi
 fi
 
 echo "== libFuzzer harnesses (clang, ASan+UBSan): text, meta, binary"

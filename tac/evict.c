@@ -89,6 +89,7 @@ static int evict_round(struct evictor *e)
     int nvm_moved = evict_nvm_round(e);
     if (e->id == 0)
         nvm_moved += tac_nvm_mover_step();
+    nvm_moved += tac_age_round(e->id, nevictors);
     if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&backlog_bytes, 0, __ATOMIC_RELAXED);

@@ -104,6 +104,10 @@ extern struct tac_state tac;
  * false when the lower tier or the meta tuple could not be had. */
 bool tac_demote(item *it, uint32_t hv);
 
+/* -o ext_item_age (tac/age.c): moves this evictor's DRAM items unread for
+ * that long to SSD.  Returns the number moved. */
+int tac_age_round(int evictor, int nevictors);
+
 /* anti2 (DESIGN.md 5) treats DRAM and NVM as one memory: an item entering
  * it, a set or a tuple read up from SSD, lands in NVM with probability
  * NVM / (DRAM + NVM) by configured size, in DRAM otherwise, whatever its

@@ -165,6 +165,10 @@ class Conn:
                 out[parts[1]] = parts[2] if len(parts) > 2 else ""
         return out
 
+    def stats_general(self):
+        """Plain `stats` (memcached's names) and `stats tac` (this server's own) in one dict."""
+        return {**self.stats(), **self.stats(b"tac")}
+
     def close(self):
         try:
             self.sock.close()

@@ -158,7 +158,7 @@ def wait_crash_recovered(srv, seed, when, allow_failed=False):
     while True:
         assert srv.alive(), "%s: the server died while recovering (rc=%s, %s)\n%s" % (
             when, srv.proc.poll(), tag(seed), srv.stderr_text())
-        rs = recovery_stats(c.stats())
+        rs = recovery_stats(c.stats(b"tac"))
         if not seen or seen[-1] != rs["state"]:
             seen.append(rs["state"])
         if rs["state"] in ends:
@@ -907,7 +907,7 @@ def test_kill9_during_recovery_and_during_graceful_stop(server, tier_files):
     # SIGKILL again as soon as the port accepts, while it recovers if it still does.
     srv = start_again(server, srv, args, seed, "after the first SIGKILL", wait=False)
     c = connect_asap(srv, seed, "after the first SIGKILL")
-    state = recovery_stats(c.stats())["state"]
+    state = recovery_stats(c.stats(b"tac"))["state"]
     print("restarted server accepted; recovery_state %s; SIGKILL" % state)
     assert state in ("running", "done"), "after a crash recovery_state is %r, want running or done (%s)" % (
         state, tag(seed))
@@ -1024,7 +1024,7 @@ def test_kill9_dram_log_after_writes_during_recovery(server, tier_files):
     sigkill(srv, seed, "SIGKILL after the first check")
     srv = start_again(server, srv, args, seed, "after the second SIGKILL", wait=False)
     c = connect_asap(srv, seed, "after the second SIGKILL")
-    state = recovery_stats(c.stats())["state"]
+    state = recovery_stats(c.stats(b"tac"))["state"]
     rewrite = ds.keys[: len(ds.keys) // 4]
     for k in rewrite:
         ds.make(k, 2)

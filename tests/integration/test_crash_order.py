@@ -41,7 +41,7 @@ def tier_of(c, key):
 def wait_recovered(srv):
     c = srv.connect()
     deadline = time.time() + 60
-    while c.stats()["recovery_state"] != "done":
+    while c.stats(b"tac")["recovery_state"] != "done":
         assert srv.alive() and time.time() < deadline, srv.stderr_text()
         time.sleep(0.05)
     return c

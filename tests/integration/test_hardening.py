@@ -144,7 +144,7 @@ def test_conn_mem_limit_bounds_long_get_lines(server):
         while not stop.is_set():
             try:
                 peak[0] = max(peak[0], rss_anon_kb(srv.proc.pid))
-                held = int(watcher.stats().get("conn_mem_bytes", 0))
+                held = int(watcher.stats_general().get("conn_mem_bytes", 0))
                 peak_held[0] = max(peak_held[0], held)
             except (OSError, AssertionError):
                 return
@@ -168,7 +168,7 @@ def test_conn_mem_limit_bounds_long_get_lines(server):
         t.join(60)
     stop.set()
     w.join()
-    st = srv.connect().stats()
+    st = srv.connect().stats_general()
     grown_mb = (peak[0] - base_kb) / 1024
     print("RssAnon base %d KB, peak %d KB (+%.0f MB); conn_mem_bytes peak %d MB; conn_mem_closed %s" %
           (base_kb, peak[0], grown_mb, peak_held[0] >> 20, st.get("conn_mem_closed")))
@@ -183,7 +183,7 @@ def test_conn_mem_limit_bounds_long_get_lines(server):
     assert srv.alive()
     check_canaries(srv, vals)
     deadline = time.time() + 10
-    while int(srv.connect().stats()["conn_mem_bytes"]) != 0:
+    while int(srv.connect().stats_general()["conn_mem_bytes"]) != 0:
         assert time.time() < deadline, "connection memory not given back"
         time.sleep(0.1)
 
@@ -198,7 +198,7 @@ def test_conn_mem_counts_values_past_the_allowance(server):
     watcher = srv.connect()
 
     def held():
-        return int(watcher.stats()["conn_mem_bytes"])
+        return int(watcher.stats_general()["conn_mem_bytes"])
 
     def wait_held(pred, what):
         deadline = time.time() + 5

@@ -102,7 +102,7 @@ def test_a_link_at_the_state_temporary_path_is_replaced_not_followed(server, pat
     srv2 = start(server, paths, 0o022)
     c = srv2.connect()
     deadline = time.time() + 30
-    while c.stats()["recovery_state"] != "done":
+    while c.stats(b"tac")["recovery_state"] != "done":
         assert time.time() < deadline
         time.sleep(0.05)
     assert c.get(b"get key-00007\r\n") == b"VALUE key-00007 0 200\r\n%s\r\nEND\r\n" % (b"00007" * 40)

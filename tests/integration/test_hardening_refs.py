@@ -100,9 +100,9 @@ def test_many_clients_pinning_one_item_get_copies(server, tmp_path):
         s.sendall(line)
         socks.append(s)
     deadline = time.time() + 30
-    while stat(c, "reply_item_copies") == 0 and time.time() < deadline:
+    while stat(c, "reply_item_copies", b"tac") == 0 and time.time() < deadline:
         time.sleep(0.1)
-    assert stat(c, "reply_item_copies") > 0
+    assert stat(c, "reply_item_copies", b"tac") > 0
     one = b"VALUE hot 1 1\r\nv\r\n"
     for s in socks:
         assert read_reply(s) == one * repeats + b"END\r\n"
@@ -200,6 +200,6 @@ def test_unread_multigets_stay_within_conn_mem_limit(server):
         else:
             assert expect.startswith(bytes(buf)), "a reply that is not a prefix of the answer"
         s.close()
-    closed = stat(c2, "conn_mem_closed")
+    closed = stat(c2, "conn_mem_closed", b"tac")
     assert answered + closed == 2, (answered, closed)
     check_canaries(srv, vals)

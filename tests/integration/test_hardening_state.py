@@ -105,13 +105,13 @@ def edit_and_restart(server, ssd_dir, edit):
     srv2 = server(args)
     c2 = srv2.connect()
     deadline = time.time() + 30
-    while c2.stats()["recovery_state"] != "done":
+    while c2.stats(b"tac")["recovery_state"] != "done":
         assert time.time() < deadline
         time.sleep(0.05)
     for k, (fl, v) in keep.items():
         assert c2.get(b"get %s\r\n" % k) == b"VALUE %s %d %d\r\n%s\r\nEND\r\n" % (k, fl, len(v), v)
     assert c2.get(b"get victim\r\n") == b"END\r\n"
-    st = c2.stats()
+    st = c2.stats(b"tac")
     assert int(st["recovery_refused"]) == 1
     assert int(st["recovery_items"]) == len(keep)
 

@@ -160,7 +160,7 @@ def damage_offset(hdr_off, key, value, what):
 
 
 def stat(c, name):
-    return int(c.stats().get(name, "0"))
+    return int(c.stats_general().get(name, "0"))
 
 
 def push_down(c, keys, done, first=0, max_keys=60000):

@@ -50,7 +50,7 @@ def value_of(i):
 
 
 def stats(c, sub=b""):
-    raw = c.stats(sub) if sub else c.stats()
+    raw = c.stats(sub) if sub else {**c.stats(), **c.stats("tac")}  # `stats tac`: Lazy LRU
     return {k.decode(): (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()}
 
 

@@ -98,7 +98,7 @@ def test_metrics_port_asks_the_users_of_Y(server, authfile):
     assert status == 200 and "\ntac_curr_items " in body, (status, body[:300])
     assert re.search(r"^tac_metrics_auth_errors_total 6(\.0)?$", body, re.M), \
         [ln for ln in body.splitlines() if "metrics" in ln]
-    assert int(login(srv).stats()["metrics_auth_errors"]) == 6
+    assert int(login(srv).stats(b"tac")["metrics_auth_errors"]) == 6
 
 
 def test_metrics_port_asks_the_users_of_S(server, pwdb):  # noqa: F811
@@ -161,7 +161,8 @@ def test_metrics_deadline_and_connection_cap(server):
     time.sleep(0.3)
     waiting = socket.create_connection(("127.0.0.1", port))     # in the backlog
     waiting.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    st = srv.connect().stats()
+    c = srv.connect()
+    st = {**c.stats(), **c.stats(b"tac")}
     assert int(st["metrics_conns"]) == 4 and int(st["metrics_conns_capped"]) == 1, st
     closed_at = {}
     i = 0
@@ -186,7 +187,8 @@ def test_metrics_deadline_and_connection_cap(server):
     waiting.settimeout(5)
     reply = recv_until(waiting, b"\n", 5)
     assert reply.startswith(b"HTTP/1.1 200 "), reply[:100]
-    st = srv.connect().stats()
+    c = srv.connect()
+    st = {**c.stats(), **c.stats(b"tac")}
     assert int(st["metrics_timeouts"]) == 4, st
     for s in held + [waiting]:
         s.close()
@@ -220,7 +222,7 @@ def test_metrics_out_of_descriptors_pauses_with_one_line_each_way(server):
     log = srv.stderr_text()
     assert log.count("metrics port: too many open files") == 1, log[-2000:]
     assert log.count("metrics port: accepting connections again") == 1, log[-2000:]
-    assert int(srv.connect().stats()["metrics_listen_disabled_num"]) == 1
+    assert int(srv.connect().stats(b"tac")["metrics_listen_disabled_num"]) == 1
 
 
 @pytest.mark.slow
@@ -303,7 +305,8 @@ def test_watchers_stop_at_twenty(server):
     extra = srv.connect()
     assert extra.line(b"watch fetchers\r\n") == b"WATCHER_TOO_MANY log watcher limit reached\r\n"
     assert extra.line(b"version\r\n").startswith(b"VERSION ")
-    st = srv.connect().stats()
+    c = srv.connect()
+    st = {**c.stats(), **c.stats(b"tac")}
     assert (st["log_watchers"], st["log_watchers_refused"]) == ("20", "1"), st
     # The watchers still get their lines.
     srv.connect().get(b"get watched-key\r\n")
@@ -318,8 +321,8 @@ def test_watchers_stop_at_twenty(server):
 
 # ---- SASL -------------------------------------------------------------------------------
 
-def bin_stats(sock):
-    status, body = call(sock, 0x10)
+def bin_stats(sock, sub=b""):
+    status, body = call(sock, 0x10, sub)
     stats = {}
     while status == OK and body:
         _m, _op, klen, elen, _dt, status, blen, _o, _c = HDR.unpack(recv_exact(sock, 24))
@@ -350,6 +353,6 @@ def test_sasl_closes_at_the_third_failure(server, pwdb):  # noqa: F811
     assert call(s, AUTH, b"PLAIN", b"\0alice\0guess-2")[0] == AUTH_ERROR
     assert call(s, AUTH, b"PLAIN", b"\0alice\0plain-pass-1") == (OK, b"Authenticated")
     assert call(s, 0x01, b"k", b"v", struct.pack(">II", 0, 0))[0] == OK
-    st = bin_stats(s)
+    st = {**bin_stats(s), **bin_stats(s, b"tac")}
     assert st["auth_failure_closes"] == "1" and int(st["auth_errors"]) == 5, st
     s.close()

@@ -648,7 +648,7 @@ def test_meta_tuples_move_and_nvm_values_stay_readable(server, nvm_file):
         for k in chunk:
             assert got[k][1] == make_value(k, 1, 1000), k
     st = c.stats(b"tiers")
-    assert tiers_int(st, "nvm_read_errors") == 0 and int(c.stats()["tuple_checksum_failures"]) == 0, st
+    assert tiers_int(st, "nvm_read_errors") == 0 and int(c.stats(b"tac")["tuple_checksum_failures"]) == 0, st
 
 
 def test_meta_tuple_reserve_refills_without_automove(server, nvm_file):
@@ -666,7 +666,7 @@ def test_meta_tuple_reserve_refills_without_automove(server, nvm_file):
             break
     st = c.stats(b"tiers")
     assert not failures, "after %d keys: %s" % (b0, fmt_failures(failures, st))
-    assert int(c.stats()["store_wait_timeouts"]) == 0
+    assert int(c.stats(b"tac")["store_wait_timeouts"]) == 0
     assert tiers_int(st, "nvm_items") > 30000, st
     got = multi_get(c, keys[:200] + keys[-200:])
     assert all(got[k][1] == make_value(k, 1, 1000) for k in keys[:200] + keys[-200:])

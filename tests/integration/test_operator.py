@@ -191,6 +191,12 @@ def test_stats_detail_counts_per_prefix(server):
     c.get(b"get user:1\r\n")
     assert detail_dump(c)[b"user"][b"get"] == 3
     assert c.line(b"stats detail bogus\r\n") == b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"
+    # `stats reset` empties the dump, as in memcached; counting starts again from 0
+    assert c.line(b"stats reset\r\n") == b"RESET\r\n"
+    assert detail_dump(c) == {}
+    assert c.line(b"stats detail on\r\n") == b"OK\r\n"
+    c.get(b"get user:1\r\n")
+    assert detail_dump(c) == {b"user": {b"get": 1, b"hit": 1, b"set": 0, b"del": 0}}
 
 
 def test_stats_detail_delimiter_option(server):

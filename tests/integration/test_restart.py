@@ -170,7 +170,7 @@ def wait_recovered(srv, seed):
     while True:
         assert srv.alive(), "server died while recovering (rc=%s, seed %d)\n%s" % (
             srv.proc.poll(), seed, srv.stderr_text())
-        rs = recovery_stats(c.stats())
+        rs = recovery_stats(c.stats(b"tac"))
         if not seen or seen[-1] != rs["state"]:
             seen.append(rs["state"])
         if rs["state"] == "done":
@@ -512,7 +512,7 @@ def test_sigterm_restart_brings_back_all_tiers(server, tier_files, tmp_path):
     srv = server(args)
     check_pidfile(srv, pidfile)
     c = srv.connect()
-    rs = recovery_stats(c.stats())
+    rs = recovery_stats(c.stats(b"tac"))
     assert rs["state"] == "none", "fresh tier files: recovery_state %r, want none" % rs["state"]
     c = fill(srv, ds, 16)
     n_short, t_short = add_short_lived(c, ds, 100, 100)
@@ -590,7 +590,7 @@ def test_restart_with_e_memfile_dram_only(server, tmp_path):
     ds = DataSet(seed, 5000, 100, 2048)
 
     srv = server(args)
-    rs = recovery_stats(srv.connect().stats())
+    rs = recovery_stats(srv.connect().stats(b"tac"))
     assert rs["state"] == "none", "new memory file: recovery_state %r, want none" % rs["state"]
     assert ds.value_bytes() <= 16 * MB
     load(srv, ds, ds.keys)
@@ -653,7 +653,7 @@ def test_recovery_off_starts_empty(server, tier_files):
     off_args = tier_args(nvm, ssd, m=16, nvm_mb=32, extra_o=",recovery=off")
     srv = restart(server, srv, off_args)
     c = srv.connect(timeout=IO_TIMEOUT)
-    st = c.stats()
+    st = c.stats_general()
     rs = recovery_stats(st)
     assert rs["state"] == "off", "-o recovery=off: recovery_state %r (seed %d)" % (rs["state"], seed)
     assert st["curr_items"] == "0", "-o recovery=off: curr_items %s, want 0 (seed %d)" % (st["curr_items"], seed)
@@ -662,7 +662,7 @@ def test_recovery_off_starts_empty(server, tier_files):
         len(hits), len(ds.val), sorted(hits)[:3], seed)
     assert c.line(b"set after-off 5 0 3\r\nabc\r\n") == b"STORED\r\n"
     assert c.get(b"get after-off\r\n") == b"VALUE after-off 5 3\r\nabc\r\nEND\r\n"
-    rs = recovery_stats(c.stats())
+    rs = recovery_stats(c.stats(b"tac"))
     assert rs["state"] == "off" and rs["items"] == 0, "-o recovery=off, later: %s (seed %d)" % (rs, seed)
     graceful_stop(srv, "SIGTERM")
 
@@ -704,7 +704,7 @@ def test_writes_during_recovery_win(server, tier_files):
             if got[i] not in (b"DELETED", b"NOT_FOUND")]
     assert not bad, "writes during recovery answered wrongly (seed %d): %s" % (seed, bad[:5])
     not_found = sum(1 for i in range(300, 600) if got[i] == b"NOT_FOUND")
-    state = recovery_stats(c.stats())["state"]
+    state = recovery_stats(c.stats(b"tac"))["state"]
     print("writes arrived with recovery %s; %d deletes answered NOT_FOUND" % (state, not_found))
     for k in deleted:
         ds.drop(k)

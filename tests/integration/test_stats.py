@@ -171,17 +171,18 @@ CONDITIONAL = "only with"
 KEPT = "not cleared by `stats reset`"
 
 
-def table_rows():
-    """stats.c's general_stats[] rows as (name, kind, meaning), in order."""
+def table_rows(table="general_stats"):
+    """stats.c's general_stats[] rows (plain `stats`), or tac_stats[] rows (`stats tac`),
+    as (name, kind, meaning), in order."""
     with open(STATS_C) as f:
         src = f.read()
-    body = src[src.index("general_stats[] = {"):]
+    body = src[src.index("%s[] = {" % table):]
     body = body[:body.index("\n};")]
     rows = []
     for m in re.finditer(r'ROW\(\s*"(\w+)",\s*(\w+),\s*[^"]*?,\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)', body):
         meaning = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(3)))
         rows.append((m.group(1), KINDS[m.group(2)], meaning))
-    assert rows and len(rows) == body.count("ROW("), "a row of general_stats[] was not understood"
+    assert rows and len(rows) == body.count("ROW("), "a row of %s[] was not understood" % table
     return rows
 
 
@@ -210,45 +211,92 @@ def stat_names(c, sub=b""):
     return [ln.split(b" ")[1].decode() for ln in raw.split(b"\r\n") if ln.startswith(b"STAT ")]
 
 
-def test_stats_doc_is_the_table():
-    """doc/stats.md's `stats` table is stats.c's table: same names, order, kinds and meanings."""
-    table = table_rows()
-    doc = [tuple(r) for r in doc_rows("## `stats`")]
+@pytest.mark.parametrize("table,heading", [("general_stats", "## `stats`"), ("tac_stats", "## `stats tac`")])
+def test_stats_doc_is_the_table(table, heading):
+    """doc/stats.md's `stats` and `stats tac` tables are stats.c's tables: same names,
+    order, kinds and meanings; no name is in both."""
+    rows = table_rows(table)
+    doc = [tuple(r) for r in doc_rows(heading)]
     assert all(len(r) == 3 for r in doc), [r for r in doc if len(r) != 3]
-    assert [r[0] for r in doc] == [r[0] for r in table], "names or order differ"
-    wrong = ["%s: doc says %r, stats.c says %r" % (t[0], d[1:], t[1:]) for d, t in zip(doc, table) if d != t]
+    assert [r[0] for r in doc] == [r[0] for r in rows], "names or order differ"
+    wrong = ["%s: doc says %r, stats.c says %r" % (t[0], d[1:], t[1:]) for d, t in zip(doc, rows) if d != t]
     assert not wrong, "\n".join(wrong)
+    assert not {r[0] for r in table_rows("general_stats")} & {r[0] for r in table_rows("tac_stats")}
 
 
 @pytest.mark.tac_only
 def test_stats_names_are_documented(server, ssd_dir, nvm_file):  # noqa: F811
-    """With DRAM, NVM and SSD every line of `stats` is printed in the table's order, and
-    every line of `stats` and `stats tiers` is documented; with DRAM only, exactly the
-    lines the doc marks "only with" are left out."""
-    table = [r[0] for r in table_rows()]
-    documented = doc_names(doc_rows("## `stats`"))
+    """With DRAM, NVM and SSD every line of `stats` and `stats tac` is printed in its
+    table's order, and every line of `stats`, `stats tac` and `stats tiers` is
+    documented; with DRAM only, exactly the lines the doc marks "only with" are left out."""
     tiers_doc = doc_names(doc_rows("## `stats tiers`"))
-
     full = ssd_server(server, ssd_dir, "64m", nvm="%s:32m" % nvm_file()).connect()
     assert full.stats(b"tiers")["tiers"] == "dram,nvm,ssd"
-    printed = stat_names(full)
-    assert len(printed) == len(set(printed)), "a name is printed twice"
-    assert [n for n in printed if n not in documented] == [], "printed, not in doc/stats.md"
-    missing = [n for n, m in documented.items() if n not in printed and CONDITIONAL not in m]
-    assert missing == [], "documented as always printed, not printed"
-    assert printed == [n for n in table if n in printed], "not in the table's order"
-    assert printed == [n for n in table if "only with -Z" not in documented[n]], \
-        "with every tier, every line of the table is printed (TLS's aside: test_tls.py)"
+    dram = server(["-m", "16", "-t", "2"]).connect()
+    for table_name, heading, sub in (("general_stats", "## `stats`", b""),
+                                     ("tac_stats", "## `stats tac`", b"tac")):
+        table = [r[0] for r in table_rows(table_name)]
+        documented = doc_names(doc_rows(heading))
+        printed = stat_names(full, sub)
+        assert len(printed) == len(set(printed)), "a name is printed twice"
+        assert [n for n in printed if n not in documented] == [], "printed, not in doc/stats.md"
+        missing = [n for n, m in documented.items() if n not in printed and CONDITIONAL not in m]
+        assert missing == [], "documented as always printed, not printed"
+        assert printed == [n for n in table if n in printed], "not in the table's order"
+        # TLS's lines: test_tls.py; an option's (idle_kicks): test_stats_flags_as_memcached
+        assert printed == [n for n in table if "only with -" not in documented[n]], \
+            "with every tier, every line of the table is printed"
+        left_out = [n for n in table if n not in stat_names(dram, sub)]
+        marked = [n for n in table if CONDITIONAL in documented[n]]
+        assert left_out == marked, "left out without a tier (left) vs marked %r in the doc (right)" % CONDITIONAL
 
     tiers = stat_names(full, b"tiers")
     assert [n for n in tiers if n not in tiers_doc] == [], "printed by `stats tiers`, not in its doc table"
     missing = [n for n, m in tiers_doc.items() if n not in tiers and CONDITIONAL not in m]
     assert missing == [], "in the `stats tiers` doc table, not printed with every tier"
 
-    dram = server(["-m", "16", "-t", "2"]).connect()
-    left_out = [n for n in table if n not in stat_names(dram)]
-    marked = [n for n in table if CONDITIONAL in documented[n]]
-    assert left_out == marked, "left out without a tier (left) vs marked %r in the doc (right)" % CONDITIONAL
+
+# memcached 1.6.18's plain `stats` with its default flags (no TLS, no extstore,
+# no proxy), in its order: 83 names, as memcached's t/stats.t counts them less
+# the 6 -o no_lru_maintainer leaves out plus the 3 it and no_lru_crawler leave out.
+MEMCACHED_STATS = """pid uptime time version libevent pointer_size rusage_user rusage_system
+max_connections curr_connections total_connections rejected_connections connection_structures
+response_obj_oom response_obj_count response_obj_bytes read_buf_count read_buf_bytes
+read_buf_bytes_free read_buf_oom reserved_fds cmd_get cmd_set cmd_flush cmd_touch cmd_meta
+get_hits get_misses get_expired get_flushed delete_misses delete_hits incr_misses incr_hits
+decr_misses decr_hits cas_misses cas_hits cas_badval touch_hits touch_misses store_too_large
+store_no_memory auth_cmds auth_errors bytes_read bytes_written limit_maxbytes accepting_conns
+listen_disabled_num time_in_listen_disabled_us threads conn_yields hash_power_level hash_bytes
+hash_is_expanding slab_reassign_rescues slab_reassign_chunk_rescues
+slab_reassign_evictions_nomem slab_reassign_inline_reclaim slab_reassign_busy_items
+slab_reassign_busy_deletes slab_reassign_running slabs_moved lru_crawler_running
+lru_crawler_starts lru_maintainer_juggles malloc_fails log_worker_dropped log_worker_written
+log_watcher_skipped log_watcher_sent log_watchers unexpected_napi_ids round_robin_fallback
+bytes curr_items total_items slab_global_page_pool expired_unfetched evicted_unfetched
+evicted_active evictions reclaimed crawler_reclaimed crawler_items_checked lrutail_reflocked
+moves_to_cold moves_to_warm moves_within_lru direct_reclaims lru_bumps_dropped""".split()
+MAINTAINER_ONLY = {"lru_maintainer_juggles", "evicted_active", "moves_to_cold", "moves_to_warm",
+                   "moves_within_lru", "direct_reclaims", "lru_bumps_dropped"}
+REASSIGN_ONLY = {"slab_reassign_rescues", "slab_reassign_chunk_rescues", "slab_reassign_evictions_nomem",
+                 "slab_reassign_inline_reclaim", "slab_reassign_busy_items", "slab_reassign_busy_deletes",
+                 "slab_reassign_running", "slabs_moved"}
+
+
+@pytest.mark.tac_only
+def test_stats_flags_as_memcached(server):
+    """Plain `stats` prints memcached 1.6.18's names, no other, under memcached's flags;
+    `stats tac` holds this server's own, and no name is in both."""
+    c = server(["-m", "16", "-t", "2"]).connect()
+    assert set(stat_names(c)) == set(MEMCACHED_STATS)
+    own = stat_names(c, b"tac")
+    assert own and not set(own) & set(MEMCACHED_STATS)
+    assert {"store_waits", "conn_mem_bytes", "lru_second_chances", "recovery_state"} <= set(own)
+    c = server(["-m", "16", "-o", "idle_timeout=30"]).connect()
+    assert set(stat_names(c)) == set(MEMCACHED_STATS) | {"idle_kicks"}
+    assert c.stats()["idle_kicks"] == "0"
+    c = server(["-m", "16", "-o", "no_lru_crawler,no_lru_maintainer,no_slab_reassign"]).connect()
+    left = set(MEMCACHED_STATS) - MAINTAINER_ONLY - REASSIGN_ONLY - {"lru_crawler_running", "lru_crawler_starts"}
+    assert set(stat_names(c)) == left
 
 
 @pytest.mark.tac_only
@@ -256,7 +304,7 @@ def test_stats_kinds_hold(server):
     """What the kind column claims: after `stats reset` every counter is back near 0 (below
     its value before, unless its meaning says it is kept), gauges that were non-zero still
     are, and constants and strings do not change."""
-    kinds = {n: (k, m) for n, k, m in table_rows()}
+    kinds = {n: (k, m) for n, k, m in table_rows() + table_rows("tac_stats")}
     s = server(["-m", "8", "-t", "2", "-o", "slab_automove=0"])
     c = s.connect()
     big = b"v" * 100000
@@ -275,14 +323,17 @@ def test_stats_kinds_hold(server):
     while int(c.stats()["uptime"]) < 1:
         time.sleep(0.1)
     counters = [n for n, (k, m) in kinds.items() if k == "counter" and KEPT not in m]
-    moved = [n for n, v in c.stats().items() if n in counters and int(v) >= 10]
+    def stats():  # plain `stats` and `stats tac`
+        return {**c.stats(), **c.stats(b"tac")}
+
+    moved = [n for n, v in stats().items() if n in counters and int(v) >= 10]
     assert len(moved) >= 8, "too few counters moved to test the reset: %s" % moved
     # The expiry crawler counts in the background: a step that lands between the
     # reset and the read can make crawler_items_checked grow; once more then.
     for _ in range(2):
-        before = c.stats()
+        before = stats()
         assert c.line(b"stats reset\r\n") == b"RESET\r\n"
-        after = c.stats()
+        after = stats()
         assert set(before) == set(after) <= set(kinds)
         grew = [(n, before[n], after[n]) for n in before if n in counters and
                 (int(after[n]) > int(before[n]) or (int(before[n]) >= 10 and int(after[n]) >= int(before[n])))]

@@ -111,7 +111,7 @@ def test_stores_park_until_room_in_order(server, ssd_dir, proto):
             assert line == b"HD O%d" % i, "reply %d out of order or refused: %r" % (i, line[:80])
     assert rest[0] == b"VALUE wait-%05d 0 %d" % (last, VLEN)
     assert rest[1] == value(last)
-    st = ints(c.stats(), "store_waits", "store_waits_done", "store_wait_timeouts",
+    st = ints(c.stats_general(), "store_waits", "store_waits_done", "store_wait_timeouts",
               "stores_waiting", "store_no_memory")
     print(st, "max ping %.1f ms" % (1000 * max(lat)))
     assert st["store_waits"] > 0, "no store had to wait: the test proves nothing"
@@ -147,7 +147,7 @@ def test_binary_store_parks_until_room(server, ssd_dir):
 
     c, replies, lat = run_pipelined(srv, req, expect, n)
     assert replies == [(0, i) for i in range(n)]
-    st = ints(srv.connect().stats(), "store_waits", "store_waits_done", "store_wait_timeouts")
+    st = ints(srv.connect().stats_general(), "store_waits", "store_waits_done", "store_wait_timeouts")
     assert st["store_waits"] > 0 and st["store_waits_done"] == st["store_waits"]
     assert st["store_wait_timeouts"] == 0
 
@@ -167,7 +167,7 @@ def test_wait_runs_out_counted_apart(server, ssd_dir):
                                           text_expect, n)
     refused = [l for l in lines if l != b"STORED"]
     assert all(l == b"SERVER_ERROR out of memory storing object" for l in refused), refused[:3]
-    st = ints(c.stats(), "store_waits", "store_wait_timeouts", "store_no_memory", "store_waits_done")
+    st = ints(c.stats_general(), "store_waits", "store_wait_timeouts", "store_no_memory", "store_waits_done")
     print(st, "refused", len(refused))
     assert st["store_wait_timeouts"] == len(refused) > 0
     assert st["store_no_memory"] == 0
@@ -185,7 +185,7 @@ def test_store_wait_ms_zero_answers_at_once(server, ssd_dir):
         if r != b"STORED\r\n":
             assert r == b"SERVER_ERROR out of memory storing object\r\n", r
             refused += 1
-    st = ints(c.stats(), "store_waits", "store_no_memory")
+    st = ints(c.stats_general(), "store_waits", "store_no_memory")
     assert st["store_waits"] == 0
     assert st["store_no_memory"] == refused > 0
 
@@ -205,7 +205,7 @@ def test_M_full_tiers_refuse_without_waiting(server, ssd_dir):
         else:
             assert r == b"SERVER_ERROR out of memory storing object\r\n", r
     took = time.monotonic() - t
-    st = ints(c.stats(), "store_no_memory", "store_wait_timeouts", "evictions")
+    st = ints(c.stats_general(), "store_no_memory", "store_wait_timeouts", "evictions")
     assert st["store_no_memory"] > 0 and st["store_wait_timeouts"] == 0
     assert took < 20, "refusals waited: %.1f s" % took
     assert st["evictions"] == 0

@@ -512,6 +512,7 @@ def sanitizer_reports(srv):
 def collect_stats(mux):
     st = mux.stats(b"tiers")
     st.update(mux.stats())
+    st.update(mux.stats(b"tac"))
     return st
 
 

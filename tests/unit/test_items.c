@@ -508,7 +508,9 @@ static void test_crawler(void)
     int last = items_crawl_step(10000);
     CHECK(last > 0);
     CHECK_UEQ(gstats.crawler_items_checked, 300 + total + last);
-    CHECK_UEQ(gstats.crawler_reclaimed, 100);
+    /* the LRUs' dead tail items count in reclaimed, the rest here */
+    CHECK_UEQ(gstats.crawler_reclaimed + gstats.reclaimed, 100);
+    CHECK(gstats.crawler_reclaimed > 50);
     CHECK_UEQ(gstats.expired_unfetched, 100);
     CHECK_UEQ(gstats.curr_items, 200 - 10);
     for (int i = 0; i < 300; i++) {
