@@ -45,6 +45,7 @@
 
 #define MOVER_IDLE_MS 100
 #define MOVER_STUCK_ROUNDS 200
+#define MOVER_SPILL_BATCH 16
 
 static struct {
     unsigned want;          /* atomic: a class that found no page; 0 = none */
@@ -80,6 +81,7 @@ bool tac_nvm_mover_want(unsigned cls)
 {
     if (tac.nvm == NULL || mv.refs == NULL)
         return false;
+    TAC_INCR(nvm_mover_wants);
     if (!nvm_draining(tac.nvm) &&
         util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
         return false;
@@ -120,7 +122,15 @@ static int move_one(uint64_t ref)
         item_meta_ref(it) == ref) {
         uint64_t nref = nvm_alloc_free_slot(tac.nvm, nvm_class_of_ref(tac.nvm, ref),
                                             it->partition);
-        if (nref != 0) {
+        if (nref == 0 && tac.ssd != NULL) {
+            /* No free slot in its class: down to SSD.  The free of its
+             * slot (the meta tuple's last reference) counts for the
+             * drain. */
+            if (tac_ssd_from_nvm(it, hv)) {
+                TAC_INCR(nvm_tuples_to_ssd);
+                moved = 1;
+            }
+        } else if (nref != 0) {
             size_t len = tac_tuple_size(it->nkey, it->nbytes);
             nvm_charge_read(tac.nvm, ref, 0, len);
             nvm_write(tac.nvm, nref, 0, nvm_ptr(tac.nvm, ref), len);
@@ -147,6 +157,29 @@ static void mover_idle(void)
     __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
 }
 
+/* With an SSD: moves the coldest tuples of the class (other than need)
+ * that holds the most pages down to SSD, so that one of its pages has a
+ * free slot and can be drained.  Returns the number moved. */
+int tac_nvm_spill(unsigned need)
+{
+    unsigned n = nvm_nclasses(tac.nvm), biggest = 0;
+    uint64_t most = 0;
+    for (unsigned cls = 1; cls <= n; cls++) {
+        struct nvm_class_info ci;
+        nvm_class_info(tac.nvm, cls, &ci);
+        if (cls != need && ci.slots_per_page > 1 && ci.pages > most) {
+            most = ci.pages;
+            biggest = cls;
+        }
+    }
+    int moved = 0;
+    for (int p = 0; tac.ssd != NULL && biggest != 0 && p < settings.partitions; p++)
+        moved += items_demote_tail(TIER_NVM, biggest, p, MOVER_SPILL_BATCH,
+                                   tac_ssd_from_nvm);
+    TAC_ADD(nvm_tuples_to_ssd, moved);
+    return moved;
+}
+
 int tac_nvm_mover_step(void)
 {
     if (mv.refs == NULL)
@@ -155,8 +188,14 @@ int tac_nvm_mover_step(void)
         unsigned need = __atomic_load_n(&mv.want, __ATOMIC_RELAXED);
         if (need == 0 || util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
             return 0;
-        if (!nvm_drain_begin(tac.nvm, need)) {
-            /* An emptied page still waits for its taker, or none fits. */
+        if (!nvm_drain_begin(tac.nvm, need, tac.ssd != NULL)) {
+            /* An emptied page still waits for its taker, or none fits.
+             * With an SSD, a page with no free slot at all is made one:
+             * the biggest other class's coldest tuples go down. */
+            int down = tac.ssd != NULL && nvm_free_pages(tac.nvm) == 0
+                ? tac_nvm_spill(need) : 0;
+            if (down > 0)
+                return down;
             if (nvm_free_pages(tac.nvm) == 0)
                 mover_idle();
             else

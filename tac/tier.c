@@ -95,6 +95,12 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
                                           1, tac_ssd_from_nvm);
             if (moved > 0)
                 continue;
+            /* The class holds nothing to move (a size new to NVM): the
+             * page mover empties a page of another class for it, spilling
+             * to SSD what finds no slot there (mover.c); meanwhile the
+             * caller goes to SSD. */
+            if (!nvm_page_reusable(tac.nvm, cls))
+                tac_nvm_mover_want(cls);
             /* The move needs a DRAM meta tuple for SSD.  When DRAM is
              * (nearly) all meta tuples, nothing can move: a cache then
              * drops the coldest NVM item, which frees its slot and its
@@ -260,17 +266,29 @@ bool tac_demote(item *it, uint32_t hv)
         meta = tac_nvm_store_copy(it, it->partition, true);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
-    } else if (tac.ssd != NULL && !tac_ssd_takes(it->nbytes)) {
-        /* -o ext_item_size: too small for SSD; drop it, as memcached
-         * evicts what extstore will not take. */
+    }
+    /* NVM refused it (admission), or its slot class had no room: SSD takes
+     * it.  A move down never waits for NVM to make room, since making room
+     * there may itself wait for DRAM (doc/design.md, "Every class gets
+     * room"). */
+    if (meta == NULL && tac.ssd != NULL && !tac_ssd_takes(it->nbytes)) {
+        /* -o ext_item_size: too small for SSD.  One NVM would not take
+         * waits for NVM's room; a cold one is dropped, as memcached evicts
+         * what extstore will not take. */
+        if (to_nvm)
+            return false;
         do_item_evict(it, hv);
         return true;
-    } else if (tac.ssd != NULL) {
+    }
+    if (meta == NULL && tac.ssd != NULL) {
         meta = tac_ssd_store_copy(it, it->partition, true);
-        if (meta != NULL)
+        if (meta != NULL) {
             TAC_INCR(evict_dram_to_ssd);
-        if (meta != NULL && tac.nvm != NULL)
-            TAC_INCR(evict_cold_to_ssd);
+            if (to_nvm)
+                TAC_INCR(nvm_fallback_ssd);
+            else if (tac.nvm != NULL)
+                TAC_INCR(evict_cold_to_ssd);
+        }
     }
     if (meta == NULL)
         return false;
