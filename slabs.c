@@ -1375,6 +1375,17 @@ static bool automove_serve_demand_locked(void)
     return donor != 0 && move_start_locked(donor, dst);
 }
 
+bool slabs_has_spare(void)
+{
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        if (c->movable && __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) >= 2 &&
+            class_free_chunks(c) * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES)
+            return true;
+    }
+    return false;
+}
+
 bool slabs_watchdog_move(void)
 {
     pthread_mutex_lock(&run_lock);

@@ -190,4 +190,9 @@ void slabs_mover_info(struct slabs_mover_info *out);
  * False when a move is running already or none can start. */
 bool slabs_watchdog_move(void);
 
+/* True when some class holds enough free chunks to give a page to a class
+ * that needs one (the demand rule of slabs_reserve_step and
+ * slabs_automove_step): a failed allocation will be served. */
+bool slabs_has_spare(void);
+
 #endif

@@ -105,10 +105,11 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
              * (nearly) all meta tuples, nothing can move: a cache then
              * drops the coldest NVM item, which frees its slot and its
              * meta tuple's chunk (not with -M).  Any other failure (busy
-             * tails, a reserve the page mover has yet to refill) just
-             * fails, and the caller tries again later. */
+             * tails, a reserve the page mover has yet to refill, a class
+             * whose free chunks the page mover will hand to the meta
+             * tuples) just fails, and the caller tries again later. */
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
-                !dram_index_full())
+                !dram_index_full() || slabs_has_spare())
                 break;
         } else if (tac_nvm_mover_want(cls) || nvm_page_reusable(tac.nvm, cls)) {
             /* Another class has a wholly free page that page reuse could
