@@ -752,6 +752,31 @@ static void tac_stats_nvm(struct stat_sink *s)
     stat_printf(s, "free_pages", "%llu", (unsigned long long)nvm_free_pages(tac.nvm));
 }
 
+/* `stats dram`: DRAM's slab classes as the tiers see them, with the
+ * allocation failures that are the page mover's demand. */
+static void tac_stats_dram(struct stat_sink *s)
+{
+    unsigned n = slabs_nclasses(), active = 0;
+    for (unsigned cls = 1; cls <= n; cls++) {
+        struct slabs_class_info ci;
+        slabs_class_info(cls, &ci);
+        if (ci.total_pages == 0 && ci.alloc_fails == 0)
+            continue;
+        active++;
+        char name[48];
+#define DRAM_CLASS_LINE(field, val) \
+        snprintf(name, sizeof(name), "%u:" field, cls); \
+        stat_printf(s, name, "%llu", (unsigned long long)(val));
+        DRAM_CLASS_LINE("chunk_size", ci.chunk_size)
+        DRAM_CLASS_LINE("pages", ci.total_pages)
+        DRAM_CLASS_LINE("used_chunks", ci.used_chunks)
+        DRAM_CLASS_LINE("free_chunks", ci.free_chunks + ci.free_chunks_end)
+        DRAM_CLASS_LINE("alloc_fails", ci.alloc_fails)
+#undef DRAM_CLASS_LINE
+    }
+    stat_printf(s, "active_classes", "%u", active);
+}
+
 /* `stats tiers`: DRAM's lines, then one group per lower tier, then the
  * policy's counters.  Only DRAM exists until NVM or SSD is configured. */
 static void tac_stats_tiers(struct stat_sink *s)
@@ -776,6 +801,13 @@ static void tac_stats_tiers(struct stat_sink *s)
     stat_printf(s, "thr_warm", "%u", llru_thr_warm());
     if (!tac_active())
         return;
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    stat_printf(s, "dram_page_moves_request", "%llu", (unsigned long long)mi.by_request);
+    stat_printf(s, "dram_page_moves_automove", "%llu", (unsigned long long)mi.by_automove);
+    stat_printf(s, "dram_page_moves_reserve", "%llu", (unsigned long long)mi.by_reserve);
+    stat_printf(s, "dram_page_moves_demand", "%llu", (unsigned long long)mi.by_demand);
+    stat_printf(s, "dram_page_moves_watchdog", "%llu", (unsigned long long)mi.by_watchdog);
     if (tac.nvm != NULL) {
         struct nvm_info info;
         nvm_get_info(tac.nvm, &info);
@@ -845,6 +877,7 @@ static void tac_stats_register(void)
     stats_register_section("settings", tac_stats_settings);
     stats_register_section("tiers", tac_stats_tiers);
     stats_register_section("nvm", tac_stats_nvm);
+    stats_register_section("dram", tac_stats_dram);
     stats_register_reset(tac_stats_reset);
     bool ssd = tac.ssd != NULL;
     stats_provide_counter("get_hits_ssd", ssd ? &tac.stats.get_hits_ssd : NULL);
