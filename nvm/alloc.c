@@ -575,6 +575,12 @@ bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls, bool spill)
     return started;
 }
 
+bool nvm_in_drain(const struct nvm_region *r, uint64_t ref)
+{
+    uint64_t pg = NVM_LOAD(&r->drain_page);
+    return pg != NVM_NO_PAGE && ref >= NVM_DATA_OFFSET && page_of(r, ref) == pg;
+}
+
 bool nvm_draining(const struct nvm_region *r)
 {
     return NVM_LOAD(&r->drain_page) != NVM_NO_PAGE;

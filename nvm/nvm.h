@@ -189,6 +189,8 @@ uint64_t nvm_npages(const struct nvm_region *r);
 bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls, bool spill);
 size_t nvm_drain_live(struct nvm_region *r, uint64_t *refs, size_t cap);
 bool nvm_draining(const struct nvm_region *r);
+/* True while ref lies in the page being drained. */
+bool nvm_in_drain(const struct nvm_region *r, uint64_t ref);
 bool nvm_drain_abort(struct nvm_region *r);
 
 /* Smallest class whose slot holds size bytes; 0 when size > slot_max. */

@@ -166,6 +166,10 @@ int tac_nvm_mover_step(void);
  * need, 0 for none) holding the most pages down to SSD.  The number moved.
  * Evictor 0 only. */
 int tac_nvm_spill(unsigned need);
+/* Forgets and frees the NVM slot at ref (its meta tuple's last reference
+ * went): in step with the mover's reads when the slot lies in the page it
+ * drains.  Any thread. */
+void tac_nvm_release_slot(uint64_t ref);
 
 /* ---- Fetchers (fetch.c): move hot and warm items up (TaC 4.2, 5.4) ---- */
 void tac_fetchers_start(void);

@@ -33,6 +33,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,13 @@
 #define MOVER_IDLE_MS 100
 #define MOVER_STUCK_ROUNDS 200
 #define MOVER_SPILL_BATCH 16
+
+/* Held by the mover while it reads a slot of the draining page before it
+ * knows the slot's key, and by whoever forgets and frees a slot of that
+ * page (tac_nvm_release_slot): the read never sees a half-written header,
+ * and the page cannot be handed to another class under it.  A leaf: only
+ * the NVM allocator's partition locks are taken under it. */
+static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     unsigned want;          /* atomic: a class that found no page; 0 = none */
@@ -94,26 +102,58 @@ bool tac_nvm_mover_want(unsigned cls)
 
 /* Copies the live tuple at ref (of the draining page) into a free slot of
  * its class and repoints its meta tuple.  1 if moved. */
-static int move_one(uint64_t ref)
+/* Reads the header and clear key of the tuple at ref, a slot of the
+ * draining page; false when the slot was freed meanwhile (the page may be
+ * done) or holds no tuple that checks. */
+static bool read_slot_key(uint64_t ref, struct tac_tuple_hdr *hdr, char *key)
 {
-    struct tac_tuple_hdr hdr;
-    char key[KEY_MAX_LENGTH];
-    nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
-    if (!tac_tuple_sane(&hdr, nvm_slot_size(tac.nvm, ref)))
-        return 0;                   /* a freed slot: never a tuple */
+    bool ok = false;
+    pthread_mutex_lock(&read_lock);
+    if (!nvm_in_drain(tac.nvm, ref))
+        goto out;
+    nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
+    if (!tac_tuple_sane(hdr, nvm_slot_size(tac.nvm, ref)))
+        goto out;                   /* a freed slot: never a tuple */
     if (tac_tuple_sealed()) {
         /* The key is read only from a tuple whose tag holds; one that
          * fails stays, for the read that finds it to drop. */
         const char *clear;
-        size_t body = tac_tuple_size(hdr.nkey, hdr.nbytes) - sizeof(hdr);
-        nvm_charge_read(tac.nvm, ref, sizeof(hdr), body);
-        if (tac_tuple_open_scratch(&hdr, (const char *)nvm_ptr(tac.nvm, ref) + sizeof(hdr),
+        size_t body = tac_tuple_size(hdr->nkey, hdr->nbytes) - sizeof(*hdr);
+        nvm_charge_read(tac.nvm, ref, sizeof(*hdr), body);
+        if (tac_tuple_open_scratch(hdr, (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr),
                                    &clear) != TUPLE_OK)
-            return 0;
-        memcpy(key, clear, hdr.nkey);
+            goto out;
+        memcpy(key, clear, hdr->nkey);
     } else {
-        nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
+        nvm_read(tac.nvm, ref, sizeof(*hdr), key, hdr->nkey);
     }
+    ok = true;
+out:
+    pthread_mutex_unlock(&read_lock);
+    return ok;
+}
+
+void tac_nvm_release_slot(uint64_t ref)
+{
+    /* Registered as a writer: a drain that begins meanwhile waits for
+     * this one; one that began before is seen by nvm_in_drain. */
+    unsigned epoch = tac_nvm_write_begin();
+    bool locked = nvm_in_drain(tac.nvm, ref);
+    if (locked)
+        pthread_mutex_lock(&read_lock);
+    tac_nvm_forget(ref);
+    nvm_free(tac.nvm, ref);
+    if (locked)
+        pthread_mutex_unlock(&read_lock);
+    tac_nvm_write_end(epoch);
+}
+
+static int move_one(uint64_t ref)
+{
+    struct tac_tuple_hdr hdr;
+    char key[KEY_MAX_LENGTH];
+    if (!read_slot_key(ref, &hdr, key))
+        return 0;
     uint32_t hv = item_hash(key, hdr.nkey);
     int moved = 0;
     item_lock(hv);

@@ -462,8 +462,7 @@ static void tier_release(item *meta)
 {
     uint64_t ref = item_meta_ref(meta);
     if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0) {
-        tac_nvm_forget(ref);
-        nvm_free(tac.nvm, ref);
+        tac_nvm_release_slot(ref);
         TAC_INCR(nvm_removals);
     }
     else if (meta->tier == TIER_SSD)
