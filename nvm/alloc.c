@@ -192,7 +192,7 @@ static bool ready_take(struct nvm_region *r, uint64_t *page)
     uint64_t pg = NVM_LOAD(&r->ready_page);
     if (pg == NVM_NO_PAGE ||
         !__atomic_compare_exchange_n(&r->ready_page, &pg, NVM_NO_PAGE, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return false;
     *page = pg;
     return true;
@@ -447,7 +447,10 @@ static void do_drain_done(struct nvm_region *r, struct nvm_class *c,
     NVM_SUB(&c->pages, 1);
     NVM_STORE(&r->drain_page, NVM_NO_PAGE);
     NVM_ADD(&r->pages_drained, 1);
-    NVM_STORE(&r->ready_page, page);
+    /* Release: every access to the page's slots before its last free
+     * (the page mover's reads among them) happens before its taker's
+     * writes (ready_take). */
+    __atomic_store_n(&r->ready_page, page, __ATOMIC_RELEASE);
 }
 
 /* Owner lock held: ref, a slot of the draining page, was freed. */
