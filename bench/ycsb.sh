@@ -110,7 +110,7 @@ for ln in buf.decode().splitlines():
 PY
 }
 
-TIER_STATS='^(tiers|dram_malloced|dram_items|nvm_pages_used|nvm_pages_total|nvm_items|ssd_items|ssd_pages_free|ssd_pages_total|meta_tuples|evict_dram_to_nvm|evict_dram_to_ssd|evict_nvm_to_ssd|set_fallback_nvm|set_fallback_ssd|nvm_alloc_failures|meta_alloc_failures|dram_alloc_failures|nvm_fallback_ssd|nvm_pages_drained|nvm_tuples_to_ssd|page_moves_[a-z_]+|tier_watchdog_[a-z_]+|fetch_no_room|evictor_backlog|ssd_items_dropped|ssd_full) '
+TIER_STATS='^(tiers|dram_malloced|dram_items|nvm_pages_used|nvm_pages_total|nvm_items|ssd_items|ssd_pages_free|ssd_pages_total|meta_tuples|evict_dram_to_nvm|evict_dram_to_ssd|evict_nvm_to_ssd|set_fallback_nvm|set_fallback_ssd|nvm_alloc_failures|meta_alloc_failures|nvm_fallback_ssd|nvm_pages_drained|nvm_tuples_to_ssd|nvm_mover_wants|dram_page_moves_[a-z]+|tier_watchdog_moves|fetch_no_room|evictor_backlog|ssd_items_dropped|ssd_full) '
 
 show_stats() {
   say "server stats after $1"
