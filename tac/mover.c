@@ -12,11 +12,16 @@
  * How.  nvm_place (tier.c) finds no slot and no page: without an SSD it
  * calls tac_nvm_mover_want, which wakes evictor 0, and fails for now (a
  * store parks and tries again, a demotion is retried by the next round)
- * rather than drop a tuple.  Evictor 0 runs tac_nvm_mover_step each round:
+ * rather than drop a tuple.  With an SSD it does so when the class has no
+ * tuple of its own to move down (a size new to NVM), and the caller goes
+ * to SSD meanwhile.  Evictor 0 runs tac_nvm_mover_step each round:
  * nvm_drain_begin picks the page of another class with the fewest live
  * bytes that fit in the free slots of its class; each live tuple of it is
  * copied, under its item lock, into a free slot of the same class and its
- * meta tuple repointed; the last free hands the page over.  A drain that
+ * meta tuple repointed; with an SSD, a tuple that finds no free slot of
+ * its class goes to SSD instead, and when no page of another class has a
+ * free slot the coldest tuples of the class with the most pages go to SSD
+ * first (tac_nvm_spill).  The last free hands the page over.  A drain that
  * makes no progress for MOVER_STUCK_ROUNDS rounds is given up.  When no
  * page qualifies, the mover idles MOVER_IDLE_MS and nvm_place falls back to
  * dropping the class's coldest tuple (not with -M).

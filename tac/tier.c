@@ -14,10 +14,11 @@
  * copy never races a free.  Every read of a tuple checks it first (header
  * bounds, key and lengths against the meta tuple, checksum); a
  * damaged one is counted, answered as a miss and its item unlinked.  When
- * an NVM class is full, its coldest tuple moves to SSD; without an SSD
- * tier the page mover (mover.c) first tries to empty a page of another
- * class for it, and failing that the tuple is dropped (cache semantics),
- * or with -M nothing is dropped and the store fails.
+ * an NVM class is full, its coldest tuple moves to SSD; a class with no
+ * tuple to move, or no SSD tier, asks the page mover (mover.c) to empty a
+ * page of another class for it; without an SSD, failing that, the tuple is
+ * dropped (cache semantics), or with -M nothing is dropped and the store
+ * fails.  A DRAM item NVM cannot take goes to SSD (tac_demote).
  *
  * Threads: workers (materialize, stage), evictors (demote), any thread
  * (release).  Locks: callers hold the item lock of the key being moved;
