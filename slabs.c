@@ -51,7 +51,9 @@
  *   abort  - after SLABS_MOVE_MAX_PASSES passes the move is undone: the
  *            freemap's chunks go back on src's free lists, the page is
  *            active again and is skipped by the next pick.
- * Automove (slabs_automove_step) is described above its code.
+ * Automove (slabs_automove_step), the reserve refill and the demand rule
+ * that serves any failing class while a lower tier is configured
+ * (automove_serve_demand_locked) are described above their code.
  *
  * Threads: any thread allocates and frees; the maintainer (or a test) runs
  * the mover.  Locks, outermost first:

@@ -18,6 +18,9 @@
  * coldest tuples of every NVM class in the evictor's partitions to SSD,
  * packed into the evictor's own SSD buf (tac_ssd_set_writer).
  *
+ * Evictor 0 also runs the NVM page mover (mover.c) and the watchdog
+ * (watchdog_check below) each round.
+ *
  * Bounded work: one round handles at most EVICT_BATCH items per (class,
  * partition); an evictor sleeps EVICT_IDLE_MS when a round did nothing, and
  * is woken early by a worker whose DRAM allocation failed.
