@@ -99,8 +99,11 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             /* The class holds nothing to move (a size new to NVM): the
              * page mover empties a page of another class for it, spilling
              * to SSD what finds no slot there (mover.c); meanwhile the
-             * caller goes to SSD. */
-            if (!nvm_page_reusable(tac.nvm, cls))
+             * caller goes to SSD.  (A class whose tuples could not move
+             * for want of a meta tuple is not such a class.) */
+            struct nvm_class_info ci;
+            nvm_class_info(tac.nvm, cls, &ci);
+            if (ci.slots_used == 0 && !nvm_page_reusable(tac.nvm, cls))
                 tac_nvm_mover_want(cls);
             /* The move needs a DRAM meta tuple for SSD.  When DRAM is
              * (nearly) all meta tuples, nothing can move: a cache then
