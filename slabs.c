@@ -51,7 +51,9 @@
  *   abort  - after SLABS_MOVE_MAX_PASSES passes the move is undone: the
  *            freemap's chunks go back on src's free lists, the page is
  *            active again and is skipped by the next pick.
- * Automove (slabs_automove_step) is described above its code.
+ * Automove (slabs_automove_step), the reserve refill and the demand rule
+ * that serves any failing class while a lower tier is configured
+ * (automove_serve_demand_locked) are described above their code.
  *
  * Threads: any thread allocates and frees; the maintainer (or a test) runs
  * the mover.  Locks, outermost first:
@@ -208,6 +210,14 @@ static uint32_t req_word;           /* atomic */
 static struct {
     uint64_t running;
     MOVER_STATS_FIELDS(MOVER_FIELD)
+    /* Moves by cause (slabs_mover_info; `stats tiers` shows them). */
+    uint64_t by_request;    /* `slabs reassign` */
+    uint64_t by_automove;   /* memcached's automove rules */
+    uint64_t by_reserve;    /* refilling the meta tuples' reserve, or a
+                               lowered limit */
+    uint64_t by_demand;     /* a class that failed to allocate, from free
+                               chunks (a lower tier configured) */
+    uint64_t by_watchdog;   /* slabs_watchdog_move */
 } mstats;
 #undef MOVER_FIELD
 
@@ -1147,8 +1157,8 @@ int slabs_reassign_step(int budget)
     pthread_mutex_lock(&run_lock);
     if (!run.active) {
         uint32_t w = __atomic_exchange_n(&req_word, 0, __ATOMIC_RELAXED);
-        if (w != 0)
-            move_start_locked((w >> 8) & 0xff, w & 0xff);
+        if (w != 0 && move_start_locked((w >> 8) & 0xff, w & 0xff))
+            STATS_INCR(&mstats, by_request);
     }
     int used = 0;
     if (run.active) {
@@ -1325,11 +1335,123 @@ bool slabs_adjust_mem_limit(size_t bytes)
     return true;
 }
 
+/*
+ * With a reserve set (a lower tier is configured), a class whose
+ * allocation failed in each of the last AUTOMOVE_HOT_TICKS ticks while the
+ * budget left to unreserved allocations is spent gets a page from the
+ * class with the most free chunk bytes among those with
+ * AUTOMOVE_FREE_HALF_PAGES / 2 pages' worth of free chunks that did not
+ * fail in the last tick (the free rule of automove, without its wait for
+ * -m to be spent to the last page: the reserve keeps unreserved
+ * allocations two pages short of it).  This runs whatever -o slab_automove says: with a
+ * lower tier a class that gets no page has no path down for what it
+ * holds (doc/design.md, "Every class gets room").  run_lock held.
+ */
+static bool automove_serve_demand_locked(void)
+{
+    size_t resv = __atomic_load_n(&reserve_bytes, __ATOMIC_RELAXED);
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
+    if (resv == 0 || limit == 0 || run.active ||
+        __atomic_load_n(&req_word, __ATOMIC_RELAXED) != 0 ||
+        __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED) + std_page + resv <= limit)
+        return false;
+    unsigned int dst = 0;
+    uint64_t most = 0;
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        if (c->movable && c->am_hot >= AUTOMOVE_HOT_TICKS && c->am_last > most) {
+            dst = i;
+            most = c->am_last;
+        }
+    }
+    if (dst == 0)
+        return false;
+    unsigned int donor = 0;
+    uint64_t most_bytes = 0;
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        if (i == dst || !c->movable || c->am_last != 0 ||
+            __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) < 2)
+            continue;
+        uint64_t fr = class_free_chunks(c);
+        if (fr * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES &&
+            fr * c->size > most_bytes) {
+            donor = i;
+            most_bytes = fr * c->size;
+        }
+    }
+    return donor != 0 && move_start_locked(donor, dst);
+}
+
+bool slabs_has_spare(void)
+{
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        if (c->movable && __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) >= 2 &&
+            class_free_chunks(c) * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES)
+            return true;
+    }
+    return false;
+}
+
+bool slabs_watchdog_move(void)
+{
+    pthread_mutex_lock(&run_lock);
+    bool started = false;
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
+    if (!run.active && limit != 0) {
+        /* The class that failed most recently, by its count of failures
+         * since the last automove tick. */
+        unsigned int dst = 0, donor = 0;
+        uint64_t most = 0, most_bytes = 0, most_pages = 0;
+        for (unsigned int i = 1; i <= nclasses; i++) {
+            struct slab_class *c = &classes[i];
+            uint64_t f = __atomic_load_n(&c->alloc_fails, __ATOMIC_RELAXED) - c->am_seen;
+            if (c->movable && f > most) {
+                dst = i;
+                most = f;
+            }
+        }
+        /* The cheapest page to free: the class with the most free chunk
+         * bytes, else the data class with the most pages (its items move
+         * down a tier). */
+        unsigned int biggest = 0;
+        for (unsigned int i = 1; dst != 0 && i <= nclasses; i++) {
+            struct slab_class *c = &classes[i];
+            uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
+            if (i == dst || !c->movable || pages < 2)
+                continue;
+            uint64_t fr = class_free_chunks(c);
+            if (fr >= c->perslab / 4 && fr * c->size > most_bytes) {
+                donor = i;
+                most_bytes = fr * c->size;
+            }
+            if (!index_class(c) && pages > most_pages) {
+                biggest = i;
+                most_pages = pages;
+            }
+        }
+        if (donor == 0)
+            donor = biggest;
+        started = donor != 0 && move_start_locked(donor, dst);
+        if (started)
+            STATS_INCR(&mstats, by_watchdog);
+    }
+    pthread_mutex_unlock(&run_lock);
+    return started;
+}
+
 void slabs_reserve_step(void)
 {
     pthread_mutex_lock(&run_lock);
-    if (automove_refill_reserve_locked())
+    automove_observe_locked();
+    if (automove_refill_reserve_locked()) {
         STATS_INCR(&mstats, automoves);
+        STATS_INCR(&mstats, by_reserve);
+    } else if (automove_serve_demand_locked()) {
+        STATS_INCR(&mstats, automoves);
+        STATS_INCR(&mstats, by_demand);
+    }
     pthread_mutex_unlock(&run_lock);
 }
 
@@ -1339,6 +1461,13 @@ void slabs_automove_step(void)
     automove_observe_locked();
     if (automove_refill_reserve_locked()) {
         STATS_INCR(&mstats, automoves);
+        STATS_INCR(&mstats, by_reserve);
+        pthread_mutex_unlock(&run_lock);
+        return;
+    }
+    if (automove_serve_demand_locked()) {
+        STATS_INCR(&mstats, automoves);
+        STATS_INCR(&mstats, by_demand);
         pthread_mutex_unlock(&run_lock);
         return;
     }
@@ -1358,8 +1487,10 @@ void slabs_automove_step(void)
             }
         }
         unsigned int src = dst != 0 ? automove_pick_donor(dst) : 0;
-        if (src != 0 && move_start_locked(src, dst))
+        if (src != 0 && move_start_locked(src, dst)) {
             STATS_INCR(&mstats, automoves);
+            STATS_INCR(&mstats, by_automove);
+        }
     }
     pthread_mutex_unlock(&run_lock);
 }
@@ -1383,6 +1514,11 @@ void slabs_mover_info(struct slabs_mover_info *out)
     out->evictions = STATS_GET(&mstats, evictions);
     out->busy_items = STATS_GET(&mstats, busy_items);
     out->automoves = STATS_GET(&mstats, automoves);
+    out->by_request = STATS_GET(&mstats, by_request);
+    out->by_automove = STATS_GET(&mstats, by_automove);
+    out->by_reserve = STATS_GET(&mstats, by_reserve);
+    out->by_demand = STATS_GET(&mstats, by_demand);
+    out->by_watchdog = STATS_GET(&mstats, by_watchdog);
     out->pool_pages = __atomic_load_n(&pool_pages, __ATOMIC_RELAXED);
 }
 

@@ -174,7 +174,25 @@ struct slabs_mover_info {
     uint64_t busy_items;        /* chunks found busy, retried later */
     uint64_t automoves;         /* moves started by the automover */
     uint64_t pool_pages;        /* pages in the global pool */
+    /* Moves started, by cause. */
+    uint64_t by_request;        /* `slabs reassign` */
+    uint64_t by_automove;       /* memcached's automove rules */
+    uint64_t by_reserve;        /* refilling the meta tuples' reserve */
+    uint64_t by_demand;         /* a failing class, from free chunks */
+    uint64_t by_watchdog;       /* slabs_watchdog_move */
 };
 void slabs_mover_info(struct slabs_mover_info *out);
+
+/* The tiers' watchdog (tac/evict.c) found stores waiting and nothing
+ * moving: starts a move, whatever the automove rules say, for the class
+ * that failed to allocate the most since the last automove tick, from the
+ * class with the most free chunk bytes or else the biggest data class.
+ * False when a move is running already or none can start. */
+bool slabs_watchdog_move(void);
+
+/* True when some class holds enough free chunks to give a page to a class
+ * that needs one (the demand rule of slabs_reserve_step and
+ * slabs_automove_step): a failed allocation will be served. */
+bool slabs_has_spare(void);
 
 #endif

@@ -192,7 +192,7 @@ static bool ready_take(struct nvm_region *r, uint64_t *page)
     uint64_t pg = NVM_LOAD(&r->ready_page);
     if (pg == NVM_NO_PAGE ||
         !__atomic_compare_exchange_n(&r->ready_page, &pg, NVM_NO_PAGE, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return false;
     *page = pg;
     return true;
@@ -447,7 +447,10 @@ static void do_drain_done(struct nvm_region *r, struct nvm_class *c,
     NVM_SUB(&c->pages, 1);
     NVM_STORE(&r->drain_page, NVM_NO_PAGE);
     NVM_ADD(&r->pages_drained, 1);
-    NVM_STORE(&r->ready_page, page);
+    /* Release: every access to the page's slots before its last free
+     * (the page mover's reads among them) happens before its taker's
+     * writes (ready_take). */
+    __atomic_store_n(&r->ready_page, page, __ATOMIC_RELEASE);
 }
 
 /* Owner lock held: ref, a slot of the draining page, was freed. */
@@ -473,11 +476,11 @@ struct drain_pick {
 /* Owner lock held for page pg of class k (with nfree free slots, of
  * class_free in the class): a better pick than best? */
 static void consider(const struct nvm_class *c, unsigned k, uint64_t pg,
-                     uint64_t nfree, uint64_t class_free,
+                     uint64_t nfree, uint64_t class_free, bool spill,
                      struct drain_pick *best)
 {
     uint64_t live = c->per_page - nfree;
-    if (nfree == 0 || class_free < nfree + live ||
+    if (nfree == 0 || (!spill && class_free < nfree + live) ||
         live * c->slot_size >= best->live_bytes)
         return;
     best->cls = k;
@@ -488,7 +491,7 @@ static void consider(const struct nvm_class *c, unsigned k, uint64_t pg,
 /* q->lock and reuse_lock held: considers each page of class k owned by q
  * that has a free slot (on q's stack, or uncarved at q's end). */
 static void do_pick_in(struct nvm_region *r, unsigned k, struct nvm_part *q,
-                       uint64_t class_free, struct drain_pick *best)
+                       uint64_t class_free, bool spill, struct drain_pick *best)
 {
     const struct nvm_class *c = &r->classes[k];
     uint64_t end_pg = q->end_free > 0 ? page_of(r, q->end_ref) : NVM_NO_PAGE;
@@ -500,7 +503,7 @@ static void do_pick_in(struct nvm_region *r, unsigned k, struct nvm_part *q,
         uint64_t pg = j < q->nfree ? page_of(r, q->stack[j]) : end_pg;
         if (pg == NVM_NO_PAGE || r->reuse_count[pg] == 0)
             continue;
-        consider(c, k, pg, r->reuse_count[pg], class_free, best);
+        consider(c, k, pg, r->reuse_count[pg], class_free, spill, best);
         r->reuse_count[pg] = 0;
     }
 }
@@ -545,7 +548,7 @@ static bool drain_start(struct nvm_region *r, unsigned k, uint64_t pg)
     return true;
 }
 
-bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls)
+bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls, bool spill)
 {
     if (NVM_LOAD(&r->drain_page) != NVM_NO_PAGE)
         return true;
@@ -566,13 +569,19 @@ bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls)
         for (int i = 0; i < r->nparts; i++) {
             struct nvm_part *q = &c->parts[i];
             pthread_mutex_lock(&q->lock);
-            do_pick_in(r, k, q, class_free, &best);
+            do_pick_in(r, k, q, class_free, spill, &best);
             pthread_mutex_unlock(&q->lock);
         }
     }
     bool started = best.page != NVM_NO_PAGE && drain_start(r, best.cls, best.page);
     pthread_mutex_unlock(&r->reuse_lock);
     return started;
+}
+
+bool nvm_in_drain(const struct nvm_region *r, uint64_t ref)
+{
+    uint64_t pg = NVM_LOAD(&r->drain_page);
+    return pg != NVM_NO_PAGE && ref >= NVM_DATA_OFFSET && page_of(r, ref) == pg;
 }
 
 bool nvm_draining(const struct nvm_region *r)

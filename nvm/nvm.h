@@ -170,7 +170,9 @@ uint64_t nvm_npages(const struct nvm_region *r);
  *   nvm_drain_begin   picks the page, of a class other than need_cls with
  *                     more than one slot per page, with the fewest live
  *                     bytes whose live slots fit in its class's other free
- *                     slots.  No slot of it is allocated again.  True while
+ *                     slots (with spill, whether they fit or not: the
+ *                     caller moves the rest to a lower tier).  No slot of
+ *                     it is allocated again.  True while
  *                     a page is draining (this one or an earlier one);
  *                     false when none is, or none qualifies.
  *   nvm_drain_live    the page's slots still allocated (up to cap), for the
@@ -184,9 +186,11 @@ uint64_t nvm_npages(const struct nvm_region *r);
  *                     (and still draining) only when out of DRAM.
  * One page drains at a time; begin, live and abort are for one thread.
  */
-bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls);
+bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls, bool spill);
 size_t nvm_drain_live(struct nvm_region *r, uint64_t *refs, size_t cap);
 bool nvm_draining(const struct nvm_region *r);
+/* True while ref lies in the page being drained. */
+bool nvm_in_drain(const struct nvm_region *r, uint64_t ref);
 bool nvm_drain_abort(struct nvm_region *r);
 
 /* Smallest class whose slot holds size bytes; 0 when size > slot_max. */

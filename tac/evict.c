@@ -18,6 +18,9 @@
  * coldest tuples of every NVM class in the evictor's partitions to SSD,
  * packed into the evictor's own SSD buf (tac_ssd_set_writer).
  *
+ * Evictor 0 also runs the NVM page mover (mover.c) and the watchdog
+ * (watchdog_check below) each round.
+ *
  * Bounded work: one round handles at most EVICT_BATCH items per (class,
  * partition); an evictor sleeps EVICT_IDLE_MS when a round did nothing, and
  * is woken early by a worker whose DRAM allocation failed.
@@ -36,6 +39,7 @@
 #include "settings.h"
 #include "slabs.h"
 #include "tac/internal.h"
+#include "util.h"
 
 #define EVICT_BATCH 64
 #define EVICT_IDLE_MS 10
@@ -127,6 +131,51 @@ static int evict_round(struct evictor *e)
     return moved + nvm_moved;
 }
 
+/*
+ * The watchdog (evictor 0, once a round): while a store waits for room
+ * (stores_waiting) and nothing has moved for WATCHDOG_NS (no DRAM page
+ * move, no item or tuple moved down or between slots, no waiting store
+ * done), the tiers are in a state where every path down waits on another.
+ * None is known to remain; if one does, the cheapest move breaks it: a
+ * DRAM page for the class that failed most, from free chunks or else the
+ * biggest data class (slabs_watchdog_move), and with an SSD a batch of
+ * NVM's coldest tuples of its biggest class to SSD.  Each such round is
+ * counted in tier_watchdog_moves.
+ */
+#define WATCHDOG_NS 1000000000ull
+
+static uint64_t progress_count(void)
+{
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    return mi.moved + mi.evictions + STATS_GET(&gstats, store_waits_done) +
+           STATS_GET(&tac.stats, evict_dram_to_nvm) +
+           STATS_GET(&tac.stats, evict_dram_to_ssd) +
+           STATS_GET(&tac.stats, evict_nvm_to_ssd) +
+           STATS_GET(&tac.stats, nvm_tuples_moved) +
+           STATS_GET(&tac.stats, set_fallback_nvm) +
+           STATS_GET(&tac.stats, set_fallback_ssd);
+}
+
+static void watchdog_check(void)
+{
+    static uint64_t last_count, last_change;
+    uint64_t now = util_now_ns(), n = progress_count();
+    if (n != last_count || STATS_GET(&gstats, stores_waiting) == 0) {
+        last_count = n;
+        last_change = now;
+        return;
+    }
+    if (now - last_change < WATCHDOG_NS)
+        return;
+    bool moved = slabs_watchdog_move();
+    if (tac.nvm != NULL && tac.ssd != NULL && tac_nvm_spill(0) > 0)
+        moved = true;
+    if (moved)
+        TAC_INCR(tier_watchdog_moves);
+    last_change = now;
+}
+
 static void evictor_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
@@ -134,6 +183,8 @@ static void evictor_main(struct bg *g, unsigned idx, void *arg)
     tac_ssd_set_writer(e->id);
     while (bg_running(g)) {
         TAC_INCR(evictor_runs);
+        if (e->id == 0)
+            watchdog_check();
         if (evict_round(e) == 0)
             bg_wait(g, EVICT_IDLE_MS * 1000000ull);
     }

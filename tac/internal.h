@@ -63,7 +63,11 @@ struct tac_tuple_hdr;
     X(nvm_admission_refused) \
     X(evict_cold_to_ssd)     \
     X(nvm_tuples_moved)      \
-    X(nvm_drains_abandoned)
+    X(nvm_drains_abandoned)  \
+    X(nvm_fallback_ssd)      \
+    X(nvm_tuples_to_ssd)     \
+    X(nvm_mover_wants)       \
+    X(tier_watchdog_moves)
 
 struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
@@ -162,6 +166,14 @@ bool tac_nvm_mover_want(unsigned cls);
 /* One round of the mover (evictor 0): the number of tuples moved, plus
  * one when a page was emptied. */
 int tac_nvm_mover_step(void);
+/* With an SSD: moves the coldest tuples of the NVM class (other than
+ * need, 0 for none) holding the most pages down to SSD.  The number moved.
+ * Evictor 0 only. */
+int tac_nvm_spill(unsigned need);
+/* Forgets and frees the NVM slot at ref (its meta tuple's last reference
+ * went): in step with the mover's reads when the slot lies in the page it
+ * drains.  Any thread. */
+void tac_nvm_release_slot(uint64_t ref);
 
 /* ---- Fetchers (fetch.c): move hot and warm items up (TaC 4.2, 5.4) ---- */
 void tac_fetchers_start(void);

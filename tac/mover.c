@@ -12,11 +12,16 @@
  * How.  nvm_place (tier.c) finds no slot and no page: without an SSD it
  * calls tac_nvm_mover_want, which wakes evictor 0, and fails for now (a
  * store parks and tries again, a demotion is retried by the next round)
- * rather than drop a tuple.  Evictor 0 runs tac_nvm_mover_step each round:
+ * rather than drop a tuple.  With an SSD it does so when the class has no
+ * tuple of its own to move down (a size new to NVM), and the caller goes
+ * to SSD meanwhile.  Evictor 0 runs tac_nvm_mover_step each round:
  * nvm_drain_begin picks the page of another class with the fewest live
  * bytes that fit in the free slots of its class; each live tuple of it is
  * copied, under its item lock, into a free slot of the same class and its
- * meta tuple repointed; the last free hands the page over.  A drain that
+ * meta tuple repointed; with an SSD, a tuple that finds no free slot of
+ * its class goes to SSD instead, and when no page of another class has a
+ * free slot the coldest tuples of the class with the most pages go to SSD
+ * first (tac_nvm_spill).  The last free hands the page over.  A drain that
  * makes no progress for MOVER_STUCK_ROUNDS rounds is given up.  When no
  * page qualifies, the mover idles MOVER_IDLE_MS and nvm_place falls back to
  * dropping the class's coldest tuple (not with -M).
@@ -33,6 +38,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +51,14 @@
 
 #define MOVER_IDLE_MS 100
 #define MOVER_STUCK_ROUNDS 200
+#define MOVER_SPILL_BATCH 16
+
+/* Held by the mover while it reads a slot of the draining page before it
+ * knows the slot's key, and by whoever forgets and frees a slot of that
+ * page (tac_nvm_release_slot): the read never sees a half-written header,
+ * and the page cannot be handed to another class under it.  A leaf: only
+ * the NVM allocator's partition locks are taken under it. */
+static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     unsigned want;          /* atomic: a class that found no page; 0 = none */
@@ -80,6 +94,7 @@ bool tac_nvm_mover_want(unsigned cls)
 {
     if (tac.nvm == NULL || mv.refs == NULL)
         return false;
+    TAC_INCR(nvm_mover_wants);
     if (!nvm_draining(tac.nvm) &&
         util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
         return false;
@@ -92,26 +107,58 @@ bool tac_nvm_mover_want(unsigned cls)
 
 /* Copies the live tuple at ref (of the draining page) into a free slot of
  * its class and repoints its meta tuple.  1 if moved. */
-static int move_one(uint64_t ref)
+/* Reads the header and clear key of the tuple at ref, a slot of the
+ * draining page; false when the slot was freed meanwhile (the page may be
+ * done) or holds no tuple that checks. */
+static bool read_slot_key(uint64_t ref, struct tac_tuple_hdr *hdr, char *key)
 {
-    struct tac_tuple_hdr hdr;
-    char key[KEY_MAX_LENGTH];
-    nvm_read(tac.nvm, ref, 0, &hdr, sizeof(hdr));
-    if (!tac_tuple_sane(&hdr, nvm_slot_size(tac.nvm, ref)))
-        return 0;                   /* a freed slot: never a tuple */
+    bool ok = false;
+    pthread_mutex_lock(&read_lock);
+    if (!nvm_in_drain(tac.nvm, ref))
+        goto out;
+    nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
+    if (!tac_tuple_sane(hdr, nvm_slot_size(tac.nvm, ref)))
+        goto out;                   /* a freed slot: never a tuple */
     if (tac_tuple_sealed()) {
         /* The key is read only from a tuple whose tag holds; one that
          * fails stays, for the read that finds it to drop. */
         const char *clear;
-        size_t body = tac_tuple_size(hdr.nkey, hdr.nbytes) - sizeof(hdr);
-        nvm_charge_read(tac.nvm, ref, sizeof(hdr), body);
-        if (tac_tuple_open_scratch(&hdr, (const char *)nvm_ptr(tac.nvm, ref) + sizeof(hdr),
+        size_t body = tac_tuple_size(hdr->nkey, hdr->nbytes) - sizeof(*hdr);
+        nvm_charge_read(tac.nvm, ref, sizeof(*hdr), body);
+        if (tac_tuple_open_scratch(hdr, (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr),
                                    &clear) != TUPLE_OK)
-            return 0;
-        memcpy(key, clear, hdr.nkey);
+            goto out;
+        memcpy(key, clear, hdr->nkey);
     } else {
-        nvm_read(tac.nvm, ref, sizeof(hdr), key, hdr.nkey);
+        nvm_read(tac.nvm, ref, sizeof(*hdr), key, hdr->nkey);
     }
+    ok = true;
+out:
+    pthread_mutex_unlock(&read_lock);
+    return ok;
+}
+
+void tac_nvm_release_slot(uint64_t ref)
+{
+    /* Registered as a writer: a drain that begins meanwhile waits for
+     * this one; one that began before is seen by nvm_in_drain. */
+    unsigned epoch = tac_nvm_write_begin();
+    bool locked = nvm_in_drain(tac.nvm, ref);
+    if (locked)
+        pthread_mutex_lock(&read_lock);
+    tac_nvm_forget(ref);
+    nvm_free(tac.nvm, ref);
+    if (locked)
+        pthread_mutex_unlock(&read_lock);
+    tac_nvm_write_end(epoch);
+}
+
+static int move_one(uint64_t ref)
+{
+    struct tac_tuple_hdr hdr;
+    char key[KEY_MAX_LENGTH];
+    if (!read_slot_key(ref, &hdr, key))
+        return 0;
     uint32_t hv = item_hash(key, hdr.nkey);
     int moved = 0;
     item_lock(hv);
@@ -120,7 +167,15 @@ static int move_one(uint64_t ref)
         item_meta_ref(it) == ref) {
         uint64_t nref = nvm_alloc_free_slot(tac.nvm, nvm_class_of_ref(tac.nvm, ref),
                                             it->partition);
-        if (nref != 0) {
+        if (nref == 0 && tac.ssd != NULL) {
+            /* No free slot in its class: down to SSD.  The free of its
+             * slot (the meta tuple's last reference) counts for the
+             * drain. */
+            if (tac_ssd_from_nvm(it, hv)) {
+                TAC_INCR(nvm_tuples_to_ssd);
+                moved = 1;
+            }
+        } else if (nref != 0) {
             size_t len = tac_tuple_size(it->nkey, it->nbytes);
             nvm_charge_read(tac.nvm, ref, 0, len);
             nvm_write(tac.nvm, nref, 0, nvm_ptr(tac.nvm, ref), len);
@@ -147,6 +202,29 @@ static void mover_idle(void)
     __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
 }
 
+/* With an SSD: moves the coldest tuples of the class (other than need)
+ * that holds the most pages down to SSD, so that one of its pages has a
+ * free slot and can be drained.  Returns the number moved. */
+int tac_nvm_spill(unsigned need)
+{
+    unsigned n = nvm_nclasses(tac.nvm), biggest = 0;
+    uint64_t most = 0;
+    for (unsigned cls = 1; cls <= n; cls++) {
+        struct nvm_class_info ci;
+        nvm_class_info(tac.nvm, cls, &ci);
+        if (cls != need && ci.slots_per_page > 1 && ci.pages > most) {
+            most = ci.pages;
+            biggest = cls;
+        }
+    }
+    int moved = 0;
+    for (int p = 0; tac.ssd != NULL && biggest != 0 && p < settings.partitions; p++)
+        moved += items_demote_tail(TIER_NVM, biggest, p, MOVER_SPILL_BATCH,
+                                   tac_ssd_from_nvm);
+    TAC_ADD(nvm_tuples_to_ssd, moved);
+    return moved;
+}
+
 int tac_nvm_mover_step(void)
 {
     if (mv.refs == NULL)
@@ -155,8 +233,14 @@ int tac_nvm_mover_step(void)
         unsigned need = __atomic_load_n(&mv.want, __ATOMIC_RELAXED);
         if (need == 0 || util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
             return 0;
-        if (!nvm_drain_begin(tac.nvm, need)) {
-            /* An emptied page still waits for its taker, or none fits. */
+        if (!nvm_drain_begin(tac.nvm, need, tac.ssd != NULL)) {
+            /* An emptied page still waits for its taker, or none fits.
+             * With an SSD, a page with no free slot at all is made one:
+             * the biggest other class's coldest tuples go down. */
+            int down = tac.ssd != NULL && nvm_free_pages(tac.nvm) == 0
+                ? tac_nvm_spill(need) : 0;
+            if (down > 0)
+                return down;
             if (nvm_free_pages(tac.nvm) == 0)
                 mover_idle();
             else

@@ -14,10 +14,11 @@
  * copy never races a free.  Every read of a tuple checks it first (header
  * bounds, key and lengths against the meta tuple, checksum); a
  * damaged one is counted, answered as a miss and its item unlinked.  When
- * an NVM class is full, its coldest tuple moves to SSD; without an SSD
- * tier the page mover (mover.c) first tries to empty a page of another
- * class for it, and failing that the tuple is dropped (cache semantics),
- * or with -M nothing is dropped and the store fails.
+ * an NVM class is full, its coldest tuple moves to SSD; a class with no
+ * tuple to move, or no SSD tier, asks the page mover (mover.c) to empty a
+ * page of another class for it; without an SSD, failing that, the tuple is
+ * dropped (cache semantics), or with -M nothing is dropped and the store
+ * fails.  A DRAM item NVM cannot take goes to SSD (tac_demote).
  *
  * Threads: workers (materialize, stage), evictors (demote), any thread
  * (release).  Locks: callers hold the item lock of the key being moved;
@@ -95,14 +96,24 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
                                           1, tac_ssd_from_nvm);
             if (moved > 0)
                 continue;
+            /* The class holds nothing to move (a size new to NVM): the
+             * page mover empties a page of another class for it, spilling
+             * to SSD what finds no slot there (mover.c); meanwhile the
+             * caller goes to SSD.  (A class whose tuples could not move
+             * for want of a meta tuple is not such a class.) */
+            struct nvm_class_info ci;
+            nvm_class_info(tac.nvm, cls, &ci);
+            if (ci.slots_used == 0 && !nvm_page_reusable(tac.nvm, cls))
+                tac_nvm_mover_want(cls);
             /* The move needs a DRAM meta tuple for SSD.  When DRAM is
              * (nearly) all meta tuples, nothing can move: a cache then
              * drops the coldest NVM item, which frees its slot and its
              * meta tuple's chunk (not with -M).  Any other failure (busy
-             * tails, a reserve the page mover has yet to refill) just
-             * fails, and the caller tries again later. */
+             * tails, a reserve the page mover has yet to refill, a class
+             * whose free chunks the page mover will hand to the meta
+             * tuples) just fails, and the caller tries again later. */
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
-                !dram_index_full())
+                !dram_index_full() || slabs_has_spare())
                 break;
         } else if (tac_nvm_mover_want(cls) || nvm_page_reusable(tac.nvm, cls)) {
             /* Another class has a wholly free page that page reuse could
@@ -260,17 +271,29 @@ bool tac_demote(item *it, uint32_t hv)
         meta = tac_nvm_store_copy(it, it->partition, true);
         if (meta != NULL)
             TAC_INCR(evict_dram_to_nvm);
-    } else if (tac.ssd != NULL && !tac_ssd_takes(it->nbytes)) {
-        /* -o ext_item_size: too small for SSD; drop it, as memcached
-         * evicts what extstore will not take. */
+    }
+    /* NVM refused it (admission), or its slot class had no room: SSD takes
+     * it.  A move down never waits for NVM to make room, since making room
+     * there may itself wait for DRAM (doc/design.md, "Every class gets
+     * room"). */
+    if (meta == NULL && tac.ssd != NULL && !tac_ssd_takes(it->nbytes)) {
+        /* -o ext_item_size: too small for SSD.  One NVM would not take
+         * waits for NVM's room; a cold one is dropped, as memcached evicts
+         * what extstore will not take. */
+        if (to_nvm)
+            return false;
         do_item_evict(it, hv);
         return true;
-    } else if (tac.ssd != NULL) {
+    }
+    if (meta == NULL && tac.ssd != NULL) {
         meta = tac_ssd_store_copy(it, it->partition, true);
-        if (meta != NULL)
+        if (meta != NULL) {
             TAC_INCR(evict_dram_to_ssd);
-        if (meta != NULL && tac.nvm != NULL)
-            TAC_INCR(evict_cold_to_ssd);
+            if (to_nvm)
+                TAC_INCR(nvm_fallback_ssd);
+            else if (tac.nvm != NULL)
+                TAC_INCR(evict_cold_to_ssd);
+        }
     }
     if (meta == NULL)
         return false;
@@ -443,8 +466,7 @@ static void tier_release(item *meta)
 {
     uint64_t ref = item_meta_ref(meta);
     if (meta->tier == TIER_NVM && tac.nvm != NULL && ref != 0) {
-        tac_nvm_forget(ref);
-        nvm_free(tac.nvm, ref);
+        tac_nvm_release_slot(ref);
         TAC_INCR(nvm_removals);
     }
     else if (meta->tier == TIER_SSD)
@@ -733,6 +755,31 @@ static void tac_stats_nvm(struct stat_sink *s)
     stat_printf(s, "free_pages", "%llu", (unsigned long long)nvm_free_pages(tac.nvm));
 }
 
+/* `stats dram`: DRAM's slab classes as the tiers see them, with the
+ * allocation failures that are the page mover's demand. */
+static void tac_stats_dram(struct stat_sink *s)
+{
+    unsigned n = slabs_nclasses(), active = 0;
+    for (unsigned cls = 1; cls <= n; cls++) {
+        struct slabs_class_info ci;
+        slabs_class_info(cls, &ci);
+        if (ci.total_pages == 0 && ci.alloc_fails == 0)
+            continue;
+        active++;
+        char name[48];
+#define DRAM_CLASS_LINE(field, val) \
+        snprintf(name, sizeof(name), "%u:" field, cls); \
+        stat_printf(s, name, "%llu", (unsigned long long)(val));
+        DRAM_CLASS_LINE("chunk_size", ci.chunk_size)
+        DRAM_CLASS_LINE("pages", ci.total_pages)
+        DRAM_CLASS_LINE("used_chunks", ci.used_chunks)
+        DRAM_CLASS_LINE("free_chunks", ci.free_chunks + ci.free_chunks_end)
+        DRAM_CLASS_LINE("alloc_fails", ci.alloc_fails)
+#undef DRAM_CLASS_LINE
+    }
+    stat_printf(s, "active_classes", "%u", active);
+}
+
 /* `stats tiers`: DRAM's lines, then one group per lower tier, then the
  * policy's counters.  Only DRAM exists until NVM or SSD is configured. */
 static void tac_stats_tiers(struct stat_sink *s)
@@ -757,6 +804,13 @@ static void tac_stats_tiers(struct stat_sink *s)
     stat_printf(s, "thr_warm", "%u", llru_thr_warm());
     if (!tac_active())
         return;
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    stat_printf(s, "dram_page_moves_request", "%llu", (unsigned long long)mi.by_request);
+    stat_printf(s, "dram_page_moves_automove", "%llu", (unsigned long long)mi.by_automove);
+    stat_printf(s, "dram_page_moves_reserve", "%llu", (unsigned long long)mi.by_reserve);
+    stat_printf(s, "dram_page_moves_demand", "%llu", (unsigned long long)mi.by_demand);
+    stat_printf(s, "dram_page_moves_watchdog", "%llu", (unsigned long long)mi.by_watchdog);
     if (tac.nvm != NULL) {
         struct nvm_info info;
         nvm_get_info(tac.nvm, &info);
@@ -826,6 +880,7 @@ static void tac_stats_register(void)
     stats_register_section("settings", tac_stats_settings);
     stats_register_section("tiers", tac_stats_tiers);
     stats_register_section("nvm", tac_stats_nvm);
+    stats_register_section("dram", tac_stats_dram);
     stats_register_reset(tac_stats_reset);
     bool ssd = tac.ssd != NULL;
     stats_provide_counter("get_hits_ssd", ssd ? &tac.stats.get_hits_ssd : NULL);

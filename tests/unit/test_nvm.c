@@ -552,7 +552,7 @@ static void test_drain_page(void)
         refs[i] = nvm_alloc(r, 5000, 0);
         CHECK(refs[i] != 0);
     }
-    CHECK(!nvm_drain_begin(r, small));      /* every slot is live */
+    CHECK(!nvm_drain_begin(r, small, false));      /* every slot is live */
     /* The page of refs[0] keeps 3 live slots, every other page half. */
     uint64_t page0 = (refs[0] - NVM_DATA_OFFSET) / (256 * KB), live0[3], n0 = 0;
     for (uint64_t i = 0; i < total; i++) {
@@ -572,7 +572,7 @@ static void test_drain_page(void)
     nvm_class_info(r, cls, &ci);
     uint64_t free_before = ci.slots_free;
 
-    CHECK(nvm_drain_begin(r, small));
+    CHECK(nvm_drain_begin(r, small, false));
     CHECK(nvm_draining(r));
     uint64_t live[64];
     size_t n = nvm_drain_live(r, live, 64);
@@ -604,7 +604,7 @@ static void test_drain_page(void)
     /* Abort: the next drain's free slots go back to their class. */
     nvm_class_info(r, cls, &ci);
     free_before = ci.slots_free;
-    CHECK(nvm_drain_begin(r, small));
+    CHECK(nvm_drain_begin(r, small, false));
     nvm_class_info(r, cls, &ci);
     CHECK(ci.slots_free < free_before);
     CHECK(nvm_drain_abort(r));
