@@ -114,7 +114,8 @@ TIER_STATS='^(tiers|dram_malloced|dram_items|nvm_pages_used|nvm_pages_total|nvm_
 
 show_stats() {
   say "server stats after $1"
-  { stats | grep -E '^(curr_items|cmd_get|cmd_set|store_wait_timeouts|store_no_memory|evictions|slabs_moved|slab_automove_moves) ' || true
+  { stats | grep -E '^(curr_items|cmd_get|cmd_set|store_no_memory|evictions|slabs_moved|slab_automove_moves) ' || true
+    stats tac | grep -E '^store_wait_timeouts ' || true
     stats tiers | grep -E "$TIER_STATS" || true; } | sed 's/^/  /'
 }
 
@@ -197,6 +198,6 @@ start_server
 phase load -load workloada
 phase workloada -t workloada -p operationcount="$OPS" -p maxexecutiontime="$RUN_SECONDS"
 phase workloadb -t workloadb -p operationcount="$OPS" -p maxexecutiontime="$RUN_SECONDS"
-printf 'store_wait_timeouts: %s\n' "$(stats | awk '$1 == "store_wait_timeouts" {print $2}')"
+printf 'store_wait_timeouts: %s\n' "$(stats tac | awk '$1 == "store_wait_timeouts" {print $2}')"
 stop_server
 exit $BAD
