@@ -27,7 +27,6 @@ Seed: STRESS_SEED (printed).
 """
 import os
 import random
-import socket
 import threading
 import time
 import zlib
@@ -36,6 +35,7 @@ from itertools import accumulate
 import pytest
 
 from mcserver import IS_STOCK, remove_tier_file
+from test_stress_tiers import Raw
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -68,35 +68,12 @@ def check_value(key, raw):
     return None
 
 
-class Conn:
+class Conn(Raw):
+    """test_stress_tiers' client, with a lock for threads sharing it."""
+
     def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.buf = b""
+        super().__init__(port)
         self.lock = threading.Lock()
-
-    def line(self):
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                ln, self.buf = self.buf[:i], self.buf[i + 2:]
-                return ln
-            chunk = self.sock.recv(1 << 18)
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            self.buf += chunk
-
-    def exact(self, n):
-        while len(self.buf) < n:
-            chunk = self.sock.recv(1 << 18)
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            self.buf += chunk
-        d, self.buf = self.buf[:n], self.buf[n:]
-        return d
-
-    def store(self, verb, key, val):
-        self.sock.sendall(b"%s %s 0 0 %d\r\n%s\r\n" % (verb, key, len(val), val))
-        return self.line()
 
     def read_get(self, key):
         val = None
@@ -110,15 +87,6 @@ class Conn:
             data = self.exact(int(p[3]) + 2)
             val = data[:-2]
 
-    def stats(self, sub=b""):
-        self.sock.sendall(b"stats" + (b" " + sub if sub else b"") + b"\r\n")
-        out = {}
-        while True:
-            ln = self.line()
-            if ln == b"END":
-                return out
-            _, k, v = ln.decode().split(" ", 2)
-            out[k] = v
 
 
 def key_of(i):
