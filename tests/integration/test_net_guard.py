@@ -22,7 +22,7 @@ import pytest
 
 from mcserver import is_closed, recv_until
 from test_sasl import AUTH, AUTH_ERROR, OK, call, pwdb, use_sasldb  # noqa: F401  (pwdb: fixture)
-from test_sasl import HDR, recv_exact
+from test_sasl import HDR, bin_stats, recv_exact  # noqa: F401
 
 pytestmark = pytest.mark.tac_only
 
@@ -320,18 +320,6 @@ def test_watchers_stop_at_twenty(server):
 
 
 # ---- SASL -------------------------------------------------------------------------------
-
-def bin_stats(sock, sub=b""):
-    status, body = call(sock, 0x10, sub)
-    stats = {}
-    while status == OK and body:
-        _m, _op, klen, elen, _dt, status, blen, _o, _c = HDR.unpack(recv_exact(sock, 24))
-        data = recv_exact(sock, blen) if blen else b""
-        if not klen:
-            break
-        stats[data[elen:elen + klen].decode()] = data[elen + klen:].decode()
-    return stats
-
 
 def test_sasl_closes_at_the_third_failure(server, pwdb):  # noqa: F811
     srv = server(["-S"])

@@ -38,6 +38,19 @@ def call(sock, op, key=b"", value=b"", extras=b""):
     return status, data[elen + klen:]
 
 
+def bin_stats(sock, sub=b""):
+    """A binary STAT request: one key/value per response, then an empty key."""
+    status, body = call(sock, 0x10, sub)
+    stats = {}
+    while status == OK and body:
+        _m, _op, klen, elen, _dt, status, blen, _o, _c = HDR.unpack(recv_exact(sock, 24))
+        data = recv_exact(sock, blen) if blen else b""
+        if not klen:
+            break
+        stats[data[elen:elen + klen].decode()] = data[elen + klen:].decode()
+    return stats
+
+
 @pytest.fixture
 def pwdb(tmp_path, monkeypatch):
     """$MEMCACHED_SASL_PWDB for the servers this test starts."""
@@ -229,16 +242,9 @@ def test_failed_negotiations_leak_no_connection(server, pwdb):
     assert call(s, AUTH, b"PLAIN", b"\0alice\0plain-pass-1") == (OK, b"Authenticated")
     deadline = time.time() + 20
     while True:
-        status, body = call(s, 0x10)        # STAT: one key/value per response, then an empty key
-        stats = {}
-        while status == OK and body:
-            magic, op, klen, elen, _dt, status, blen, _o, _c = HDR.unpack(recv_exact(s, 24))
-            data = recv_exact(s, blen) if blen else b""
-            if not klen:
-                break
-            stats[data[elen:elen + klen]] = data[elen + klen:]
-        if int(stats.get(b"curr_connections", b"99")) <= 2 or time.time() > deadline:
+        stats = bin_stats(s)
+        if int(stats.get("curr_connections", "99")) <= 2 or time.time() > deadline:
             break
         time.sleep(0.1)
-    assert int(stats[b"curr_connections"]) <= 2, stats.get(b"curr_connections")
-    assert int(stats[b"auth_errors"]) >= 90
+    assert int(stats["curr_connections"]) <= 2, stats.get("curr_connections")
+    assert int(stats["auth_errors"]) >= 90
