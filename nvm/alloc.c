@@ -11,6 +11,9 @@
  * address order by bumping next_page; once none is left, a page emptied by
  * the caller's page mover ("Draining a page", below), or else a page of
  * another class whose slots are all free, is handed over (page_reuse).
+ * A page that may hold bytes of an earlier use is zeroed before its new
+ * class is recorded (page_wipe), so a crash scan finds only free slots
+ * and real tuples in it.
  *
  * Each class has P partitions.  A partition owns the pages it took; its
  * free list is a DRAM stack of slot references, and its "end" is the
@@ -40,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <libpmem.h>
 
 #include "nvm/internal.h"
 
@@ -80,16 +85,21 @@ enum nvm_status nvm_alloc_init(struct nvm_region *r)
 
     r->page_class = calloc(r->npages, 1);
     r->page_owner = calloc(r->npages, 1);
+    r->page_used = calloc(r->npages, 1);
     r->reuse_count = calloc(r->npages, sizeof(*r->reuse_count));
-    if (r->page_class == NULL || r->page_owner == NULL || r->reuse_count == NULL)
+    if (r->page_class == NULL || r->page_owner == NULL || r->page_used == NULL ||
+        r->reuse_count == NULL)
         return NVM_ERR_NOMEM;
+    /* Only a file this open created (or anonymous memory) is known zero. */
+    if (!r->created && !r->is_anon)
+        memset(r->page_used, 1, r->npages);
     pthread_mutex_init(&r->reuse_lock, NULL);
     r->drain_words = (r->page_size / NVM_SLOT_ALIGN + 63) / 64;
     r->drain_free = calloc(r->drain_words, sizeof(*r->drain_free));
     if (r->drain_free == NULL)
         return NVM_ERR_NOMEM;
     r->drain_page = r->ready_page = NVM_NO_PAGE;
-    r->dram_bytes = 6 * r->npages + r->drain_words * sizeof(*r->drain_free);
+    r->dram_bytes = 7 * r->npages + r->drain_words * sizeof(*r->drain_free);
     for (unsigned c = 1; c <= r->nclasses; c++) {
         struct nvm_part *parts = aligned_alloc(64, parts_bytes);
         if (parts == NULL)
@@ -118,7 +128,8 @@ void nvm_alloc_destroy(struct nvm_region *r)
     }
     free(r->page_class);
     free(r->page_owner);
-    r->page_class = r->page_owner = NULL;
+    free(r->page_used);
+    r->page_class = r->page_owner = r->page_used = NULL;
     if (r->reuse_count != NULL)
         pthread_mutex_destroy(&r->reuse_lock);
     free(r->reuse_count);
@@ -167,6 +178,8 @@ static bool do_stack_reserve(struct nvm_region *r, struct nvm_part *p,
 /* Gives page its class (0: none), in the caller's durable map too. */
 static void page_class_set(struct nvm_region *r, uint64_t page, unsigned cls)
 {
+    if (cls != 0)
+        NVM_STORE(&r->page_used[page], 1);
     NVM_STORE(&r->page_class[page], (uint8_t)cls);
     uint8_t *map = NVM_LOAD(&r->class_map);
     if (map != NULL)
@@ -198,21 +211,14 @@ static bool ready_take(struct nvm_region *r, uint64_t *page)
     return true;
 }
 
-/* Hands the next never-used page, or else an emptied one, to (cls, part);
- * false when there is none. */
-static bool page_take(struct nvm_region *r, unsigned cls, int part,
-                      uint64_t *page)
+/* Takes the next never-used page, or else an emptied one; false when there
+ * is none.  The caller gives it its class. */
+static bool page_take(struct nvm_region *r, uint64_t *page)
 {
     uint64_t n = NVM_LOAD(&r->next_page);
     for (;;) {
-        if (n >= r->npages) {
-            if (!ready_take(r, &n))
-                return false;
-            NVM_STORE(&r->page_owner[n], (uint8_t)part);
-            page_class_set(r, n, cls);
-            *page = n;
-            return true;
-        }
+        if (n >= r->npages)
+            return ready_take(r, page);
         if (!__atomic_compare_exchange_n(&r->next_page, &n, n + 1, false,
                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             continue;
@@ -222,10 +228,27 @@ static bool page_take(struct nvm_region *r, unsigned cls, int part,
         NVM_SUB(&r->adopted_ahead, 1);
         n++;
     }
-    NVM_STORE(&r->page_owner[n], (uint8_t)part);
-    page_class_set(r, n, cls);
     *page = n;
     return true;
+}
+
+/* A page that held tuples before (another class's, or an earlier start's
+ * that were not taken back) is zeroed before the durable class map names
+ * its new class: a crash scan cuts it into the new class's slots, and each
+ * slot not yet written must read as free, never as a stale or damaged
+ * tuple.  1 page per page handed over; the taker's partition lock held. */
+static void page_wipe(struct nvm_region *r, uint64_t page)
+{
+    if (!NVM_LOAD(&r->page_used[page]))
+        return;
+    uint64_t ref = nvm_page_ref(r, page);
+    if (r->is_pmem)
+        pmem_memset_nodrain(r->base + ref, 0, r->page_size);
+    else
+        memset(r->base + ref, 0, r->page_size);
+    nvm_charge_write(r, ref, 0, r->page_size);
+    nvm_drain(r);
+    NVM_STORE(&r->page_used[page], 0);
 }
 
 /* ---- Adopting slots at a restart ------------------------------------------
@@ -399,13 +422,14 @@ static uint64_t do_part_grow(struct nvm_region *r, unsigned cls, int part)
     if (!do_stack_reserve(r, p, p->owned + c->per_page,
                           r->npages * c->per_page))
         return 0;
-    if (!page_take(r, cls, part, &page)) {
+    if (!page_take(r, &page)) {
         if (!page_reuse(r, cls, &page))
             return 0;
-        NVM_STORE(&r->page_owner[page], (uint8_t)part);
-        page_class_set(r, page, cls);
         NVM_ADD(&r->pages_reused, 1);
     }
+    page_wipe(r, page);
+    NVM_STORE(&r->page_owner[page], (uint8_t)part);
+    page_class_set(r, page, cls);
     p->owned += c->per_page;
     p->end_ref = nvm_page_ref(r, page);
     NVM_STORE(&p->end_free, (uint64_t)c->per_page);

@@ -76,6 +76,8 @@ struct nvm_region {
     uint64_t next_page;     /* atomic: pages [0, next_page) are handed out */
     uint8_t *page_class;    /* [npages]; atomic; 0 = not handed out */
     uint8_t *page_owner;    /* [npages]; atomic; owning partition */
+    uint8_t *page_used;     /* [npages]; under the taker's partition lock:
+                               may hold bytes of an earlier use (page_wipe) */
     uint64_t adopted_ahead; /* atomic: adopted pages at or past next_page */
     uint8_t *class_map;     /* atomic pointer: the caller's durable copy of
                                page_class (nvm_set_class_map), or NULL */
