@@ -11,6 +11,7 @@
  * SIGHUP is ignored, as in memcached, but for reloading the -Y file.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -635,6 +636,7 @@ static void settings_section(struct stat_sink *sink)
 
 int main(int argc, char **argv)
 {
+    crash_point_init();
     settings_init();
     settings_parse_args(argc, argv);
     if (!settings_finalize())

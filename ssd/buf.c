@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ssd/internal.h"
+#include "crashpoint.h"
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -212,6 +213,7 @@ void ssd_buf_write_done(struct ssd_buf *b, int err)
         do_table_buf_written(s, b);
         do_buf_unlink(s, b);
         pthread_mutex_unlock(&s->lock);
+        CRASH_POINT(ssd_buf_written);
         ssd_buf_unref(b);
     }
     ssd_inflight_done(s);             /* last: ssd_close waits for this */

@@ -54,6 +54,7 @@
  * holds.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -460,6 +461,7 @@ static void put(const struct tac_tuple_hdr *h, const struct iovec *body, int n,
             memcpy(at(dl.head), &w, sizeof(w));
             if (dl.is_pmem)
                 pmem_persist(at(dl.head), sizeof(w));
+            CRASH_POINT(dramlog_wrap);
         }
         head_to(dl.head + room);
     }
@@ -477,6 +479,7 @@ static void put(const struct tac_tuple_hdr *h, const struct iovec *body, int n,
         pmem_persist(p, len);
     head_to(dl.head + len);
     prefetch_head();
+    CRASH_POINT(dramlog_append);
 }
 
 /* Bytes an append of len needs at the head now (a wrap wastes the rest of
@@ -656,6 +659,7 @@ static void clean_one(uint32_t own_hv, bool force)
     }
     stat_add(keep ? &dl.copied : force ? &dl.lost : &dl.cleaned, 1);
     tail_to(dl.tail + n);
+    CRASH_POINT(dramlog_clean);
 }
 
 /* Makes room for a record of len bytes at the head (dl.lock held). */
@@ -763,6 +767,7 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
                 fn(buf, arg);
                 stat_add(&dl.replayed, 1);
             }
+            CRASH_POINT(restart_replay_record);
             pthread_mutex_lock(&dl.lock);
         }
         pos += n;

@@ -34,6 +34,7 @@
  * never brings a stale one back.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -396,16 +397,21 @@ void tac_journal_invalidate(const char *key, size_t nkey)
             __atomic_store_n(&jr.hdr->floor_seq, oldest->seq, __ATOMIC_RELAXED);
         __atomic_add_fetch(&jr.overflows, 1, __ATOMIC_RELAXED);
         slot = oldest;
+        CRASH_POINT(journal_floor);
     }
     if (slot->hash != h) {
+        bool reused = slot->hash != 0;
         __atomic_store_n(&slot->seq, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&slot->hash, h, __ATOMIC_RELAXED);
         __atomic_add_fetch(&jr.entries, 1, __ATOMIC_RELAXED);
+        if (reused)
+            CRASH_POINT(journal_reuse);
     }
     if (seq > slot->seq)
         __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->logpos, logpos, __ATOMIC_RELAXED);
+    CRASH_POINT(journal_record);
 }
 
 void tac_journal_flush(void)

@@ -37,6 +37,7 @@
  * Threads: tac_nvm_mover_step on evictor 0 only; the rest from any thread.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -185,6 +186,7 @@ static int move_one(uint64_t ref)
              * the move may still be reading it, and a crash scan that
              * finds both copies keeps one, as they hold one version. */
             nvm_free(tac.nvm, ref);
+            CRASH_POINT(move_nvm_slot);
             moved = 1;
         }
     }

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "assoc.h"
+#include "crashpoint.h"
 #include "items.h"
 #include "lazy_lru.h"
 #include "nvm/nvm.h"
@@ -473,9 +474,11 @@ bool tac_restart_save(void)
      * before DRAM fills with whole items, which can move down when it does. */
     bool lower = true;
     assoc_each(save_item, &lower);
+    CRASH_POINT(restart_save_lower);
     lower = false;
     assoc_each(save_item, &lower);
     chunk_flush();
+    CRASH_POINT(restart_save_dram);
     struct rs_chunk end = { 0, 0, 0, 0 };
     out_write(&end, sizeof(end));
     if (tac.nvm != NULL && !rs.nvm_anon) {
@@ -496,6 +499,7 @@ bool tac_restart_save(void)
                 "be empty\n", rs.tmp, strerror(errno ? errno : EIO));
         goto fail;
     }
+    CRASH_POINT(restart_save_synced);
     rs.save.last_cas = item_last_cas();
     rs.save.last_seq = tac_tuple_last_seq();
     if (tac.nvm != NULL) {
@@ -539,6 +543,7 @@ void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
     ok = fclose(rs.out) == 0 && ok;
     rs.out = NULL;
     if (ok && rename(rs.tmp, rs.path) == 0) {
+        CRASH_POINT(restart_state_rename);
         char *dir = strdup(rs.path);
         int dfd = dir != NULL ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
         if (dfd >= 0) {
@@ -1375,6 +1380,7 @@ static void scan_nvm_page(uint64_t p, const struct nvm_info *info)
             count(&rs.dropped);
         nvm_free(tac.nvm, ref);
     }
+    CRASH_POINT(restart_scan_nvm_page);
 }
 
 /* Reads and checks every written buf of SSD page p, then unpins it. */
@@ -1395,6 +1401,7 @@ static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_io
         if (!tac_ssd_scan_buf(ref, io, scan_ssd_tuple, batch, &damaged))
             damaged++;
         scan_batch_run(batch);
+        CRASH_POINT(restart_scan_ssd_buf);
         __atomic_add_fetch(&rs.dropped, damaged, __ATOMIC_RELAXED);
         __atomic_add_fetch(&rs.ssd_bytes, w, __ATOMIC_RELAXED);
     }
@@ -1502,6 +1509,7 @@ static void *recover_main(void *arg)
         crash_scan();
         if (tac.ssd != NULL)
             ssd_unpin_all(tac.ssd);     /* pages a failed scan left */
+        CRASH_POINT(restart_scan_done);
         tac_dramlog_replay(replay_record, NULL);
         seqs_free();
         items_recovery_end();
@@ -1547,6 +1555,7 @@ static void *recover_main(void *arg)
             ok = false;
             break;
         }
+        CRASH_POINT(restart_restore_chunk);
         off += stored;
     }
     free(buf);
@@ -1575,6 +1584,7 @@ void tac_restart_run(void)
      * never read this state again. */
     if (rs.path != NULL && !rs.crash)
         unlink(rs.path);
+    CRASH_POINT(restart_state_unlink);
     if (pthread_create(&rs.thread, NULL, recover_main, NULL) != 0) {
         fprintf(stderr, "restart: cannot start the recovery thread; starting "
                 "empty\n");

@@ -57,6 +57,7 @@
  * defrag thread, and the ssd/ library's write completion thread.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -425,6 +426,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         return false;
     }
     do_item_move(meta, n, hv);
+    CRASH_POINT(move_nvm_to_ssd);
     item_release(n);
     TAC_INCR(evict_nvm_to_ssd);
     return true;
@@ -1079,6 +1081,7 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
                 tac_dramlog_tuple(&hdr, iov, 2, hv);
                 item_set_meta_ref(it, nref);
                 ssd_mark_dead(tac.ssd, tref, len);
+                CRASH_POINT(ssd_defrag_tuple);
                 TAC_INCR(ssd_defrag_moved);
             }
         }

@@ -25,6 +25,7 @@
  * dropping an NVM tuple takes other item locks only with trylock.
  */
 #include "config.h"
+#include "crashpoint.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -298,6 +299,10 @@ bool tac_demote(item *it, uint32_t hv)
     if (meta == NULL)
         return false;
     do_item_move(it, meta, hv);
+    if (meta->tier == TIER_NVM)
+        CRASH_POINT(move_dram_to_nvm);
+    else
+        CRASH_POINT(move_dram_to_ssd);
     item_release(meta);
     return true;
 }
@@ -453,6 +458,8 @@ static item *tier_stage(item *staging, int partition)
         if (meta != NULL)
             TAC_INCR(set_fallback_ssd);
     }
+    if (meta != NULL)
+        CRASH_POINT(move_stage);
     return meta;
 }
 
