@@ -5,6 +5,7 @@
  */
 #include "crashpoint.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +46,8 @@ void crash_point_pass(enum crash_point_id id)
     _exit(CRASH_POINT_EXIT);
 }
 
-void crash_point_init(void)
+bool crash_point_arm(const char *v)
 {
-    const char *l = getenv("TAC_CRASH_LIST");
-    if (l != NULL && *l != '\0' && strcmp(l, "0") != 0) {
-        for (int i = 0; i < CP_COUNT; i++)
-            printf("%s\n", cp_names[i]);
-        exit(0);
-    }
-    const char *v = getenv("TAC_CRASH_AT");
-    if (v == NULL || *v == '\0')
-        return;
     const char *colon = strchr(v, ':');
     size_t nlen = colon != NULL ? (size_t)(colon - v) : strlen(v);
     int id = -1;
@@ -67,16 +59,37 @@ void crash_point_init(void)
     unsigned long delay = 0;
     if (end != NULL && *end == ',')
         delay = strtoul(end + 1, &end, 10);
-    if (id < 0 || at == 0 || (end != NULL && *end != '\0')) {
-        fprintf(stderr, "TAC_CRASH_AT=%s: not NAME:N[,MS] with a point of "
-                "TAC_CRASH_LIST=1; ignored\n", v);
-        return;
-    }
+    if (id < 0 || at == 0 || (end != NULL && *end != '\0'))
+        return false;
+    /* Disarmed while the count restarts, so no pass of the old arming
+     * counts for the new one. */
+    __atomic_store_n(&crash_point_armed, -1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&cp_passes, 0, __ATOMIC_SEQ_CST);
     cp_at = at;
     cp_delay_ms = delay;
-    crash_point_armed = id;
+    __atomic_store_n(&crash_point_armed, id, __ATOMIC_SEQ_CST);
     fprintf(stderr, "debug hook: crash point %s armed at pass %lu%s\n",
             cp_names[id], at, delay > 0 ? " (delay)" : "");
+    return true;
+}
+
+unsigned long crash_point_passes(void)
+{
+    return __atomic_load_n(&cp_passes, __ATOMIC_RELAXED);
+}
+
+void crash_point_init(void)
+{
+    const char *l = getenv("TAC_CRASH_LIST");
+    if (l != NULL && *l != '\0' && strcmp(l, "0") != 0) {
+        for (int i = 0; i < CP_COUNT; i++)
+            printf("%s\n", cp_names[i]);
+        exit(0);
+    }
+    const char *v = getenv("TAC_CRASH_AT");
+    if (v != NULL && *v != '\0' && !crash_point_arm(v))
+        fprintf(stderr, "TAC_CRASH_AT=%s: not NAME:N[,MS] with a point of "
+                "TAC_CRASH_LIST=1; ignored\n", v);
 }
 #else
 void crash_point_init(void)

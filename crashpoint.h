@@ -16,6 +16,11 @@
  *   TAC_CRASH_LIST=1             print every point's name, one a line, and
  *                                exit 0
  *
+ * and the text command `debug_crash_at name:N[,MS]` (OK, or CLIENT_ERROR)
+ * arms a point from now on, so that a test can arm it after loading;
+ * `debug_crash_passes` answers "PASSES <n>", the passes of the armed point
+ * so far (arm one at a pass never reached to count them).
+ *
  * A pass of an unarmed point costs one load and a compare.  The exit writes
  * "crash point NAME: pass N" to stderr first.  doc/design.md, "Crash points".
  */
@@ -62,6 +67,12 @@ enum crash_point_id {
 void crash_point_init(void);
 
 #ifdef TAC_DEBUG_HOOKS
+#include <stdbool.h>
+/* Arms (or re-arms) a point from "name:N[,MS]", counting passes from 0;
+ * false when spec names no point.  The `debug_crash_at` text command. */
+bool crash_point_arm(const char *spec);
+/* Passes of the armed point since it was armed (`debug_crash_passes`). */
+unsigned long crash_point_passes(void);
 extern int crash_point_armed;           /* the armed point, or -1 */
 void crash_point_pass(enum crash_point_id id);
 #define CRASH_POINT(name) do { \

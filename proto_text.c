@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crashpoint.h"
 #include "auth.h"
 #include "conn.h"
 #include "items.h"
@@ -750,6 +751,7 @@ enum pt_cmd {
     CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS, CMD_LRU_CRAWLER, CMD_LRU,
     CMD_WATCH,
     CMD_REFRESH_CERTS,
+    CMD_DEBUG_CRASH_AT, CMD_DEBUG_CRASH_PASSES,
 };
 
 /* slabs reassign <src> <dst> | slabs automove <0|1|2> (memcached's
@@ -868,6 +870,10 @@ static const struct pt_cmd_def {
     PT_CMD("lru",            CMD_LRU,       2, PT_ANY),
     PT_CMD("watch",          CMD_WATCH,     1, PT_ANY),
     PT_CMD("refresh_certs",  CMD_REFRESH_CERTS, 1, 1),
+#ifdef TAC_DEBUG_HOOKS
+    PT_CMD("debug_crash_at", CMD_DEBUG_CRASH_AT, 2, 2),
+    PT_CMD("debug_crash_passes", CMD_DEBUG_CRASH_PASSES, 1, 1),
+#endif
 #undef PT_CMD
 };
 
@@ -903,6 +909,21 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_LRU_CRAWLER: pt_lru_crawler(c, tok, ntok); break;
     case CMD_LRU: pt_process_lru(c, tok, ntok); break;
     case CMD_REFRESH_CERTS: pt_refresh_certs(c); break;
+    case CMD_DEBUG_CRASH_AT:
+#ifdef TAC_DEBUG_HOOKS
+        out_string(c, crash_point_arm(tok[1].value) ? "OK"
+                      : "CLIENT_ERROR no such crash point (TAC_CRASH_LIST=1)");
+#endif
+        break;
+    case CMD_DEBUG_CRASH_PASSES:
+#ifdef TAC_DEBUG_HOOKS
+        {
+            char line[48];
+            snprintf(line, sizeof(line), "PASSES %lu", crash_point_passes());
+            out_string(c, line);
+        }
+#endif
+        break;
     case CMD_WATCH: pt_watch(c, tok, ntok); break;
     }
 }

@@ -1,0 +1,473 @@
+"""Named crash points: the server _exits at one step that changes durable state,
+restarts, and every key is checked against a model of acknowledged results.
+
+A build with the debug hooks (configure --enable-debug-hooks; the sanitizer
+builds of scripts/test.sh have them) names every such step (crashpoint.h):
+TAC_CRASH_LIST=1 prints the names; TAC_CRASH_AT=name:N at start, or the text
+command `debug_crash_at name:N` later, makes the server _exit(86) at the Nth
+pass of that point.  Without the hooks this file is skipped.
+
+One run of a point (run_point): a server with three tiers (-m 8, NVM 8m, SSD
+32m in 2m pages of 64k bufs; in some configurations -o dram_log=on or -o
+tier_key) is loaded with 30-60 B keys (values of 100 B-20 KB that encode key,
+version and a checksum, as in test_crash), armed at a pass N drawn from the
+seed, and runs test_crash's mixed load plus add, gat, `md` with and without
+I, until the point exits it.  Points of a graceful stop are reached by
+a SIGTERM after the load; points of a recovery by a restart, armed, after a
+SIGTERM (a graceful restore) or a SIGKILL (a crash scan and DRAM log replay).
+Then the server starts unarmed, recovers, and every key is read:
+
+- wrong:       a value never stored for the key, or flags not its own;
+- stale:       a value older than the newest one acknowledged;
+- resurrected: a value of a key whose delete (or `md ... I`) was acknowledged;
+- lost (dram_log=on only): a key whose last acknowledged state had no TTL,
+  missing or older.
+
+The request out at the exit may have taken effect or not.  A point that the
+run does not reach (N past its passes) ends with a SIGKILL instead and is
+checked the same way; the printed result says so.
+
+The suite runs CP_POINTS (6) points drawn from TAC_CP_SEED (printed), each in
+one configuration drawn from it.  bench/crashpoints.sh runs every point with
+3 seeds in each configuration through TAC_CP_RUNS and TAC_CP_OUT (below).
+"""
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from mcserver import SERVER_BIN, START_TIMEOUT, Server
+from test_crash import (
+    INF,
+    Model,
+    OpStream,
+    make_value,
+    new_key,
+    rand_flags,
+    read_value,
+    show,
+)
+from test_restart import IO_TIMEOUT, RECOVERY_TIMEOUT, chunks, gets_all, recovery_stats, replies, tier_files  # noqa: F401
+
+SEED_ENV = "TAC_CP_SEED"
+CP_POINTS = int(os.environ.get("TAC_CP_POINTS", "6"))
+CRASH_EXIT = 86
+CONFIGS = ("plain", "dram_log", "tier_key")
+N_MAIN, N_NUM, N_FILL = 400, 60, 7000
+MAX_OPS = 6000          # mixed-load ops before a point not reached is given up
+MAX_LOAD_S = 6.0        # ... or seconds
+SAVE = ("restart_save_lower", "restart_save_dram", "restart_save_synced", "restart_state_rename")
+GRACEFUL_RECOVERY = ("restart_state_unlink", "restart_restore_chunk")
+CRASH_RECOVERY = ("restart_scan_nvm_page", "restart_scan_ssd_buf", "restart_scan_done",
+                  "restart_replay_record")
+# Passes a run sees of a point, about (counted with TAC_CP_N=1000000000 and
+# dram_log=on, debug_crash_passes after the mixed load; the recovery points
+# from the recoveries' sizes): N is drawn log-uniformly up to it.  A point
+# not listed was not passed in that count (journal_reuse and journal_floor
+# need the journal's ways to fill, move_stage a store into a full DRAM,
+# ssd_defrag_tuple a fuller SSD: run with ssd 16m and
+# 12,000 fill keys here).
+PASSES = collections.defaultdict(lambda: 200, {
+    "journal_record": 1000, "dramlog_append": 5000, "dramlog_wrap": 1, "dramlog_clean": 5000,
+    "move_dram_to_nvm": 200, "move_dram_to_ssd": 20, "move_nvm_to_ssd": 300, "move_nvm_slot": 20,
+    "ssd_buf_written": 8, "restart_state_unlink": 1, "restart_save_lower": 1, "restart_save_dram": 1,
+    "restart_save_synced": 1, "restart_state_rename": 1, "restart_restore_chunk": 4,
+    "restart_scan_nvm_page": 8, "restart_scan_ssd_buf": 50, "restart_scan_done": 1,
+    "restart_replay_record": 3000,
+})
+# Points passed only with the DRAM log on: every configuration adds it.
+NEEDS_LOG = ("dramlog_append", "dramlog_wrap", "dramlog_clean", "restart_replay_record")
+
+
+def crash_points():
+    """The point names of SERVER_BIN, or [] when it has no debug hooks (it
+    then ignores TAC_CRASH_LIST and prints -h)."""
+    env = dict(os.environ, TAC_CRASH_LIST="1")
+    try:
+        out = subprocess.run([SERVER_BIN, "-h"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, timeout=30).stdout.decode()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    names = out.split()
+    if "journal_record" not in names or not all(n.replace("_", "").isalnum() for n in names):
+        return []
+    return names
+
+
+def cp_seed():
+    seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1 << 31))
+    print("%s=%d" % (SEED_ENV, seed))
+    return seed
+
+
+def start(server, args, port, env_at, wait=True):
+    """A server on port (None: a free one) with TAC_CRASH_AT=env_at (None: unarmed)."""
+    old = os.environ.pop("TAC_CRASH_AT", None)
+    try:
+        if env_at:
+            os.environ["TAC_CRASH_AT"] = env_at
+        if port is None:
+            srv = server(args, wait=wait)
+        else:
+            srv = Server(args, server.tmpdir, port=port, wait=wait)
+            server.servers.append(srv)
+    finally:
+        os.environ.pop("TAC_CRASH_AT", None)
+        if old is not None:
+            os.environ["TAC_CRASH_AT"] = old
+    srv.expect_exit = True
+    return srv
+
+
+def ended(srv, timeout):
+    """srv's exit status once it exits within timeout, else None."""
+    try:
+        return srv.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def kill(srv):
+    for c in srv.conns:
+        c.close()
+    srv.conns = []
+    if srv.proc.poll() is None:
+        srv.proc.kill()
+    return srv.proc.wait(30)
+
+
+def wait_recovered(srv, what):
+    """Polls stats until recovery_state is done or failed, or srv exits.
+    Returns (exit status or None, recovery stats or None)."""
+    deadline = time.time() + RECOVERY_TIMEOUT
+    c = None
+    while time.time() < deadline:
+        rc = srv.proc.poll()
+        if rc is not None:
+            return rc, None
+        try:
+            if c is None:
+                c = srv.connect(timeout=IO_TIMEOUT)
+            rs = recovery_stats(c.stats(b"tac"))
+        except (OSError, ConnectionError, AssertionError, ValueError):
+            c = None
+            time.sleep(0.02)
+            continue
+        if rs["state"] in ("done", "failed", "none", "off"):
+            return None, rs
+        time.sleep(0.03)
+    raise AssertionError("%s: recovery not over within %ss\n%s" % (what, RECOVERY_TIMEOUT, srv.stderr_text()))
+
+
+class Stream(OpStream):
+    """test_crash's op stream plus add, gat, `md` with and without I, and values
+    up to 20 KB.  A key marked stale by `md ... I` is only set again (the
+    live server still serves it, marked)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.marked = set()
+
+    def step(self):
+        m, rng = self.m, self.rng
+        if rng.random() < 0.12:
+            m.opno += 1
+            k = self.main_key()
+            r = rng.random()
+            if r < 0.35:
+                return self.op_add(k)
+            if r < 0.55:
+                return self.op_gat(k)
+            return self.op_md(k, rng.random() < 0.5)
+        super().step()
+
+    def main_key(self):
+        """A key not marked stale (a marked one is set again first)."""
+        k = super().main_key()
+        if k in self.marked:
+            self.m.opno += 1
+            self.op_set(k)
+        return k
+
+    def op_set(self, k):
+        m, rng = self.m, self.rng
+        size = rng.randint(100, 20000) if rng.random() < 0.2 else rng.randint(100, 4096)
+        v = make_value(rng, k, m.opno, size)
+        fl = rand_flags(rng)
+        r, _t = self.storage(b"set", k, v, fl, [(v, fl, None)])
+        if r != b"STORED":
+            self.fail(k, "set answered %r" % r)
+        m.write(k, v, fl)
+        self.marked.discard(k)
+        m.note(k, "set %d B" % len(v))
+        self.counts["set"] += 1
+
+    def op_add(self, k):
+        m, rng = self.m, self.rng
+        v = make_value(rng, k, m.opno, rng.randint(100, 4096))
+        fl = rand_flags(rng)
+        r, t = self.storage(b"add", k, v, fl, [] if k in m.val else [(v, fl, None)])
+        if r == b"STORED":
+            self.absent(k, "add answered STORED")
+            m.write(k, v, fl)
+        elif r == b"NOT_STORED":
+            self.present(k, t, "add answered NOT_STORED")
+        else:
+            self.fail(k, "add answered %r" % r)
+        m.note(k, "add %d B: %s" % (len(v), r.decode()))
+        self.counts["add"] += 1
+
+    def op_gat(self, k):
+        m, rng = self.m, self.rng
+        ttl = rng.choice((1, 2, 3600))
+        cur = m.current(k)
+        m.pending = (k, [(cur[0], cur[1], INF)] if cur else [])
+        t = time.time()
+        self.sock.sendall(b"gat %d %s\r\n" % (ttl, k))
+        hit = read_value(self.rd, k, m.seed)
+        m.pending = None
+        self.live_get(k, hit, t, "gat %d" % ttl)
+        if hit is not None:
+            # A longer TTL may also be lost at a crash (the item keeps no
+            # deadline the model knows); a shorter one must hold.
+            m.touch(k, time.time() + ttl + 3.0 if ttl < 10 else INF)
+        self.counts["gat"] += 1
+
+    def op_md(self, k, stale):
+        m = self.m
+        r, t = self.request(k, b"md %s%s\r\n" % (k, b" I" if stale else b""), [])
+        if r == b"HD":
+            self.present(k, t, "md answered HD")
+        elif r == b"NF":
+            self.absent(k, "md answered NF")
+        else:
+            self.fail(k, "md answered %r" % r)
+        m.remove(k)
+        if stale and r == b"HD":
+            self.marked.add(k)
+        m.note(k, "md%s: %s" % (" I" if stale else "", r.decode()))
+        self.counts["md I" if stale else "md"] += 1
+
+
+def verify(m, c, marked, deleted, want):
+    """Every key after the restart, judged against the model (test_crash's
+    Model.judge).  Returns a Counter of outcomes and a list of examples."""
+    t0 = time.time()
+    found = gets_all(c, m.keys)
+    pk, pstates = m.pending if m.pending else (None, [])
+    m.pending = None
+    out = collections.Counter()
+    bad = []
+    for k in m.keys:
+        extra = pstates if k == pk else []
+        hit = found.get(k)
+        if k in want and (hit is None or not m.same(k, hit[2], want[k][0]) or hit[0] != want[k][1]):
+            out["lost"] += 1
+            bad.append("lost: %r: %s, want %s (last ops: %s)" % (
+                k, "a miss" if hit is None else show(hit[2]), show(want[k][0]), m.history(k)))
+        if hit is None:
+            m.gone(k, extra)
+            out["miss"] += 1
+            continue
+        flags, _cas, value = hit
+        states = m.acceptable(k) + list(extra)
+        ok, why = m.judge(k, states, flags, value, t0)
+        if ok:
+            m.adopt(k, ok)
+            out["hit"] += 1
+            continue
+        kind = "wrong" if why[0] == "corrupt" else "stale"
+        if kind == "stale" and k in marked:
+            kind = "stale-marked fresh"
+        elif kind == "stale" and k in deleted:
+            kind = "resurrected"
+        out[kind] += 1
+        bad.append("%s: %r: %s; it may hold %s; last ops: %s" % (
+            kind, k, why[1], ", ".join(show(st[0]) for st in states) or "nothing", m.history(k)))
+    return out, bad
+
+
+def run_point(server, tier_files, point, seed, config):
+    """One run (see the module's text).  Returns a dict of counts."""
+    rng = random.Random("%d/%s/%s" % (seed, point, config))
+    n_at = max(1, int(round(PASSES[point] ** rng.random())))
+    if os.environ.get("TAC_CP_N"):
+        n_at = int(os.environ["TAC_CP_N"])      # e.g. 10**9: count the passes
+    at = "%s:%d" % (point, n_at)
+    nvm, ssd = tier_files()
+    # The NVM page mover runs only without an SSD tier (NVM then holds what
+    # DRAM does not); defrag runs when the SSD is nearly full.
+    o = ["nvm_path=%s:%dm" % (nvm, 32 if point == "move_nvm_slot" else 8)]
+    if point != "move_nvm_slot":
+        o += ["ssd_path=%s:%dm" % (ssd, 16 if point == "ssd_defrag_tuple" else 32),
+              "ssd_page_size=2m", "ssd_buf_size=64k"]
+    if config == "dram_log" or point in NEEDS_LOG:
+        o.append("dram_log=on")
+    if config == "tier_key":
+        kp = os.path.join(server.tmpdir, "cp-%d.key" % rng.randrange(1 << 30))
+        with open(kp, "wb") as f:
+            f.write(rng.randbytes(32))
+        os.chmod(kp, 0o600)
+        o.append("tier_key=" + kp)
+    args = ["-t", "2", "-m", "8", "-o", ",".join(o)]
+    res = collections.Counter()
+    when = "%s %s seed %d (%s)" % (point, config, seed, at)
+
+    main = [new_key(rng, 7, i) for i in range(N_MAIN)]
+    nums = [new_key(rng, 8, i) for i in range(N_NUM)]
+    fill_keys = [new_key(rng, 6, i) for i in range(12000 if point == "ssd_defrag_tuple" else N_FILL)]
+    m = Model(seed, set(nums))
+    for k in main + nums + fill_keys:
+        m.keys.append(k)
+
+    srv = start(server, args, None, None)
+    port = srv.port
+    c = srv.connect(timeout=IO_TIMEOUT)
+    rc = None
+    marked, deleted = set(), set()
+    stream = None
+    # Loading: op keys first, then the fill pushes them down.  A batch whose
+    # answers did not all come back at an exit may have left each key either way.
+    try:
+        for b in chunks(main + nums + fill_keys, 200):
+            vals = []
+            for k in b:
+                if k in nums:
+                    v = b"%d" % rng.randrange(10 ** 9)
+                elif k in fill_keys:
+                    v = make_value(rng, k, 0, rng.randint(1000, 3000))
+                else:
+                    v = make_value(rng, k, 0, rng.randint(100, 20000) if rng.random() < 0.2
+                                   else rng.randint(100, 4096))
+                vals.append((k, v, rand_flags(rng)))
+            for k, v, fl in vals:
+                m.lost[k] = [(v, fl, None)]
+            r = replies(c, [b"set %s %d 0 %d\r\n%s\r\n" % (k, fl, len(v), v) for k, v, fl in vals])
+            assert r == [b"STORED"] * len(b), "%s: loading answered %s" % (when, sorted(set(r)))
+            for k, v, fl in vals:
+                m.lost.pop(k, None)
+                m.write(k, v, fl)
+        if point not in GRACEFUL_RECOVERY + CRASH_RECOVERY:
+            r = replies(c, [b"debug_crash_at %s\r\n" % at.encode()])
+            assert r == [b"OK"], "%s: debug_crash_at answered %r" % (when, r)
+        stream = Stream(m, c, random.Random(rng.random()), main, main[:60], nums, 0, False)
+        t_end = time.time() + MAX_LOAD_S
+        done = 0
+        while done < MAX_OPS and time.time() < t_end:
+            stream.step()
+            done += 1
+        res["ops"] = done
+        if point not in GRACEFUL_RECOVERY + CRASH_RECOVERY:
+            r = replies(c, [b"debug_crash_passes\r\n"])[0]
+            res["passes"] = int(r.split()[1])
+    except (OSError, ConnectionError, TimeoutError):
+        rc = ended(srv, 30)
+        assert rc is not None, "%s: the connection failed, the server runs on\n%s" % (when, srv.stderr_text())
+    if stream is not None:
+        marked = set(stream.marked)
+        res.update({"op " + k: v for k, v in stream.counts.items()})
+    deleted = {k for k in m.keys if k not in m.val and k not in m.lost}
+    if rc is None and point in SAVE:
+        for cc in srv.conns:
+            cc.close()
+        srv.conns = []
+        srv.proc.send_signal(signal.SIGTERM)
+        rc = ended(srv, 60)
+        assert rc is not None, "%s: no exit within 60 s of SIGTERM" % when
+        if rc == 0:
+            rc = None           # stopped without reaching the point: checked as a clean stop
+            res["graceful"] = 1
+    elif rc is None and point in GRACEFUL_RECOVERY + CRASH_RECOVERY:
+        if point in GRACEFUL_RECOVERY:
+            for cc in srv.conns:
+                cc.close()
+            srv.conns = []
+            srv.proc.send_signal(signal.SIGTERM)
+            assert ended(srv, 60) == 0, "%s: SIGTERM did not stop the server cleanly\n%s" % (
+                when, srv.stderr_text())
+        else:
+            kill(srv)
+        srv = start(server, args, port, at, wait=False)
+        rc, _rs = wait_recovered(srv, when + ", the armed recovery")
+        if rc is None:
+            kill(srv)
+    elif rc is None:
+        kill(srv)
+    if rc is not None:
+        assert rc == CRASH_EXIT, "%s: the server exited with %s, not at the point\n%s" % (
+            when, rc, srv.stderr_text())
+        res["reached"] = 1
+    else:
+        res["not reached"] = 1
+    # Acknowledged, with no TTL: what the DRAM log keeps.  A point of a
+    # graceful stop exits with everything acknowledged long before.
+    want = {}
+    if "dram_log=on" in o:
+        pk = m.pending[0] if m.pending else None
+        want = {k: (m.val[k], m.flags[k]) for k in m.val if k not in m.ttl and k != pk}
+
+    srv = start(server, args, port, None, wait=False)
+    rc2, rs = wait_recovered(srv, when + ", the unarmed restart")
+    assert rc2 is None, "%s: the unarmed restart exited (rc=%s)\n%s" % (when, rc2, srv.stderr_text())
+    c = srv.connect(timeout=IO_TIMEOUT)
+    out, bad = verify(m, c, marked, deleted, want)
+    st = c.stats_general()
+    res.update(out)
+    res["recovery_items"] = int(rs["items"])
+    res["evictions"] = int(st.get("evictions", 0))
+    if "dram_log_lost" in st:
+        res["dram_log_lost"] = int(st["dram_log_lost"])
+    kill(srv)
+    res["examples"] = bad[:5]
+    print("%s: %s" % (when, json.dumps({k: v for k, v in res.items() if k != "examples"}, sort_keys=True)))
+    for b in bad[:5]:
+        print("   ", b)
+    return dict(res)
+
+
+HOOKS = crash_points()
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(not HOOKS, reason="the server has no debug hooks (TAC_CRASH_LIST)")]
+
+
+def test_crash_points_sample(server, tier_files):
+    """CP_POINTS points drawn from the seed, each in a configuration drawn
+    from it: zero wrong, stale, resurrected and stale-marked-fresh values,
+    and with dram_log=on nothing acknowledged without a TTL lost.
+    TAC_CP_RUNS=point:seed:config;... runs exactly those instead, and with
+    TAC_CP_OUT=FILE every result goes to FILE as a JSON line, unchecked
+    (bench/crashpoints.sh)."""
+    runs = os.environ.get("TAC_CP_RUNS")
+    if runs:
+        plan = [(p, int(s), cfg) for p, s, cfg in (r.split(":") for r in runs.split(";") if r)]
+    else:
+        seed = cp_seed()
+        rng = random.Random(seed)
+        plan = [(p, seed, rng.choice(CONFIGS)) for p in rng.sample(HOOKS, min(CP_POINTS, len(HOOKS)))]
+        print("points: %s" % ", ".join("%s (%s)" % (p, cfg) for p, _s, cfg in plan))
+    out_path = os.environ.get("TAC_CP_OUT")
+    failures = []
+    for point, seed, cfg in plan:
+        t0 = time.time()
+        try:
+            r = run_point(server, tier_files, point, seed, cfg)
+        except AssertionError as e:
+            if not out_path:
+                raise
+            r = {"error": str(e)[:2000]}
+        r.update(point=point, seed=seed, config=cfg, seconds=round(time.time() - t0, 2))
+        if out_path:
+            with open(out_path, "a") as f:
+                f.write(json.dumps(r, sort_keys=True) + "\n")
+            continue
+        n = sum(r.get(k, 0) for k in ("wrong", "stale", "resurrected", "stale-marked fresh", "lost"))
+        if n:
+            failures.append("%s (%s, TAC_CP_RUNS=%s:%d:%s): %s" % (
+                point, cfg, point, seed, cfg, "; ".join(r["examples"][:3])))
+    assert not failures, "%d of %d crash points failed:\n%s" % (len(failures), len(plan), "\n".join(failures))
