@@ -158,10 +158,17 @@ static inline void lower_invalidate(const item *it)
 }
 
 /* A linked DRAM item's version (value, or exptime) is about to be
- * acknowledged: with -o dram_log the tier policy logs it first.  Item
+ * acknowledged: with -o dram_log the tier policy logs it first.  A
+ * stale-marked version is never logged (its record would come back fresh
+ * after a crash; see the meta delete with I): a graceful restart links
+ * such items with the mark, and `mg ... E` gives one a new CAS.  Item
  * lock held. */
 static inline void log_version(item *it)
 {
+    if (it->it_flags & ITEM_STALE) {
+        it->it_flags &= (uint16_t)~ITEM_LOG_ORDERED;
+        return;
+    }
     if (log_all && it->tier == TIER_DRAM && !(it->it_flags & ITEM_META) &&
         (it->it_flags & ITEM_LINKED)) {
         if (tier_ops->logged(it))

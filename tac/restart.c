@@ -1026,6 +1026,14 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
     if (r->tier == TIER_DRAM) {
         rs.next_part++;
         it = item_alloc(key, r->nkey, r->flags, exptime, r->nbytes, part);
+        if (it != NULL && (it->it_flags & ITEM_STAGING) && (r->it_flags & ITEM_STALE)) {
+            /* No DRAM for a stale-marked item: staged, it would become a
+             * tuple without the mark, served fresh (and fresh after a
+             * crash).  It is dropped: a miss, as after a crash. */
+            item_release(it);
+            count(&rs.stale);
+            return;
+        }
         if (it != NULL)
             memcpy(ITEM_data(it), value, r->nbytes);
     } else {

@@ -260,6 +260,14 @@ bool tac_demote(item *it, uint32_t hv)
             return tac_ssd_meta_rehome(it, hv);
         return meta_rehome(it, hv);
     }
+    /* A stale-marked DRAM item (`md ... I`) is not written down: its tuple
+     * would have a new seq, above the invalidation the mark recorded, and
+     * no mark, so a crash would bring it back fresh.  It goes as a miss
+     * does after a crash. */
+    if (it->it_flags & ITEM_STALE) {
+        do_item_evict(it, hv);
+        return true;
+    }
     /* Warm (and hot) items go to NVM; cold ones too unless the admission
      * policy refuses, and then to SSD (TaC 5.3).  anti2 has no
      * temperatures: its LRUs are FIFOs (items_set_lazy_lru). */

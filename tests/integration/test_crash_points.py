@@ -481,10 +481,70 @@ def run_point(server, tier_files, point, seed, config):
 
 
 HOOKS = crash_points()
-pytestmark = [pytest.mark.tac_only,
-              pytest.mark.skipif(not HOOKS, reason="the server has no debug hooks (TAC_CRASH_LIST)")]
+pytestmark = pytest.mark.tac_only
 
 
+@pytest.mark.parametrize("dram_mb,log,graceful", [(64, True, True), (8, True, True), (8, False, False)],
+                         ids=["m64-log-graceful", "m8-log-graceful", "m8-nolog-live"])
+def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, graceful):
+    """Found by the crash points (restart_restore_chunk, dram_log=on): a
+    stale-marked item (`md <key> I`) must never be written to the log or a
+    lower tier as a fresh version: after a SIGKILL, each such key is a miss or
+    still marked stale (X), never plain.  A graceful restart brings marked
+    items back marked, which logged them (-m 64: 1,334 of 1,334 came back
+    fresh before the fix); at -m 8 the restore and the evictors move what
+    DRAM cannot hold down, which wrote them as fresh tuples (675 of 1,334).
+    Without a restart and without the log, the evictors alone did it."""
+    seed = cp_seed()
+    rng = random.Random(seed)
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", str(dram_mb), "-o",
+            "nvm_path=%s:8m,ssd_path=%s:32m,ssd_page_size=2m,ssd_buf_size=64k%s" % (
+                nvm, ssd, ",dram_log=on" if log else "")]
+    keys = [new_key(rng, 7, i) for i in range(4000)]
+    vals = {k: make_value(rng, k, 1, rng.randint(1000, 5000)) for k in keys}
+    srv = start(server, args, None, None)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    for b in chunks(keys, 200):
+        assert replies(c, [b"set %s 3 0 %d\r\n%s\r\n" % (k, len(vals[k]), vals[k]) for k in b]) == [b"STORED"] * len(b)
+    marked = keys[::3]
+    assert replies(c, [b"md %s I\r\n" % k for k in marked]) == [b"HD"] * len(marked), "md I of loaded keys (seed %d)" % seed
+    if graceful:
+        for cc in srv.conns:
+            cc.close()
+        srv.conns = []
+        srv.proc.send_signal(signal.SIGTERM)
+        assert ended(srv, 60) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (
+            seed, srv.stderr_text())
+        srv = start(server, args, srv.port, None)
+        rc, rs = wait_recovered(srv, "the graceful restart")
+        assert rc is None and rs["state"] == "done", "graceful restore: rc %s, %s (seed %d)" % (rc, rs, seed)
+        c = srv.connect(timeout=IO_TIMEOUT)
+    else:
+        # More keys push the marked ones down (3x -m in all).
+        more = [new_key(rng, 6, i) for i in range(6000)]
+        for b in chunks(more, 200):
+            assert replies(c, [b"set %s 0 0 2000\r\n%s\r\n" % (k, bytes(2000)) for k in b]) == [b"STORED"] * len(b)
+    # A write after the restore makes the log move (and its replay run).
+    assert replies(c, [b"set %s 3 0 2\r\nzz\r\n" % keys[1]]) == [b"STORED"]
+    time.sleep(1.5)     # the SSD writer's idle flush
+    kill(srv)
+    srv = start(server, args, srv.port, None)
+    rc, rs = wait_recovered(srv, "the restart after SIGKILL")
+    assert rc is None, "the restart after SIGKILL exited (rc %s, seed %d)" % (rc, seed)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    found = gets_all(c, marked)
+    served_stale = marked_as_stale(c, [k for k in marked if k in found])
+    fresh = [k for k in marked if k in found and k not in served_stale]
+    print("-m %d%s%s: %d keys marked stale; after the SIGKILL %d hit, %d marked X, "
+          "%d served fresh; recovery %s" % (dram_mb, " dram_log" if log else "", " graceful" if graceful else "",
+                                            len(marked), len(found), len(served_stale), len(fresh), rs))
+    assert not fresh, "%d of %d stale-marked keys came back fresh after a graceful restart and a SIGKILL, " \
+        "e.g. %r (seed %d)" % (len(fresh), len(marked), fresh[:3], seed)
+    kill(srv)
+
+
+@pytest.mark.skipif(not HOOKS, reason="the server has no debug hooks (TAC_CRASH_LIST)")
 def test_crash_points_sample(server, tier_files):
     """CP_POINTS points drawn from the seed, each in a configuration drawn
     from it: zero wrong, stale, resurrected and stale-marked-fresh values,
