@@ -729,11 +729,6 @@ void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const struct iovec *iov,
 
 /* ---- Replay ------------------------------------------------------------- */
 
-void tac_dramlog_quiet(void)
-{
-    dl_quiet = true;
-}
-
 void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
 {
     if (!dl.on)

@@ -328,10 +328,6 @@ bool tac_dramlog_ordered(const item *it);
 void tac_dramlog_tuple(const struct tac_tuple_hdr *h, const struct iovec *iov,
                        int n, uint32_t hv);
 void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg);
-/* The calling thread logs no DRAM item from now until the end of its
- * tac_dramlog_replay: a graceful restore whose items the kept log already
- * holds (same version, same CAS). */
-void tac_dramlog_quiet(void);
 uint64_t tac_dramlog_head(void);
 /* Below this position no record is left that an invalidation noted at a
  * head at or below it may still need (0: none yet). */

@@ -1546,12 +1546,6 @@ static void *recover_main(void *arg)
                 (unsigned long long)stat_stale());
         return NULL;
     }
-    /* With the stopped run's log kept, each restored DRAM item already has
-     * its record there (the same version and CAS, which cleaning keeps as
-     * long as the item is that version): a second record would take the
-     * ring's room twice over. */
-    if (rs.log_kept)
-        tac_dramlog_quiet();
     uint64_t off = rs.hdr.rec_off;
     size_t cap = RS_CHUNK;
     char *buf = malloc(cap);
