@@ -313,10 +313,7 @@ bool tac_dramlog_open(void)
     dl.ring = dl.map + DL_HDR_SIZE;
     dl.size = size;
     dl.headroom = size / 8;
-    /* A clean close counts too: a graceful restart keeps the log until
-     * its restore is over (tac/restart.c). */
-    dl.replayable = fits && (info.prev_state == NVM_PREV_DIRTY ||
-                             info.prev_state == NVM_PREV_CLEAN) &&
+    dl.replayable = fits && info.prev_state == NVM_PREV_DIRTY &&
                     dl.hdr->owner == info.prev_open_count;
     dl.on = true;
     return true;

@@ -139,7 +139,6 @@ static struct {
     /* After a crash: the scan's copies of the journal's maps, and the
      * write sequence of each key linked so far (newest wins). */
     bool crash;
-    bool log_kept;                  /* graceful: the stopped run's DRAM log kept */
     uint8_t *nvm_map;
     uint32_t *ssd_table;
     /* The seq linked so far per key hash, one table per item lock stripe,
@@ -845,12 +844,6 @@ void tac_restart_prepare(void)
         if (!tac_journal_matched()) {
             tac_journal_reset();
             tac_journal_set_floor(rs.hdr.last_seq);
-        } else {
-            /* The stopped run's DRAM log holds every DRAM item the state
-             * file does: it stays replayable until the restore is over,
-             * so that a kill meanwhile loses none of them (the state file
-             * is unlinked before the restore links anything). */
-            rs.log_kept = rs.nvm_ok;
         }
     } else if (tiers_hold_data() && tac_journal_matched() && crash_prepare()) {
         fprintf(stderr, "restart: the tier files were not closed by a graceful "
@@ -869,7 +862,7 @@ void tac_restart_prepare(void)
     }
     if (rs.path == NULL)
         rs.path = path;
-    tac_dramlog_start(rs.crash || rs.log_kept);
+    tac_dramlog_start(rs.crash);
     tac_journal_attach();
     items_recovery_begin();
     rs.pending = true;
@@ -1514,14 +1507,6 @@ static void crash_scan(void)
                 (double)rs.ssd_bytes / 1e6 / ((double)(t1 - t0) / 1e9), started + 1);
 }
 
-/* The end of a graceful restore with the log kept: its records are read
- * past, not linked (the state file brought the items back). */
-static void skip_record(const char *tuple, void *arg)
-{
-    (void)tuple;
-    (void)arg;
-}
-
 static void *recover_main(void *arg)
 {
     (void)arg;
@@ -1582,8 +1567,6 @@ static void *recover_main(void *arg)
         off += stored;
     }
     free(buf);
-    if (rs.log_kept)
-        tac_dramlog_replay(skip_record, NULL);  /* the kept records are judged from now on */
     if (tac.ssd != NULL)
         ssd_unpin_all(tac.ssd);         /* defrag may now pick them */
     items_recovery_end();
