@@ -298,6 +298,9 @@ uint64_t tac_journal_cas_reserved(void);
 void tac_journal_reserve_seq(uint64_t seq);
 void tac_journal_invalidate(const char *key, size_t nkey);
 void tac_journal_flush(void);
+/* on: no record is freed for reuse (a leftover restart state relies on
+ * every record made since it was written; restart.c). */
+void tac_journal_hold(bool on);
 void tac_journal_tick(void);
 /* Items indexed at the last tick before the file was last left (0: none
  * known): how large the crash scan's tables should start. */
@@ -319,6 +322,8 @@ uint64_t tac_journal_overflows(void);
  * positions for the journal's invalidations (0 when off). */
 bool tac_dramlog_open(void);
 bool tac_dramlog_on(void);
+/* The log holds what the last run wrote, and a crash start replays it. */
+bool tac_dramlog_replayable(void);
 void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
 bool tac_dramlog_item(const item *it);

@@ -97,6 +97,7 @@ static struct {
     struct jr_header *hdr;
     bool matched;                       /* describes the tier files as found */
     uint64_t clock_floor;               /* atomic: entries older are free */
+    bool hold;                          /* atomic: no entry is freed */
     uint64_t entries, overflows;        /* atomic, stats */
     uint64_t items_hint;                /* the header's, as opened */
 } jr = { .fd = -1 };
@@ -356,6 +357,8 @@ static bool entry_free(const struct jr_entry *e, uint64_t floor, uint64_t logtai
 {
     if (e->hash == 0)
         return true;
+    if (__atomic_load_n(&jr.hold, __ATOMIC_RELAXED))
+        return false;
     bool log = tac_dramlog_on();
     if (tac.ssd == NULL && !log)
         return false;
@@ -406,6 +409,11 @@ void tac_journal_invalidate(const char *key, size_t nkey)
         __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->logpos, logpos, __ATOMIC_RELAXED);
+}
+
+void tac_journal_hold(bool on)
+{
+    __atomic_store_n(&jr.hold, on, __ATOMIC_RELAXED);
 }
 
 void tac_journal_flush(void)

@@ -229,3 +229,68 @@ def test_a_page_handed_to_another_class_scans_clean_after_a_crash(server, tier_f
         if got != v:
             wrong.append((k, got[:16]))
     assert not wrong, "%d keys served an older value after the crash, e.g. %s" % (len(wrong), wrong[:5])
+
+
+def test_a_kill_during_a_graceful_restore_keeps_every_dram_item_with_dram_log(server, tier_files, monkeypatch):  # noqa: F811
+    """A graceful start restores its DRAM items from the state file while it
+    serves.  With dram_log=on, a SIGKILL in that window must lose none of
+    them: those not linked yet come back from the kept state
+    (FILE.restoring), and the writes and deletes made meanwhile win over it.
+    The restore is slowed by a test hook (TAC_DEBUG_RESTORE_DELAY_MS)."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "32", "-o", "nvm_path=%s:16m,ssd_path=%s:64m,dram_log=on" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    n = 6000
+    load(c, n, flags=lambda i: i % 5)
+    assert int(c.stats()["curr_items"]) == n
+    graceful_stop(srv, "SIGTERM")
+
+    monkeypatch.setenv("TAC_DEBUG_RESTORE_DELAY_MS", "400")
+    srv2 = restart(server, srv, args)
+    c2 = srv2.connect()
+    state = c2.stats(b"tac")["recovery_state"]         # answered: the start-up is over
+    if "debug hook" not in srv2.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    assert state == "running"
+    # Meanwhile: new values for some keys, deletes of others, new keys.
+    new_val = {}
+    for i in range(0, n, 60):
+        v = b"new-%06d:" % i * 40
+        assert c2.line(b"set k%05d 7 0 %d\r\n%s\r\n" % (i, len(v), v)) == b"STORED\r\n"
+        new_val[b"k%05d" % i] = (7, v)
+    deleted = {b"k%05d" % i for i in range(30, n, 60)}
+    for k in sorted(deleted):
+        assert c2.line(b"delete %s\r\n" % k) in (b"DELETED\r\n", b"NOT_FOUND\r\n")
+    for i in range(n, n + 100):
+        v = value_of(i)
+        assert c2.line(b"set k%05d 3 0 %d\r\n%s\r\n" % (i, len(v), v)) == b"STORED\r\n"
+        new_val[b"k%05d" % i] = (3, v)
+    assert c2.stats(b"tac")["recovery_state"] == "running", "the restore ended before the kill"
+    sigkill(srv2, SEED, "during a graceful restore")
+    monkeypatch.delenv("TAC_DEBUG_RESTORE_DELAY_MS")
+
+    srv3 = restart(server, srv2, args)
+    c3, rs = wait_crash_recovered(srv3, SEED, "after a kill during a graceful restore")
+    assert "restore was interrupted" in srv3.stderr_text(), srv3.stderr_text()
+    lost, wrong, back = [], [], []
+    for i in range(n + 100):
+        k = b"k%05d" % i
+        raw = c3.get(b"get %s\r\n" % k)
+        if k in deleted:
+            if raw != b"END\r\n":
+                back.append(k)
+            continue
+        if raw == b"END\r\n":
+            lost.append(k)
+            continue
+        head, rest = raw.split(b"\r\n", 1)
+        flags, nb = int(head.split()[2]), int(head.split()[3])
+        want = new_val.get(k, (i % 5, value_of(i)))
+        if (flags, rest[:nb]) != want:
+            wrong.append((k, flags, rest[:12]))
+    assert not back, "%d deleted keys came back, e.g. %s (%s)" % (len(back), back[:5], rs)
+    assert not wrong, "%d keys hold an older value or flags, e.g. %s (%s)" % (len(wrong), wrong[:5], rs)
+    assert not lost, "%d of %d keys lost, e.g. %s (%s)" % (len(lost), n + 100 - len(deleted), lost[:5], rs)
+    # The kept state is gone once the recovery that used it is over.
+    assert not [f for f in os.listdir(os.path.dirname(ssd)) if f.endswith(".restoring")]
