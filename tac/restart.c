@@ -126,7 +126,7 @@ struct rs_chunk {
  * delete after the restart must record an invalidation for it, or a crash
  * would bring that copy back. */
 #define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE | \
-                       ITEM_WAS_LOWER)
+                       ITEM_WAS_LOWER | ITEM_CAPPED)
 
 enum rs_state { RS_OFF, RS_NONE, RS_RUNNING, RS_DONE, RS_FAILED };
 
@@ -1179,7 +1179,9 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     size_t len = tac_tuple_size(h.nkey, h.nbytes);
     item *it = NULL;
     rel_time_t exptime;
-    if (tac_journal_dead_h(kh, h.seq) || !exptime_ahead(h.exptime, &exptime))
+    /* The journal may hold a shorter life for it than its header. */
+    uint64_t unix_exp = h.exptime;
+    if (tac_journal_check_h(kh, h.seq, &unix_exp) || !exptime_ahead((int64_t)unix_exp, &exptime))
         goto skip;
     rel_time_t now = mc_now();
     int64_t t = (int64_t)h.time - (int64_t)process_started;
@@ -1254,11 +1256,12 @@ static void replay_record(const char *tuple, void *arg)
     memcpy(&h, tuple, sizeof(h));
     const char *key = tuple + sizeof(h);
     rel_time_t exptime;
-    if (tac_journal_dead(key, h.nkey, h.seq)) {
+    uint64_t unix_exp = h.exptime;      /* the journal may hold a shorter life */
+    if (tac_journal_check_h(tac_key_hash64(key, h.nkey), h.seq, &unix_exp)) {
         count(&rs.stale);
         return;
     }
-    if (!exptime_ahead(h.exptime, &exptime)) {
+    if (!exptime_ahead((int64_t)unix_exp, &exptime)) {
         /* Expired, but newer than a copy linked for its key: that copy is
          * an older version, which the log does not invalidate when this
          * one replaced it (items.c, superseded_in_log). */
