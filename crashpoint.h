@@ -36,8 +36,9 @@
     X(restart_save_dram)      /* save: the pass over DRAM items done */ \
     X(restart_save_synced)    /* save: records and sections synced, no header */ \
     X(restart_state_rename)   /* commit: FILE.tmp renamed over FILE */ \
-    X(restart_state_unlink)   /* start: the state file unlinked, restore not run */ \
-    X(restart_restore_chunk)  /* restore: one chunk of records linked */ \
+    X(restart_state_unlink)   /* start: the state unlinked (kept as FILE.restoring \
+                                 with dram_log), restore not run */ \
+    X(restart_restore_chunk)  /* restore (or a leftover's): one chunk of records linked */ \
     X(restart_scan_nvm_page)  /* crash scan: one NVM page checked */ \
     X(restart_scan_ssd_buf)   /* crash scan: one SSD buf's tuples linked */ \
     X(restart_scan_done)      /* crash scan over, DRAM log not replayed */ \

@@ -33,6 +33,9 @@
 #define ITEM_LOG_ORDERED 0x0800 /* -o dram_log: every record of this version
                                    in the log lies below its successor's
                                    first record (items.c, replace_version) */
+#define ITEM_CAPPED     0x1000  /* its lower-tier copies carry a longer life
+                                   than it has: the tier policy recorded the
+                                   shorter one (items.c, set_exptime) */
 
 /* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same

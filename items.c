@@ -193,11 +193,20 @@ static inline bool superseded_in_log(const item *old, const item *new_it)
            tier_ops->log_ordered != NULL && tier_ops->log_ordered(new_it);
 }
 
-/* A touch: a shorter life than the lower-tier copy says is recorded too. */
+/* A touch: a shorter life than the lower-tier copy says is recorded too,
+ * as a shorter life for that copy where the tier policy can, or else as
+ * its invalidation. */
 static inline void set_exptime(item *it, rel_time_t exptime)
 {
-    if (exptime != 0 && (it->exptime == 0 || exptime < it->exptime))
-        lower_invalidate(it);
+    if (exptime != 0 && (it->exptime == 0 || exptime < it->exptime)) {
+        if ((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) && tier_ops != NULL &&
+            tier_ops->shorten != NULL) {
+            tier_ops->shorten(ITEM_key(it), it->nkey, exptime);
+            it->it_flags |= ITEM_CAPPED;
+        } else {
+            lower_invalidate(it);
+        }
+    }
     bool changed = it->exptime != exptime;
     it->exptime = exptime;
     if (changed)
@@ -567,6 +576,13 @@ void do_item_unlink(item *it, uint32_t hv)
 {
     if ((it->it_flags & ITEM_LINKED) == 0)
         return;
+    /* Its version ends here (a move hands the mark on first): the shorter
+     * life recorded for its copies gives way to their invalidation. */
+    if (it->it_flags & ITEM_CAPPED) {
+        it->it_flags &= (uint16_t)~ITEM_CAPPED;
+        if (tier_ops != NULL && tier_ops->invalidate != NULL)
+            tier_ops->invalidate(ITEM_key(it), it->nkey);
+    }
     struct lru *l = lru_of(it);
     if (l != NULL)
         pthread_mutex_lock(&l->lock);
@@ -603,6 +619,9 @@ void do_item_move(item *old, item *new_it, uint32_t hv)
                         tier_word(new_it->tier),
                         slabs_clsid(item_make_size(old->nkey, old->nbytes)),
                         old->nbytes >= 2 ? old->nbytes - 2 : 0);
+    /* The same version: its shorter life goes with it. */
+    new_it->it_flags |= old->it_flags & ITEM_CAPPED;
+    old->it_flags &= (uint16_t)~ITEM_CAPPED;
     do_item_unlink(old, hv);
     do_item_link(new_it, hv, true);
 }

@@ -542,6 +542,13 @@ struct item_tier_ops {
      * that a restart after a crash never brings that copy back.  Item
      * lock held. */
     void (*invalidate)(const char *key, size_t nkey);
+    /* Optional (crash recovery): the version of this key that has, or
+     * had, a copy in a lower tier now expires sooner (exptime): record it
+     * durably now, before the client hears, so that a restart after a
+     * crash brings that copy back with no longer a life.  It holds until
+     * invalidate is called for the key.  Without it, invalidate is called
+     * instead (the copy never comes back).  Item lock held. */
+    void (*shorten)(const char *key, size_t nkey, rel_time_t exptime);
     /* Optional: flush_all ran (every copy written before is dead). */
     void (*flush)(void);
     /* Optional (-o dram_log): a version of a linked DRAM item (a store, an

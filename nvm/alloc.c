@@ -662,9 +662,24 @@ bool nvm_drain_abort(struct nvm_region *r)
         ok = do_stack_reserve(r, q, q->owned + c->per_page,
                               r->npages * c->per_page);
         if (ok) {
-            for (uint64_t i = 0; i < c->per_page; i++)
-                if (bit_get(r->drain_free, i))
-                    q->stack[q->nfree++] = nvm_page_ref(r, pg) + i * c->slot_size;
+            /* A slot the page mover copied out of still holds that copy,
+             * and the page keeps its class: its head is zeroed before the
+             * slot is handed out again, or a crash scan could take it for
+             * a live tuple long after its key changed.  (A completed drain
+             * needs none of this: the page loses its class, then is wiped
+             * when taken, page_wipe.) */
+            size_t head = c->slot_size < NVM_SLOT_ALIGN ? c->slot_size : NVM_SLOT_ALIGN;
+            for (uint64_t i = 0; i < c->per_page; i++) {
+                if (!bit_get(r->drain_free, i))
+                    continue;
+                uint64_t ref = nvm_page_ref(r, pg) + i * c->slot_size;
+                if (r->is_pmem)
+                    pmem_memset_nodrain(r->base + ref, 0, head);
+                else
+                    memset(r->base + ref, 0, head);
+                q->stack[q->nfree++] = ref;
+            }
+            nvm_drain(r);
             NVM_STORE(&q->nfree, q->nfree);
             q->owned += c->per_page;
             NVM_STORE(&r->drain_page, NVM_NO_PAGE);

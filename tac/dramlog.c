@@ -324,6 +324,11 @@ bool tac_dramlog_on(void)
     return dl.on;
 }
 
+bool tac_dramlog_replayable(void)
+{
+    return dl.on && dl.replayable;
+}
+
 /* The record at pos if it is whole and holds pos; its tuple in *tuple
  * (NULL for a wrap record) and its flags in *flags.  0 when the walk ends
  * here.  check: verify the checksums too (what a crash left; this run's

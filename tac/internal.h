@@ -297,7 +297,13 @@ uint64_t tac_journal_seq_reserved(void);
 uint64_t tac_journal_cas_reserved(void);
 void tac_journal_reserve_seq(uint64_t seq);
 void tac_journal_invalidate(const char *key, size_t nkey);
+/* The current version of key, with a copy in a lower tier, now expires at
+ * unix_exptime (sooner than before): its copies come back no later. */
+void tac_journal_shorten(const char *key, size_t nkey, uint64_t unix_exptime);
 void tac_journal_flush(void);
+/* on: no record is freed for reuse (a leftover restart state relies on
+ * every record made since it was written; restart.c). */
+void tac_journal_hold(bool on);
 void tac_journal_tick(void);
 /* Items indexed at the last tick before the file was last left (0: none
  * known): how large the crash scan's tables should start. */
@@ -306,6 +312,9 @@ bool tac_journal_dead(const char *key, size_t nkey, uint64_t seq);
 /* The same for a key whose tac_key_hash64 is h, and a hint that h's
  * bucket is looked up soon. */
 bool tac_journal_dead_h(uint64_t h, uint64_t seq);
+/* The same, and for a live copy lowers *exptime (unix time, 0: never) to
+ * the shorter life the journal recorded for it, if any. */
+bool tac_journal_check_h(uint64_t h, uint64_t seq, uint64_t *exptime);
 void tac_journal_prefetch(uint64_t h);
 uint64_t tac_journal_entries(void);
 uint64_t tac_journal_overflows(void);
@@ -319,6 +328,8 @@ uint64_t tac_journal_overflows(void);
  * positions for the journal's invalidations (0 when off). */
 bool tac_dramlog_open(void);
 bool tac_dramlog_on(void);
+/* The log holds what the last run wrote, and a crash start replays it. */
+bool tac_dramlog_replayable(void);
 void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
 bool tac_dramlog_item(const item *it);

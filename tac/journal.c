@@ -32,6 +32,17 @@
  * needed gives up its oldest one by raising the floor to that entry's
  * seq (counted in journal_overflows): a crash then loses more items, but
  * never brings a stale one back.
+ *
+ * Shorter lives.  A touch, gat or meta T that shortens the life of a
+ * version with a copy in NVM or SSD keeps that copy: its entry records
+ * {cap_seq, cap_exptime}, and every copy above seq and up to cap_seq is
+ * brought back with an exptime no later than cap_exptime.  The copies in
+ * that range are the current version's (an older version with a copy was
+ * invalidated when it was replaced), and a later invalidation of the key
+ * raises seq past cap_seq: the unlink of a capped item records that
+ * (items.c, ITEM_CAPPED), and until then the entry is never reused.  A
+ * longer life is not recorded: after a crash the copy comes back with the
+ * last shorter one, never a longer one than a client set.
  */
 #include "config.h"
 #include "crashpoint.h"
@@ -59,7 +70,8 @@
 #include "util.h"
 
 #define JR_MAGIC "TACJRNL\n"
-#define JR_VERSION 2u                  /* 2: entries keep a dram_log position */
+#define JR_VERSION 3u                  /* 2: entries keep a dram_log position;
+                                           3: and a shorter life (cap) */
 #define JR_HDR_SIZE 4096u
 #define JR_WAYS 8u
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
@@ -85,9 +97,11 @@ struct jr_header {
 
 struct jr_entry {
     uint64_t hash;                      /* 0: free */
-    uint64_t seq;
+    uint64_t seq;                       /* copies up to it are dead */
     uint64_t clock;
     uint64_t logpos;                    /* dram_log head then (0: off) */
+    uint64_t cap_seq;                   /* copies above seq, up to it, ... */
+    uint64_t cap_exptime;               /* ... expire by then (unix time) */
 };
 
 static struct {
@@ -98,6 +112,7 @@ static struct {
     struct jr_header *hdr;
     bool matched;                       /* describes the tier files as found */
     uint64_t clock_floor;               /* atomic: entries older are free */
+    bool hold;                          /* atomic: no entry is freed */
     uint64_t entries, overflows;        /* atomic, stats */
     uint64_t items_hint;                /* the header's, as opened */
 } jr = { .fd = -1 };
@@ -357,26 +372,33 @@ static bool entry_free(const struct jr_entry *e, uint64_t floor, uint64_t logtai
 {
     if (e->hash == 0)
         return true;
+    /* A shorter life holds until its version ends (invalidated). */
+    if (__atomic_load_n(&jr.hold, __ATOMIC_RELAXED) || e->cap_seq > e->seq)
+        return false;
     bool log = tac_dramlog_on();
     if (tac.ssd == NULL && !log)
         return false;
     return (tac.ssd == NULL || e->clock < floor) && (!log || e->logpos <= logtail);
 }
 
-void tac_journal_invalidate(const char *key, size_t nkey)
+/* The highest seq an entry speaks for. */
+static uint64_t entry_top(const struct jr_entry *e)
 {
-    if (jr.map == NULL)
-        return;
-    uint64_t h = tac_key_hash64(key, nkey);
-    uint64_t seq = tac_tuple_last_seq();
+    return e->seq > e->cap_seq ? e->seq : e->cap_seq;
+}
+
+/* The entry of key hash h, taken (and its clock and log position set) for
+ * a record made now.  The caller's item lock makes it the bucket's only
+ * writer (see bucket_of); a recovery reading it meanwhile is covered by
+ * its marks. */
+static struct jr_entry *entry_take(uint64_t h)
+{
     uint64_t clock = clock_now();
     uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
     /* Every record of this key's versions is below the log's head: each
      * was written under the key's item lock, which the caller holds. */
     uint64_t logpos = tac_dramlog_head();
     uint64_t logtail = tac_dramlog_clear();
-    /* The caller's item lock makes it the bucket's only writer (see
-     * bucket_of); a recovery reading it meanwhile is covered by its marks. */
     struct jr_entry *b = bucket_of(h);
     struct jr_entry *slot = NULL, *oldest = &b[0];
     for (unsigned i = 0; i < JR_WAYS; i++) {
@@ -386,15 +408,17 @@ void tac_journal_invalidate(const char *key, size_t nkey)
         }
         if (slot == NULL && entry_free(&b[i], floor, logtail))
             slot = &b[i];
-        if (b[i].seq < oldest->seq)
+        if (entry_top(&b[i]) < entry_top(oldest))
             oldest = &b[i];
     }
     if (slot == NULL) {
         /* Every way still protects something: the oldest gives way, and
-         * the floor takes over its promise for every key. */
+         * the floor takes over its promise for every key (a capped copy
+         * below it is lost, never brought back with a longer life). */
         uint64_t f = __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED);
-        if (oldest->seq > f)
-            __atomic_store_n(&jr.hdr->floor_seq, oldest->seq, __ATOMIC_RELAXED);
+        uint64_t top = entry_top(oldest);
+        if (top > f)
+            __atomic_store_n(&jr.hdr->floor_seq, top, __ATOMIC_RELAXED);
         __atomic_add_fetch(&jr.overflows, 1, __ATOMIC_RELAXED);
         slot = oldest;
         CRASH_POINT(journal_floor);
@@ -402,16 +426,46 @@ void tac_journal_invalidate(const char *key, size_t nkey)
     if (slot->hash != h) {
         bool reused = slot->hash != 0;
         __atomic_store_n(&slot->seq, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->cap_seq, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&slot->hash, h, __ATOMIC_RELAXED);
         __atomic_add_fetch(&jr.entries, 1, __ATOMIC_RELAXED);
         if (reused)
             CRASH_POINT(journal_reuse);
     }
-    if (seq > slot->seq)
-        __atomic_store_n(&slot->seq, seq, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->clock, clock, __ATOMIC_RELAXED);
     __atomic_store_n(&slot->logpos, logpos, __ATOMIC_RELAXED);
+    return slot;
+}
+
+void tac_journal_invalidate(const char *key, size_t nkey)
+{
+    if (jr.map == NULL)
+        return;
+    uint64_t seq = tac_tuple_last_seq();
+    struct jr_entry *e = entry_take(tac_key_hash64(key, nkey));
+    if (seq > e->seq)
+        __atomic_store_n(&e->seq, seq, __ATOMIC_RELAXED);
     CRASH_POINT(journal_record);
+}
+
+void tac_journal_shorten(const char *key, size_t nkey, uint64_t unix_exptime)
+{
+    if (jr.map == NULL)
+        return;
+    uint64_t seq = tac_tuple_last_seq();
+    struct jr_entry *e = entry_take(tac_key_hash64(key, nkey));
+    /* The bound first: a crash between the stores sees the older range
+     * with the newer, shorter bound, never the wider range with the older
+     * bound. */
+    __atomic_store_n(&e->cap_exptime, unix_exptime, __ATOMIC_RELAXED);
+    if (seq > e->cap_seq)
+        __atomic_store_n(&e->cap_seq, seq, __ATOMIC_RELAXED);
+    CRASH_POINT(journal_record);
+}
+
+void tac_journal_hold(bool on)
+{
+    __atomic_store_n(&jr.hold, on, __ATOMIC_RELAXED);
 }
 
 void tac_journal_flush(void)
@@ -453,6 +507,11 @@ void tac_journal_prefetch(uint64_t h)
 
 bool tac_journal_dead_h(uint64_t h, uint64_t seq)
 {
+    return tac_journal_check_h(h, seq, NULL);
+}
+
+bool tac_journal_check_h(uint64_t h, uint64_t seq, uint64_t *exptime)
+{
     if (jr.map == NULL)
         return false;
     if (seq <= __atomic_load_n(&jr.hdr->flush_seq, __ATOMIC_RELAXED) ||
@@ -461,10 +520,17 @@ bool tac_journal_dead_h(uint64_t h, uint64_t seq)
     /* Workers add records meanwhile; a record added after the scan began
      * is one the recovery marks (items.c) cover as well. */
     const struct jr_entry *b = bucket_of(h);
-    for (unsigned i = 0; i < JR_WAYS; i++)
-        if (__atomic_load_n(&b[i].hash, __ATOMIC_RELAXED) == h &&
-            seq <= __atomic_load_n(&b[i].seq, __ATOMIC_RELAXED))
+    for (unsigned i = 0; i < JR_WAYS; i++) {
+        if (__atomic_load_n(&b[i].hash, __ATOMIC_RELAXED) != h)
+            continue;
+        if (seq <= __atomic_load_n(&b[i].seq, __ATOMIC_RELAXED))
             return true;
+        uint64_t cap = __atomic_load_n(&b[i].cap_exptime, __ATOMIC_RELAXED);
+        if (exptime != NULL && seq <= __atomic_load_n(&b[i].cap_seq, __ATOMIC_RELAXED) &&
+            (*exptime == 0 || cap < *exptime))
+            *exptime = cap;
+        return false;
+    }
     return false;
 }
 

@@ -28,8 +28,9 @@
  * closed clean by exactly that stop (same open count or generation, same
  * sizes).  Otherwise that tier starts empty and its records are dropped
  * (counted): a tier file touched since, by a crash or another run, may
- * hold anything.  The file is unlinked as soon as it is open, so a crash
- * during or after this start never reads it again.  The sections are
+ * hold anything.  The file is unlinked as soon as the server serves, so a
+ * later graceful start never reads it again (with -o dram_log it is kept
+ * as a leftover until the restore is over: "Leftover state" below).  The sections are
  * applied before anything can allocate (nvm_adopt, ssd_adopt_page); the
  * records are read by a background thread (tac_restart_run) while the
  * server serves.  Each is linked only if its key is absent and no write
@@ -126,7 +127,7 @@ struct rs_chunk {
  * delete after the restart must record an invalidation for it, or a crash
  * would bring that copy back. */
 #define RS_KEEP_FLAGS (ITEM_FETCHED | ITEM_ACTIVE | ITEM_TOKEN_SENT | ITEM_STALE | \
-                       ITEM_WAS_LOWER)
+                       ITEM_WAS_LOWER | ITEM_CAPPED)
 
 enum rs_state { RS_OFF, RS_NONE, RS_RUNNING, RS_DONE, RS_FAILED };
 
@@ -152,6 +153,10 @@ static struct {
     int fd;
     struct rs_header hdr;
     bool nvm_ok, ssd_ok;
+    /* With -o dram_log: the state being restored, kept as FILE.restoring
+     * until the restore is over (see "Leftover state" below); NULL when
+     * none is in use. */
+    char *left;
     pthread_t thread;
     bool pending;                   /* prepared: the thread has work */
     bool thread_running;
@@ -172,6 +177,10 @@ static struct {
     bool nvm_anon;                  /* NVM is anonymous memory (numa:N) */
     unsigned next_part;
 } rs = { .fd = -1, .ssd_t0 = UINT64_MAX };
+
+static void leftover_prepare(const char *path);
+static void leftover_remove(const char *path);
+static void debug_restore_init(void);
 
 /* ---- Stats -------------------------------------------------------------- */
 
@@ -729,7 +738,9 @@ static bool graceful_prepare(char *path)
         rs.ssd_ok = false;
     }
     item_cas_floor(rs.hdr.last_cas);
-    tac_tuple_seq_floor(rs.hdr.last_seq);
+    /* last_seq + 1 is left unused: a leftover of this state (see
+     * "Leftover state") counts its DRAM records as written at it. */
+    tac_tuple_seq_floor(rs.hdr.last_seq + 1);
     return true;
 }
 
@@ -823,10 +834,12 @@ static bool crash_prepare(void)
 void tac_restart_prepare(void)
 {
     stats_register();
+    debug_restore_init();
     char *path = state_path();
     (void)tac_journal_open(path);
     if (!settings.recovery) {
         set_state(RS_OFF);
+        leftover_remove(path);
         if (path != NULL)
             unlink(path);       /* nothing will match it after this run */
         free(path);
@@ -838,6 +851,7 @@ void tac_restart_prepare(void)
     set_state(RS_NONE);
     const char *why = "there is nowhere to keep a restart state (give -e FILE)";
     if (path != NULL && graceful_prepare(path)) {
+        leftover_remove(path);
         /* The journal keeps what a later crash needs only if it went with
          * these files; otherwise nothing written before now is trusted
          * after a crash. */
@@ -848,11 +862,13 @@ void tac_restart_prepare(void)
     } else if (tiers_hold_data() && tac_journal_matched() && crash_prepare()) {
         fprintf(stderr, "restart: the tier files were not closed by a graceful "
                 "stop; scanning them\n");
+        leftover_prepare(path);
     } else {
         if (path != NULL)
             why = tac_journal_matched() || !tiers_hold_data()
                   ? "no restart state" : "no journal that goes with them";
         note_unrecovered_tiers(why);
+        leftover_remove(path);
         tac_journal_reset();
         tac_dramlog_start(false);
         tac_journal_attach();
@@ -1095,7 +1111,9 @@ static bool record_sane(const struct rs_rec *r, const char *value)
 }
 
 /* Walks one chunk's records; false when they do not parse. */
-static bool restore_chunk(const char *p, size_t len, uint32_t n)
+typedef void (*rs_rec_fn)(const struct rs_rec *r, const char *key, const char *value);
+
+static bool restore_chunk(const char *p, size_t len, uint32_t n, rs_rec_fn fn)
 {
     const char *end = p + len;
     for (uint32_t i = 0; i < n; i++) {
@@ -1109,7 +1127,7 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n)
             return false;
         const char *key = p + sizeof(r);
         if (record_sane(&r, key + r.nkey))
-            restore_record(&r, key, key + r.nkey);
+            fn(&r, key, key + r.nkey);
         else
             count(&rs.refused);
         p = key + r.nkey + vlen;
@@ -1174,7 +1192,9 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     size_t len = tac_tuple_size(h.nkey, h.nbytes);
     item *it = NULL;
     rel_time_t exptime;
-    if (tac_journal_dead_h(kh, h.seq) || !exptime_ahead(h.exptime, &exptime))
+    /* The journal may hold a shorter life for it than its header. */
+    uint64_t unix_exp = h.exptime;
+    if (tac_journal_check_h(kh, h.seq, &unix_exp) || !exptime_ahead((int64_t)unix_exp, &exptime))
         goto skip;
     rel_time_t now = mc_now();
     int64_t t = (int64_t)h.time - (int64_t)process_started;
@@ -1249,11 +1269,12 @@ static void replay_record(const char *tuple, void *arg)
     memcpy(&h, tuple, sizeof(h));
     const char *key = tuple + sizeof(h);
     rel_time_t exptime;
-    if (tac_journal_dead(key, h.nkey, h.seq)) {
+    uint64_t unix_exp = h.exptime;      /* the journal may hold a shorter life */
+    if (tac_journal_check_h(tac_key_hash64(key, h.nkey), h.seq, &unix_exp)) {
         count(&rs.stale);
         return;
     }
-    if (!exptime_ahead(h.exptime, &exptime)) {
+    if (!exptime_ahead((int64_t)unix_exp, &exptime)) {
         /* Expired, but newer than a copy linked for its key: that copy is
          * an older version, which the log does not invalidate when this
          * one replaced it (items.c, superseded_in_log). */
@@ -1487,7 +1508,6 @@ static void crash_scan(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = cpus < 1 ? 1 : cpus > SCAN_THREADS ? SCAN_THREADS : (int)cpus;
-    scan_reserve();
     pthread_t th[SCAN_THREADS];
     int started = 0;
     for (int i = 1; i < n; i++)
@@ -1507,30 +1527,150 @@ static void crash_scan(void)
                 (double)rs.ssd_bytes / 1e6 / ((double)(t1 - t0) / 1e9), started + 1);
 }
 
-static void *recover_main(void *arg)
+#ifdef TAC_DEBUG_HOOKS
+/* Test hook: TAC_DEBUG_RESTORE_DELAY_MS holds each chunk of a restore
+ * back, so that a test can kill the server while it restores. */
+static long debug_restore_ms;
+
+static void debug_restore_init(void)
 {
-    (void)arg;
-    items_recovery_self();
-    if (rs.crash) {
-        /* The tiers first, into a DRAM that their meta tuples need; then
-         * the DRAM items of the log, which find room as stores do. */
-        crash_scan();
-        if (tac.ssd != NULL)
-            ssd_unpin_all(tac.ssd);     /* pages a failed scan left */
-        CRASH_POINT(restart_scan_done);
-        tac_dramlog_replay(replay_record, NULL);
-        seqs_free();
-        items_recovery_end();
-        __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
-        set_state(RS_DONE);
-        fprintf(stderr, "restart: scan done: %llu items (%llu value bytes) back "
-                "in %.2f s; %llu damaged tuples dropped, %llu older or "
-                "invalidated copies skipped\n",
-                (unsigned long long)stat_items(), (unsigned long long)stat_bytes(),
-                (double)rs.took_ns / 1e9, (unsigned long long)stat_dropped(),
-                (unsigned long long)stat_stale());
-        return NULL;
+    const char *v = getenv("TAC_DEBUG_RESTORE_DELAY_MS");
+    debug_restore_ms = v != NULL && strtol(v, NULL, 10) > 0 ? strtol(v, NULL, 10) : 0;
+    if (debug_restore_ms > 0)
+        fprintf(stderr, "debug hook: each chunk of a restore is held back %ld ms\n",
+                debug_restore_ms);
+}
+
+static void debug_restore_delay(void)
+{
+    if (debug_restore_ms > 0)
+        usleep((useconds_t)debug_restore_ms * 1000);
+}
+#else
+static void debug_restore_init(void) {}
+static void debug_restore_delay(void) {}
+#endif
+
+/* ---- Leftover state ------------------------------------------------------
+ * A graceful start reads its DRAM items from the state file while the
+ * server already serves, so a kill in that window would lose the ones not
+ * linked yet: they are nowhere else (a restored item is logged only once
+ * linked).  With -o dram_log the state file is therefore kept, renamed
+ * FILE.restoring, until the restore is over.  A crash start finds it and
+ * links its DRAM records first, as versions written just above the
+ * state's last seq (a seq the restoring start left unused): every copy
+ * and log record written since (all above that) wins
+ * over them, and every delete or overwrite since left a journal record
+ * (with dram_log each replaced version does) that marks them dead.  The
+ * journal frees no record while a leftover is kept (tac_journal_hold), so
+ * that promise lasts; a record lost to an overflow raises the floor, which
+ * marks them dead too.  Only a start that replays the log may use it: the
+ * newer versions of those keys may lie only there.  Any other start
+ * removes it. */
+
+static char *leftover_path(const char *path)
+{
+    size_t n = strlen(path) + sizeof(".restoring");
+    char *p = malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s.restoring", path);
+    return p;
+}
+
+/* Links one DRAM record of the leftover state, unless its key was written
+ * since or a newer copy is linked. */
+static void leftover_record(const struct rs_rec *r, const char *key, const char *value)
+{
+    if (r->tier != TIER_DRAM)
+        return;                         /* the scan finds the tier copies */
+    rel_time_t exptime;
+    uint64_t seq = rs.hdr.last_seq + 1;     /* see graceful_prepare */
+    uint32_t hv;
+    uint64_t kh = key_hashes(key, r->nkey, &hv);
+    if (!exptime_ahead(r->exptime, &exptime) || tac_journal_dead_h(kh, seq)) {
+        count(&rs.stale);
+        return;
     }
+    rel_time_t now = mc_now();
+    rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
+    uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
+    int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
+                     (unsigned)settings.partitions);
+    item *it = item_alloc(key, r->nkey, r->flags, exptime, r->nbytes, part);
+    if (it == NULL) {
+        count(&rs.dropped);
+        return;
+    }
+    memcpy(ITEM_data(it), value, r->nbytes);
+    item_lock(hv);
+    uint64_t seen = seq_seen(kh, hv);
+    int res = 0;
+    if (!do_item_recovery_written(key, r->nkey, hv) && seen != UINT64_MAX && seq > seen &&
+        assoc_find(key, r->nkey, hv) == NULL) {
+        res = link_back(it, key, r->nkey, hv, part, r->cas, access, t,
+                        r->it_flags & RS_KEEP_FLAGS);
+        if (res > 0)
+            seq_set(kh, hv, seq);
+    }
+    item_unlock(hv);
+    count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);
+    if (res > 0)
+        __atomic_add_fetch(&rs.bytes, r->nbytes, __ATOMIC_RELAXED);
+    item_release(it);
+}
+
+/* A crash start: opens the leftover state of an interrupted restore, if
+ * this start may use it (see above); otherwise removes it. */
+static void leftover_prepare(const char *path)
+{
+    char *left = path != NULL ? leftover_path(path) : NULL;
+    if (left == NULL)
+        return;
+    int fd = -1;
+    if (tac_dramlog_on() && tac_dramlog_replayable())
+        fd = util_open_private(left, O_RDONLY, NULL);
+    if (fd >= 0) {
+        rs.fd = fd;
+        if (read_at(&rs.hdr, sizeof(rs.hdr), 0) && header_usable(&rs.hdr)) {
+            rs.left = left;
+            tac_journal_hold(true);
+            fprintf(stderr, "restart: a restore was interrupted; its DRAM items "
+                    "come back from %s\n", left);
+            return;
+        }
+        close(fd);
+        rs.fd = -1;
+        memset(&rs.hdr, 0, sizeof(rs.hdr));
+    }
+    unlink(left);
+    free(left);
+}
+
+/* Any other start: a leftover state is of no use to it. */
+static void leftover_remove(const char *path)
+{
+    char *left = path != NULL ? leftover_path(path) : NULL;
+    if (left != NULL)
+        unlink(left);
+    free(left);
+}
+
+/* The restore that used the leftover state is over: it is not needed. */
+static void leftover_done(void)
+{
+    if (rs.left == NULL)
+        return;
+    unlink(rs.left);
+    free(rs.left);
+    rs.left = NULL;
+    tac_journal_hold(false);
+}
+
+/* Reads the records of the open state file (rs.fd, rs.hdr), chunk by
+ * chunk, each checked, and hands each sane one to fn.  False when a chunk
+ * is damaged (its records are counted dropped) or cannot be read. */
+static bool read_records(rs_rec_fn fn)
+{
     uint64_t off = rs.hdr.rec_off;
     size_t cap = RS_CHUNK;
     char *buf = malloc(cap);
@@ -1558,20 +1698,59 @@ static void *recover_main(void *arg)
         struct iovec clear = { buf, c.len };
         if (!read_at(buf, stored, off) || util_crc32c(0, buf, stored) != c.crc ||
             (tac_crypt_on() && !tac_crypt_open(&c, RS_CHUNK_AAD, buf, c.len, &clear, 1)) ||
-            !restore_chunk(buf, c.len, c.count)) {
+            !restore_chunk(buf, c.len, c.count, fn)) {
             __atomic_add_fetch(&rs.dropped, c.count, __ATOMIC_RELAXED);
             ok = false;
             break;
         }
         CRASH_POINT(restart_restore_chunk);
         off += stored;
+        debug_restore_delay();
     }
     free(buf);
+    return ok;
+}
+
+static void *recover_main(void *arg)
+{
+    (void)arg;
+    items_recovery_self();
+    if (rs.crash) {
+        /* The DRAM items of an interrupted restore first (the oldest
+         * versions of all); then the tiers, into a DRAM that their meta
+         * tuples need; then the DRAM items of the log, which find room as
+         * stores do. */
+        scan_reserve();
+        if (rs.left != NULL) {
+            (void)read_records(leftover_record);
+            close(rs.fd);
+            rs.fd = -1;
+        }
+        crash_scan();
+        if (tac.ssd != NULL)
+            ssd_unpin_all(tac.ssd);     /* pages a failed scan left */
+        CRASH_POINT(restart_scan_done);
+        tac_dramlog_replay(replay_record, NULL);
+        seqs_free();
+        items_recovery_end();
+        leftover_done();
+        __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
+        set_state(RS_DONE);
+        fprintf(stderr, "restart: scan done: %llu items (%llu value bytes) back "
+                "in %.2f s; %llu damaged tuples dropped, %llu older or "
+                "invalidated copies skipped\n",
+                (unsigned long long)stat_items(), (unsigned long long)stat_bytes(),
+                (double)rs.took_ns / 1e9, (unsigned long long)stat_dropped(),
+                (unsigned long long)stat_stale());
+        return NULL;
+    }
+    bool ok = read_records(restore_record);
     if (tac.ssd != NULL)
         ssd_unpin_all(tac.ssd);         /* defrag may now pick them */
     items_recovery_end();
     close(rs.fd);
     rs.fd = -1;
+    leftover_done();                    /* every item read is linked and logged */
     __atomic_store_n(&rs.took_ns, util_now_ns() - rs.started_ns + 1, __ATOMIC_RELAXED);
     set_state(ok ? RS_DONE : RS_FAILED);
     fprintf(stderr, "restart: %s: %llu items (%llu value bytes) back in %.2f s; "
@@ -1588,10 +1767,19 @@ void tac_restart_run(void)
     if (!rs.pending)
         return;
     rs.pending = false;
-    /* From now on the server serves and changes things: a later start must
-     * never read this state again. */
-    if (rs.path != NULL && !rs.crash)
-        unlink(rs.path);
+    /* From now on the server serves and changes things: a later graceful
+     * start must never read this state again.  With -o dram_log a crash
+     * start may, as a leftover, until the restore is over. */
+    if (rs.path != NULL && !rs.crash) {
+        char *left = tac_dramlog_on() ? leftover_path(rs.path) : NULL;
+        if (left != NULL && rename(rs.path, left) == 0) {
+            rs.left = left;
+            tac_journal_hold(true);
+        } else {
+            free(left);
+            unlink(rs.path);
+        }
+    }
     CRASH_POINT(restart_state_unlink);
     if (pthread_create(&rs.thread, NULL, recover_main, NULL) != 0) {
         fprintf(stderr, "restart: cannot start the recovery thread; starting "

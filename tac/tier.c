@@ -523,6 +523,13 @@ static bool tier_read_async(void *reader, item *meta, uint32_t hv,
     return tac_read_value(reader, meta, hv, done, arg);
 }
 
+/* A shorter life for the key's lower-tier copies, in the journal as unix
+ * time (the tuples' clock). */
+static void tier_shorten(const char *key, size_t nkey, rel_time_t exptime)
+{
+    tac_journal_shorten(key, nkey, (uint64_t)((int64_t)process_started + exptime));
+}
+
 static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .materialize = tier_materialize,
     .read_async = tier_read_async,
@@ -533,6 +540,7 @@ static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .skip_dram = tac_anti2_to_nvm,
     .room_later = tier_room_later,
     .invalidate = tac_journal_invalidate,
+    .shorten = tier_shorten,
     .flush = tac_journal_flush,
 };
 

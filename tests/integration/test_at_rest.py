@@ -858,7 +858,14 @@ def test_restarts_recover_everything_and_never_reuse_a_nonce(server, shm_file, s
             c, rs = wait_recovered(srv, seed)
             check_clean_recovery(rs, len(ds.val), seed)
         assert c.stats(b"settings").get("tier_key") == "yes"
-        ds.compare(gets_all(c, ds.all_keys()), when)
+        try:
+            ds.compare(gets_all(c, ds.all_keys()), when)
+        except AssertionError as e:
+            # Where the missing keys went: evictions, SSD page drops, recovery.
+            gen, tiers = c.stats(), c.stats(b"tiers")
+            why = {k: v for d in (gen, tiers) for k, v in d.items()
+                   if any(w in k for w in ("evict", "dropped", "reclaim", "expired", "_items"))}
+            raise AssertionError("%s\nstats then: %s" % (e, why)) from None
         assert auth_failures(c) == 0, "%s: tuple_auth_failures %d (seed %d)" % (when, auth_failures(c), seed)
 
         # New keys, new versions and deletes: new tuples go down in this start.

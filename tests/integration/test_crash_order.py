@@ -229,3 +229,143 @@ def test_a_page_handed_to_another_class_scans_clean_after_a_crash(server, tier_f
         if got != v:
             wrong.append((k, got[:16]))
     assert not wrong, "%d keys served an older value after the crash, e.g. %s" % (len(wrong), wrong[:5])
+
+
+def test_a_kill_during_a_graceful_restore_keeps_every_dram_item_with_dram_log(server, tier_files, monkeypatch):  # noqa: F811
+    """A graceful start restores its DRAM items from the state file while it
+    serves.  With dram_log=on, a SIGKILL in that window must lose none of
+    them: those not linked yet come back from the kept state
+    (FILE.restoring), and the writes and deletes made meanwhile win over it.
+    The restore is slowed by a test hook (TAC_DEBUG_RESTORE_DELAY_MS)."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "32", "-o", "nvm_path=%s:16m,ssd_path=%s:64m,dram_log=on" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    n = 6000
+    load(c, n, flags=lambda i: i % 5)
+    assert int(c.stats()["curr_items"]) == n
+    graceful_stop(srv, "SIGTERM")
+
+    monkeypatch.setenv("TAC_DEBUG_RESTORE_DELAY_MS", "400")
+    srv2 = restart(server, srv, args)
+    c2 = srv2.connect()
+    state = c2.stats(b"tac")["recovery_state"]         # answered: the start-up is over
+    if "debug hook" not in srv2.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    assert state == "running"
+    # Meanwhile: new values for some keys, deletes of others, new keys.
+    new_val = {}
+    for i in range(0, n, 60):
+        v = b"new-%06d:" % i * 40
+        assert c2.line(b"set k%05d 7 0 %d\r\n%s\r\n" % (i, len(v), v)) == b"STORED\r\n"
+        new_val[b"k%05d" % i] = (7, v)
+    deleted = {b"k%05d" % i for i in range(30, n, 60)}
+    for k in sorted(deleted):
+        assert c2.line(b"delete %s\r\n" % k) in (b"DELETED\r\n", b"NOT_FOUND\r\n")
+    for i in range(n, n + 100):
+        v = value_of(i)
+        assert c2.line(b"set k%05d 3 0 %d\r\n%s\r\n" % (i, len(v), v)) == b"STORED\r\n"
+        new_val[b"k%05d" % i] = (3, v)
+    assert c2.stats(b"tac")["recovery_state"] == "running", "the restore ended before the kill"
+    sigkill(srv2, SEED, "during a graceful restore")
+    monkeypatch.delenv("TAC_DEBUG_RESTORE_DELAY_MS")
+
+    srv3 = restart(server, srv2, args)
+    c3, rs = wait_crash_recovered(srv3, SEED, "after a kill during a graceful restore")
+    assert "restore was interrupted" in srv3.stderr_text(), srv3.stderr_text()
+    lost, wrong, back = [], [], []
+    for i in range(n + 100):
+        k = b"k%05d" % i
+        raw = c3.get(b"get %s\r\n" % k)
+        if k in deleted:
+            if raw != b"END\r\n":
+                back.append(k)
+            continue
+        if raw == b"END\r\n":
+            lost.append(k)
+            continue
+        head, rest = raw.split(b"\r\n", 1)
+        flags, nb = int(head.split()[2]), int(head.split()[3])
+        want = new_val.get(k, (i % 5, value_of(i)))
+        if (flags, rest[:nb]) != want:
+            wrong.append((k, flags, rest[:12]))
+    assert not back, "%d deleted keys came back, e.g. %s (%s)" % (len(back), back[:5], rs)
+    assert not wrong, "%d keys hold an older value or flags, e.g. %s (%s)" % (len(wrong), wrong[:5], rs)
+    assert not lost, "%d of %d keys lost, e.g. %s (%s)" % (len(lost), n + 100 - len(deleted), lost[:5], rs)
+    # The kept state is gone once the recovery that used it is over.
+    assert not [f for f in os.listdir(os.path.dirname(ssd)) if f.endswith(".restoring")]
+
+
+def ttl_of(c, key):
+    """The remaining TTL `mg` reports (-1: none), or None on a miss."""
+    ln = c.line(b"mg %s t\r\n" % key)
+    if ln.startswith(b"EN"):
+        return None
+    m = re.search(rb" t(-?\d+)", ln)
+    assert m, ln
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("dram_log", ["off", "on"])
+def test_a_touch_to_a_shorter_ttl_on_a_lower_tier_item_survives_a_crash(server, tier_files, dram_log):  # noqa: F811
+    """touch, gat and mg T that shorten the TTL of an item in NVM or SSD must not
+    cost the item at a crash (the journal keeps the shorter life for its copy),
+    and must never let it come back with a longer TTL than the last one set,
+    nor after that TTL ran out."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "16", "-o", "nvm_path=%s:12m,ssd_path=%s:128m,dram_log=%s" % (nvm, ssd, dram_log)]
+    srv = server(args)
+    c = srv.connect()
+    n = 40000
+    load(c, n)
+    by_tier = {}
+    for k in [b"k%05d" % i for i in range(0, 24000, 37)]:
+        by_tier.setdefault(tier_of(c, k), []).append(k)
+    assert len(by_tier.get("ssd", [])) >= 12 and len(by_tier.get("nvm", [])) >= 12, \
+        {t: len(v) for t, v in by_tier.items()}
+    picks = by_tier["ssd"][:12] + by_tier["nvm"][:12]
+    want = {}                              # key -> the longest TTL it may come back with
+    for j, k in enumerate(picks):
+        how = j % 4
+        if how == 0:
+            assert c.line(b"touch %s 600\r\n" % k) == b"TOUCHED\r\n"
+            want[k] = 600
+        elif how == 1:
+            raw = c.get(b"gat 900 %s\r\n" % k)
+            assert raw.startswith(b"VALUE "), raw[:40]
+            want[k] = 900
+        elif how == 2:
+            assert c.line(b"mg %s T700\r\n" % k) == b"HD\r\n"
+            # A longer touch after it is not kept: the 700 s one may come back.
+            assert c.line(b"touch %s 5000\r\n" % k) == b"TOUCHED\r\n"
+            want[k] = 5000
+        else:
+            assert c.line(b"touch %s 2\r\n" % k) == b"TOUCHED\r\n"   # gone by the restart
+            want[k] = None
+    deleted = by_tier["ssd"][12:15] + by_tier["nvm"][12:15]
+    for k in deleted:                      # touched shorter, then deleted: stays gone
+        assert c.line(b"touch %s 800\r\n" % k) == b"TOUCHED\r\n"
+        assert c.line(b"delete %s\r\n" % k) == b"DELETED\r\n"
+    time.sleep(3)
+    sigkill(srv, SEED, "after touching lower-tier keys to shorter TTLs")
+    srv2 = restart(server, srv, args)
+    c2, rs = wait_crash_recovered(srv2, SEED, "after the SIGKILL")
+    lost, longer, back = [], [], []
+    for k, most in want.items():
+        ttl = ttl_of(c2, k)
+        if most is None:
+            if ttl is not None:
+                back.append((k, ttl))
+        elif ttl is None:
+            lost.append(k)
+        elif not 0 < ttl <= most:
+            longer.append((k, ttl, most))
+        else:
+            assert c2.get(b"get %s\r\n" % k).split(b"\r\n")[1] == value_of(int(k[1:]))
+    for k in deleted:
+        if ttl_of(c2, k) is not None:
+            back.append((k, "deleted"))
+    assert not back, "keys back after their TTL ran out or their delete: %s (%s)" % (back, rs)
+    assert not longer, "keys back with a longer TTL than the last one set: %s (%s)" % (longer, rs)
+    assert not lost, "%d of %d touched keys lost at the crash: %s (%s)" % (
+        len(lost), len([m for m in want.values() if m]), lost, rs)

@@ -548,10 +548,15 @@ static void test_drain_page(void)
     uint64_t per_page = (256 * KB) / sz, total = in.pages_total * per_page;
     uint64_t *refs = calloc(total, sizeof(*refs));
     CHECK(refs != NULL);
+    unsigned char *fill = malloc(sz);
+    CHECK(fill != NULL);
+    memset(fill, 0xA5, sz);
     for (uint64_t i = 0; i < total; i++) {
         refs[i] = nvm_alloc(r, 5000, 0);
         CHECK(refs[i] != 0);
+        nvm_write(r, refs[i], 0, fill, sz);     /* bytes a crash scan could read */
     }
+    nvm_drain(r);
     CHECK(!nvm_drain_begin(r, small, false));      /* every slot is live */
     /* The page of refs[0] keeps 3 live slots, every other page half. */
     uint64_t page0 = (refs[0] - NVM_DATA_OFFSET) / (256 * KB), live0[3], n0 = 0;
@@ -598,6 +603,13 @@ static void test_drain_page(void)
     uint64_t s = nvm_alloc(r, 100, 0);      /* the emptied page, now small's */
     CHECK(s != 0);
     CHECK_UEQ((s - NVM_DATA_OFFSET) / (256 * KB), page0);
+    /* Handed to another class, it holds nothing of its earlier one. */
+    const unsigned char *pg0 = nvm_ptr(r, NVM_DATA_OFFSET + page0 * 256 * KB);
+    for (size_t b = 0; b < 256 * KB; b++)
+        if (pg0[b] != 0) {
+            CHECK_UEQ(b, 256 * KB);         /* reports the first byte left */
+            break;
+        }
     CHECK_UEQ(nvm_class_of_ref(r, s), small);
     CHECK_UEQ(nvm_free_pages(r), 0);
 
@@ -607,7 +619,25 @@ static void test_drain_page(void)
     CHECK(nvm_drain_begin(r, small, false));
     nvm_class_info(r, cls, &ci);
     CHECK(ci.slots_free < free_before);
+    uint64_t still = nvm_drain_live(r, live, 64);
+    CHECK(still > 0);
+    uint64_t apage = (live[0] - NVM_DATA_OFFSET) / (256 * KB);
     CHECK(nvm_drain_abort(r));
+    /* The abandoned page's free slots (copies moved out, or freed) have
+     * their heads zeroed; its live slots are untouched. */
+    for (uint64_t i = 0; i < per_page; i++) {
+        uint64_t ref = NVM_DATA_OFFSET + apage * 256 * KB + i * sz;
+        const unsigned char *slot = nvm_ptr(r, ref);
+        bool is_live = false;
+        for (uint64_t j = 0; j < still; j++)
+            is_live |= live[j] == ref;
+        size_t head = sz < NVM_SLOT_ALIGN ? sz : NVM_SLOT_ALIGN;
+        for (size_t b = 0; b < head; b++)
+            if (slot[b] != (is_live ? 0xA5 : 0)) {
+                CHECK_UEQ(slot[b], is_live ? 0xA5 : 0);
+                break;
+            }
+    }
     CHECK(!nvm_draining(r));
     nvm_class_info(r, cls, &ci);
     CHECK_UEQ(ci.slots_free, free_before);
@@ -619,6 +649,7 @@ static void test_drain_page(void)
     nvm_get_info(r, &in);
     CHECK_UEQ(in.slots_used, 0);
     free(refs);
+    free(fill);
     nvm_close(r);
     unlink(shm_path);
 }
