@@ -261,8 +261,9 @@ class Stream(OpStream):
 
 
 def marked_as_stale(c, keys):
-    """The keys among `keys` that `mg <key> v` answers with the X (stale) flag."""
-    out = set()
+    """(the keys among `keys` that `mg <key> v` answers with the X (stale)
+    flag, those it answers as a miss: expired since the gets)."""
+    out, gone = set(), set()
     for b in chunks(list(keys), 50):
         c.sock.sendall(b"".join(b"mg %s v\r\n" % k for k in b))
         rd = Reader(c.sock)
@@ -272,8 +273,10 @@ def marked_as_stale(c, keys):
                 rd.exact(int(ln.split()[1]) + 2)
                 if b"X" in ln.split()[2:]:
                     out.add(k)
+            elif ln == b"EN":
+                gone.add(k)
         rd.drained()
-    return out
+    return out, gone
 
 
 def verify(m, c, marked, deleted, want):
@@ -281,7 +284,9 @@ def verify(m, c, marked, deleted, want):
     Model.judge).  Returns a Counter of outcomes and a list of examples."""
     t0 = time.time()
     found = gets_all(c, m.keys)
-    served_stale = marked_as_stale(c, [k for k in marked if k in found])
+    served_stale, expired = marked_as_stale(c, [k for k in marked if k in found])
+    for k in expired:
+        del found[k]
     pk, pstates = m.pending if m.pending else (None, [])
     m.pending = None
     out = collections.Counter()
@@ -534,7 +539,7 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
     assert rc is None, "the restart after SIGKILL exited (rc %s, seed %d)" % (rc, seed)
     c = srv.connect(timeout=IO_TIMEOUT)
     found = gets_all(c, marked)
-    served_stale = marked_as_stale(c, [k for k in marked if k in found])
+    served_stale, _expired = marked_as_stale(c, [k for k in marked if k in found])
     fresh = [k for k in marked if k in found and k not in served_stale]
     print("-m %d%s%s: %d keys marked stale; after the SIGKILL %d hit, %d marked X, "
           "%d served fresh; recovery %s" % (dram_mb, " dram_log" if log else "", " graceful" if graceful else "",
