@@ -84,7 +84,7 @@ struct rs_header {
     uint64_t items[TIER_COUNT];     /* records, by tier */
     uint32_t nvm_crc, ssd_crc;      /* CRC32C of each section */
     uint8_t key_check[16];          /* tac_crypt_key_check(); zeros: no key */
-    uint32_t reserved;
+    uint32_t hashpower;             /* the index's log2 buckets; 0: not said */
     uint32_t checksum;              /* CRC32C of every byte before it */
 };
 
@@ -575,6 +575,7 @@ void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
     h->header_size = sizeof(*h);
     memcpy(h->key_check, tac_crypt_key_check(), sizeof(h->key_check));
     h->stop_time = (int64_t)time(NULL);
+    h->hashpower = assoc_hashpower();
     /* A tier that did not close clean keeps nothing: its records are
      * dropped at the next start. */
     if (!nvm_clean)
@@ -760,6 +761,10 @@ static bool graceful_prepare(char *path)
         return false;
     }
     rs.path = path;
+    /* The index starts as large as it had grown (as memcached's restart
+     * does), so bringing the items back does not resize it again. */
+    if (rs.hdr.hashpower > assoc_hashpower())
+        assoc_init((int)rs.hdr.hashpower);
     match_tiers();
     if (rs.nvm_ok && !load_nvm_section()) {
         fprintf(stderr, "restart: the NVM section of %s is damaged; NVM items "
