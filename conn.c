@@ -992,6 +992,8 @@ conn *conn_new(int sfd, enum conn_transport transport, struct worker *w)
     }
     c->sfd = sfd;
     c->authenticated = settings.auth_file == NULL && !settings.sasl;
+    c->auth_guesses = 0;
+    c->auth_refusals = 0;
     c->rsize = rsize;
     c->rcurr = c->rbuf;
     c->transport = transport;

@@ -130,6 +130,8 @@ struct conn {
     bool close_after_write; /* close once the queue is flushed */
     bool authenticated;     /* without -Y or -S from the start; with them,
                                after the client's user and password */
+    uint8_t auth_guesses;   /* -Y: refused passwords (proto_text.c) */
+    uint8_t auth_refusals;  /* -Y: every command refused before auth */
     void *sasl;             /* -S: the SASL exchange (sasl_auth.h) */
     struct tls_conn *tls;   /* -Z: the TLS session, NULL for plain text */
     char *tls_wbuf;         /* -Z: where a TLS write is gathered */

@@ -1064,6 +1064,39 @@ static bool chunk_pin(item *it)
     return true;
 }
 
+/* Without a lower tier, the page mover keeps a live DRAM item by copying
+ * it into a free chunk of its class outside the page being drained (no
+ * new page: slabs_alloc_spare), as memcached's slab rebalancer rescues.
+ * The copy keeps everything the client sees (CAS, times, flags, fetched
+ * state).  Caller holds the item lock; `it` is linked.  False: no free
+ * chunk, the caller evicts. */
+static bool item_rescue(item *it, uint32_t hv)
+{
+    if (it->tier != TIER_DRAM || (it->it_flags & (ITEM_META | ITEM_TRANSIENT)))
+        return false;
+    item *n = slabs_alloc_spare(it->slabs_clsid, it->partition);
+    if (n == NULL)
+        return false;
+    n->h_next = n->next = n->prev = NULL;
+    n->cas = it->cas;
+    n->exptime = it->exptime;
+    n->access = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
+    n->nbytes = it->nbytes;
+    n->flags = it->flags;
+    n->it_flags = it->it_flags & (uint16_t)~(ITEM_LINKED | ITEM_SLABBED);
+    n->tier = TIER_DRAM;
+    n->nkey = it->nkey;
+    n->time = it->time;
+    n->lru_cls = it->lru_cls;
+    memcpy(n->data, it->data, (size_t)it->nkey + 1 + it->nbytes);
+    __atomic_store_n(&n->refcount, 1, __ATOMIC_RELEASE);
+    do_item_unlink(it, hv);
+    do_item_link(n, hv, true);
+    GSTATS_DECR(total_items);           /* the same item, moved */
+    item_release(n);
+    return true;
+}
+
 enum chunk_evict_result item_evict_chunk(void *chunk)
 {
     item *it = chunk;
@@ -1083,6 +1116,9 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
                  * the item and let the mover retry, or give up the move,
                  * rather than lose it. */
                 res = CHUNK_BUSY;
+            } else if (tier_ops == NULL && !item_is_dead(it, NULL) &&
+                       item_rescue(it, hv)) {
+                res = CHUNK_RESCUED;
             } else {
                 res = CHUNK_RECLAIMED;
                 if (!item_is_dead(it, NULL)) {

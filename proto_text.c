@@ -993,40 +993,61 @@ static bool pt_is_long_get(const char *p, size_t len)
     return false;
 }
 
-/* Answers with memcached's message (`CLIENT_ERROR unauthenticated`,
- * `... authentication failure`, `... bad authentication token format`)
- * and closes: nothing else the client sent is run, and a connection gets
- * one guess.  memcached leaves it open for more. */
-static enum proto_result pt_auth_refuse(conn *c, const char *why)
+/*
+ * -Y guessing.  A connection gets PT_AUTH_MAX_GUESSES refused passwords (a
+ * `set` whose data is not a known "user password", or is not of that
+ * form), as -S gets SASL_AUTH_MAX_FAILURES; the last one is answered and
+ * the connection closed.  Other commands before authentication are refused
+ * one by one (memcached's `CLIENT_ERROR unauthenticated`) and never run;
+ * the PT_AUTH_MAX_REFUSALS-th refusal of any kind closes it too.  What
+ * cannot be framed (no end of line within PT_LINE_MAX, a `set` line that
+ * does not parse or announces more than PT_AUTH_DATA_MAX bytes, data not
+ * ended by "\r\n") is refused and closes at once: nothing after it can be
+ * told apart.  memcached allows any number of guesses on one connection.
+ */
+#define PT_AUTH_MAX_GUESSES 3
+#define PT_AUTH_MAX_REFUSALS 16
+#define PT_AUTH_DATA_MAX 1024
+
+/* Answers `why`, drops the `used` bytes of the refused command (all that
+ * was read when `close` is set) and closes when asked or when the bounds
+ * are reached. */
+static enum proto_result pt_auth_refuse(conn *c, const char *why, size_t used,
+                                        bool guess, bool close)
 {
     GSTATS_INCR(auth_errors);
     out_errstring(c, why);
-    c->rcurr += c->rbytes;
-    c->rbytes = 0;
-    c->close_after_write = true;
+    if (guess && ++c->auth_guesses >= PT_AUTH_MAX_GUESSES)
+        close = true;
+    if (++c->auth_refusals >= PT_AUTH_MAX_REFUSALS)
+        close = true;
+    if (close || used > c->rbytes)
+        used = c->rbytes;
+    c->rcurr += used;
+    c->rbytes -= used;
+    if (close)
+        c->close_after_write = true;
     conn_set_state(c, conn_write);
     return PROTO_DONE;
 }
 
-#define PT_AUTH_DATA_MAX 1024
-
 /*
- * -Y: the first command of a connection must be memcached's handshake,
- * `set <key> <flags> <exptime> <bytes>` with "user password" as its data
- * (the key and the rest are not looked at).  A known pair is answered
- * STORED and opens the connection to every command; anything else is
- * refused and closes it.
+ * -Y: a connection is opened by memcached's handshake, `set <key> <flags>
+ * <exptime> <bytes>` with "user password" as its data (the key and the
+ * rest are not looked at).  A known pair is answered STORED and opens the
+ * connection to every command; anything else is refused as above.
  */
 static enum proto_result pt_authenticate(conn *c)
 {
     char *el = memchr(c->rcurr, '\n', c->rbytes);
     if (el == NULL)
-        return c->rbytes > PT_LINE_MAX ? pt_auth_refuse(c, "CLIENT_ERROR unauthenticated")
-                                       : PROTO_NEED_MORE;
+        return c->rbytes > PT_LINE_MAX
+               ? pt_auth_refuse(c, "CLIENT_ERROR unauthenticated", 0, false, true)
+               : PROTO_NEED_MORE;
     size_t linelen = (size_t)(el + 1 - c->rcurr);
     char line[PT_LINE_MAX + 1];
     if (linelen > PT_LINE_MAX)
-        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated");
+        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated", 0, false, true);
     size_t n = linelen - 1;
     memcpy(line, c->rcurr, n);
     if (n > 0 && line[n - 1] == '\r')
@@ -1035,23 +1056,27 @@ static enum proto_result pt_authenticate(conn *c)
     struct util_token tok[PT_MAX_TOKENS];
     char *rest;
     size_t ntok = util_tokenize(line, tok, PT_MAX_TOKENS, &rest);
+    if (ntok == 0 || strcmp(tok[0].value, "set") != 0)
+        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated", linelen, false, false);
     uint32_t nbytes = 0;
-    if (ntok != 5 || rest != NULL || strcmp(tok[0].value, "set") != 0 ||
-        !safe_strtoul(tok[4].value, &nbytes) || nbytes > PT_AUTH_DATA_MAX)
-        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated");
+    if (ntok != 5 || rest != NULL || !safe_strtoul(tok[4].value, &nbytes) ||
+        nbytes > PT_AUTH_DATA_MAX)
+        return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated", 0, true, true);
     if (c->rbytes < linelen + nbytes + 2)
         return PROTO_NEED_MORE;
     const char *data = c->rcurr + linelen;
     const char *space = memchr(data, ' ', nbytes);
     bool framed = data[nbytes] == '\r' && data[nbytes + 1] == '\n';
+    size_t used = linelen + nbytes + 2;
     GSTATS_INCR(auth_cmds);
     if (!framed || space == NULL)
-        return pt_auth_refuse(c, "CLIENT_ERROR bad authentication token format");
+        return pt_auth_refuse(c, "CLIENT_ERROR bad authentication token format",
+                              used, true, !framed);
     if (!auth_check_db(AUTH_DB_ASCII, data, (size_t)(space - data), space + 1,
                     nbytes - (size_t)(space - data) - 1))
-        return pt_auth_refuse(c, "CLIENT_ERROR authentication failure");
-    c->rcurr += linelen + nbytes + 2;
-    c->rbytes -= linelen + nbytes + 2;
+        return pt_auth_refuse(c, "CLIENT_ERROR authentication failure", used, true, false);
+    c->rcurr += used;
+    c->rbytes -= used;
     c->authenticated = true;
     out_string(c, "STORED");
     return PROTO_DONE;

@@ -16,7 +16,7 @@
  * last one is answered, then the connection is closed and counted in
  * `auth_failure_closes`.  A client that wants to guess again must
  * connect again.  (memcached allows any number on one connection; `-Y`
- * closes at the first failure.)
+ * gets the same three, proto_text.c.)
  *
  * The metrics port checks its HTTP basic credentials against the same
  * users with sasl_auth_check_password.

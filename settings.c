@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -1034,6 +1035,26 @@ bool settings_finalize(void)
     /* memcached: -U without -p sets the TCP port too. */
     if (opt_given("udp-port") && settings.udpport != 0 && !opt_given("port"))
         settings.port = settings.udpport;
+    /* memcached's -e keeps its items in FILE and their description in
+     * FILE.meta.  This server's restart state is FILE alone, and a FILE it
+     * cannot read is removed at start: a FILE.meta beside it says FILE is
+     * memcached's (or that memcached's restart was half set up), so the
+     * start is refused rather than lose it. */
+    if (settings.memory_file != NULL) {
+        size_t n = strlen(settings.memory_file) + sizeof(".meta");
+        char *meta = malloc(n);
+        struct stat st;
+        bool found = meta != NULL &&
+            (snprintf(meta, n, "%s.meta", settings.memory_file), lstat(meta, &st) == 0);
+        if (found)
+            fprintf(stderr, "-e %s: %s exists, memcached's restart metadata; this "
+                    "server neither reads nor writes it (its restart state is %s "
+                    "alone): remove it, or give -e another file\n",
+                    settings.memory_file, meta, settings.memory_file);
+        free(meta);
+        if (found)
+            return false;
+    }
     if (opt_given("ext_path") && opt_given("ssd_path")) {
         fprintf(stderr, "-o ext_path and -o ssd_path both name the SSD tier's "
                 "file; give one\n");

@@ -101,6 +101,10 @@ void slabs_set_chunk_evictor(enum chunk_evict_result (*fn)(void *chunk))
 #define AUTOMOVE_HOT_TICKS 2
 #define AUTOMOVE_QUIET_TICKS 20
 #define AUTOMOVE_FREE_HALF_PAGES 5
+/* Ticks a class must keep that much free before the free rule returns one
+ * of its pages to the global pool (memcached looks over a window of
+ * seconds, slab_automove_window). */
+#define AUTOMOVE_FREE_TICKS 20
 
 enum page_state { PAGE_ACTIVE = 0, PAGE_DRAINING, PAGE_POOLED };
 
@@ -110,6 +114,8 @@ struct slab_page {
     uint8_t state;              /* atomic; to and from DRAINING under
                                    drain.lock */
     bool mapped;                /* in page_map, hence movable; fixed */
+    bool released;              /* pooled with its memory given back to the
+                                   system (madvise); pool_lock */
     struct slab_page *pool_next; /* pool_lock */
 };
 
@@ -138,6 +144,8 @@ struct slab_class {
     uint64_t am_last;       /* run_lock: failures in the last tick */
     uint32_t am_hot;        /* run_lock: consecutive ticks with failures */
     uint32_t am_quiet;      /* run_lock: consecutive ticks without */
+    uint32_t am_free_ticks; /* run_lock: consecutive ticks with the free
+                               rule's spare chunks (automove_free_to_pool) */
     struct slab_part part[MAX_PARTITIONS];
 };
 
@@ -164,6 +172,7 @@ static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slab_page *pool_head;  /* pool_lock */
 static uint64_t pool_pages;          /* atomic; changed under pool_lock */
+static uint64_t pool_resident;       /* atomic: pooled pages still in memory */
 
 /* The page being drained.  drain_base mirrors drain.page->base for a
  * lock-free first check; both change under drain.lock. */
@@ -394,6 +403,7 @@ static void prealloc_init(void)
                 "allocating pages on demand\n", prealloc_len);
 }
 
+static uint64_t stat_total_malloced(void);
 static void slabs_stats_register(void);
 
 void slabs_init(void)
@@ -421,6 +431,7 @@ void slabs_init(void)
     std_page = (size_t)settings.slab_page_size;
     pool_head = NULL;
     pool_pages = 0;
+    pool_resident = 0;
     drain.page = NULL;
     drain.freemap = NULL;
     drain.nfree = 0;
@@ -582,14 +593,18 @@ static struct slab_page *page_create(struct slab_class *c)
     return pg;
 }
 
-static void pool_put(struct slab_page *pg)
+/* released: pg's memory was given back to the system (madvise). */
+static void pool_put(struct slab_page *pg, bool released)
 {
     __atomic_store_n(&pg->used, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pg->state, PAGE_POOLED, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pool_lock);
     pg->pool_next = pool_head;
+    pg->released = released;
     pool_head = pg;
     __atomic_fetch_add(&pool_pages, 1, __ATOMIC_RELAXED);
+    if (!released)
+        __atomic_fetch_add(&pool_resident, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pool_lock);
 }
 
@@ -603,6 +618,8 @@ static struct slab_page *pool_take(void)
         pool_head = pg->pool_next;
         pg->pool_next = NULL;
         __atomic_fetch_sub(&pool_pages, 1, __ATOMIC_RELAXED);
+        if (!pg->released)
+            __atomic_fetch_sub(&pool_resident, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&pool_lock);
     if (pg != NULL)
@@ -658,7 +675,7 @@ static struct slab_page *new_page(struct slab_class *c, bool reserved)
         pg = page_create(c);
     if (pg != NULL && !class_add_page(c, pg)) {
         if (pg->mapped)
-            pool_put(pg);       /* the map keeps pointing at it */
+            pool_put(pg, false); /* the map keeps pointing at it */
         else
             page_destroy(pg);
         pg = NULL;
@@ -771,6 +788,8 @@ void *slabs_alloc(unsigned int clsid, int partition)
     return slabs_alloc_ex(clsid, partition, false);
 }
 
+static void *chunk_hand_out(struct slab_class *c, item *it, unsigned int clsid, int p);
+
 void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
 {
     if (clsid < 1 || clsid > nclasses)
@@ -791,7 +810,24 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
         __atomic_store_n(&c->want_part, p, __ATOMIC_RELAXED);
         return NULL;
     }
+    return chunk_hand_out(c, it, clsid, p);
+}
 
+void *slabs_alloc_spare(unsigned int clsid, int partition)
+{
+    if (clsid < 1 || clsid > nclasses)
+        return NULL;
+    struct slab_class *c = &classes[clsid];
+    int p = partition >= 0 ? partition % npart : 0;
+    item *it = NULL;
+    for (int i = 0; it == NULL && i < npart; i++)
+        it = part_take(c, &c->part[(p + i) % npart]);
+    return it != NULL ? chunk_hand_out(c, it, clsid, p) : NULL;
+}
+
+/* A chunk taken from a free list or end region, made ready to hand out. */
+static void *chunk_hand_out(struct slab_class *c, item *it, unsigned int clsid, int p)
+{
     /* Zero the header but refcount, which is already 0 and which the
      * mover may be reading atomically (item_evict_chunk); a chunk smaller
      * than a full header (compact meta tuples) only up to its end. */
@@ -893,7 +929,7 @@ void slabs_stats(struct stat_sink *sink)
         stats_slab_class(sink, i, &ts.slab[i]);
     }
     stat_printf(sink, "active_slabs", "%u", active);
-    stat_printf(sink, "total_malloced", "%zu", slabs_mem_malloced());
+    stat_printf(sink, "total_malloced", "%zu", (size_t)stat_total_malloced());
 }
 
 /* ---- Page mover. ------------------------------------------------------ */
@@ -1046,9 +1082,10 @@ static void move_finish_locked(void)
     } else {
         /* Below a lowered limit the page's memory goes back to the
          * system; the page stays pooled, zero when touched again. */
-        if (__atomic_load_n(&shrinking, __ATOMIC_RELAXED))
+        bool release = __atomic_load_n(&shrinking, __ATOMIC_RELAXED);
+        if (release)
             (void)madvise(pg->base, std_page, MADV_DONTNEED);
-        pool_put(pg);
+        pool_put(pg, release);
         __atomic_fetch_sub(&mem_malloced, std_page, __ATOMIC_RELAXED);
         STATS_INCR(&mstats, moved_to_pool);
     }
@@ -1455,6 +1492,37 @@ void slabs_reserve_step(void)
     pthread_mutex_unlock(&run_lock);
 }
 
+/*
+ * memcached's free rule, without a lower tier (the reserve rules above
+ * return pages then): a movable class that has held at least
+ * AUTOMOVE_FREE_HALF_PAGES / 2 pages' worth of free chunks for
+ * AUTOMOVE_FREE_TICKS ticks in a row gives its emptiest page back to the
+ * global pool, where any class's next page comes from.  The page's live
+ * items are rescued into free chunks of their class (item_evict_chunk),
+ * which that much free room holds.  One such move per tick at most, and
+ * none while another move runs or waits.  run_lock held.
+ */
+static bool automove_free_to_pool_locked(void)
+{
+    if (__atomic_load_n(&reserve_bytes, __ATOMIC_RELAXED) != 0 || run.active ||
+        __atomic_load_n(&req_word, __ATOMIC_RELAXED) != 0)
+        return false;
+    unsigned int donor = 0;
+    uint64_t most = 0;
+    for (unsigned int i = 1; i <= nclasses; i++) {
+        struct slab_class *c = &classes[i];
+        uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
+        bool spare = c->movable && pages >= 2 &&
+            class_free_chunks(c) * 2 >= (uint64_t)c->perslab * AUTOMOVE_FREE_HALF_PAGES;
+        c->am_free_ticks = spare ? c->am_free_ticks + 1 : 0;
+        if (spare && c->am_free_ticks >= AUTOMOVE_FREE_TICKS && pages > most) {
+            donor = i;
+            most = pages;
+        }
+    }
+    return donor != 0 && move_start_locked(donor, 0);
+}
+
 void slabs_automove_step(void)
 {
     pthread_mutex_lock(&run_lock);
@@ -1492,6 +1560,10 @@ void slabs_automove_step(void)
             STATS_INCR(&mstats, by_automove);
         }
     }
+    if (automove_free_to_pool_locked()) {
+        STATS_INCR(&mstats, automoves);
+        STATS_INCR(&mstats, by_automove);
+    }
     pthread_mutex_unlock(&run_lock);
 }
 
@@ -1522,9 +1594,13 @@ void slabs_mover_info(struct slabs_mover_info *out)
     out->pool_pages = __atomic_load_n(&pool_pages, __ATOMIC_RELAXED);
 }
 
+/* memcached's meaning: bytes of slab pages allocated, those handed out
+ * under -m and those waiting in the global pool (unless a lowered limit
+ * gave their memory back to the system). */
 static uint64_t stat_total_malloced(void)
 {
-    return slabs_mem_malloced();
+    return slabs_mem_malloced() +
+           __atomic_load_n(&pool_resident, __ATOMIC_RELAXED) * std_page;
 }
 
 /* memcached's slab_chunk_max: the largest chunk of any class.  Items are

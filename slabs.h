@@ -43,6 +43,10 @@ void *slabs_alloc(unsigned int clsid, int partition);
  * to a lower tier can always get its meta tuple and frees DRAM.
  */
 void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved);
+/* A chunk of class clsid only from what its partitions hold free or not
+ * yet carved (no new page, no failure counted): the page mover's rescues
+ * (a live item copied out of the page being drained).  NULL: none. */
+void *slabs_alloc_spare(unsigned int clsid, int partition);
 /* min_donor_chunk: classes whose chunks are this small (those meta tuples
  * live in) never give pages to refill the reserve. */
 void slabs_set_reserve(size_t bytes, size_t min_donor_chunk);

@@ -670,7 +670,9 @@ static const struct stat_row tac_stats[] = {
     ROW("partitions", CONST, LOCAL(local_partitions),
         "LRU/free-list partitions per slab class (`-o partitions`)"),
     ROW("total_malloced", GAUGE, MODULE,
-        "bytes of `-m` handed out as slab pages"),
+        "bytes of slab pages allocated: handed out under `-m`, and held in the "
+        "global pool (`slab_global_page_pool`) unless a lowered `cache_memlimit` "
+        "gave their memory back"),
     ROW("recovery_state", STRING, MODULE,
         "restart recovery: off (`-o recovery=off`), none (nothing to bring "
         "back), running, done or failed (see README, Restart)"),

@@ -251,6 +251,8 @@ bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len);
 void ssd_page_unpin(struct ssd_store *s, unsigned page, uint16_t version, uint64_t pin);
 /* Releases every pin: a restart has indexed what it will. */
 void ssd_unpin_all(struct ssd_store *s);
+/* Whether some page is still pinned (a restart is still indexing). */
+bool ssd_any_pinned(struct ssd_store *s);
 /* Waits until no buf write or device read is in flight. */
 void ssd_wait_idle(struct ssd_store *s);
 

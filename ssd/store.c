@@ -832,6 +832,16 @@ void ssd_unpin_all(struct ssd_store *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+bool ssd_any_pinned(struct ssd_store *s)
+{
+    bool any = false;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < s->npages && !any; i++)
+        any = s->pages[i].pinned;
+    pthread_mutex_unlock(&s->lock);
+    return any;
+}
+
 bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len)
 {
     unsigned id = ssd_ref_page(ref);

@@ -85,7 +85,7 @@ struct rs_header {
     uint64_t items[TIER_COUNT];     /* records, by tier */
     uint32_t nvm_crc, ssd_crc;      /* CRC32C of each section */
     uint8_t key_check[16];          /* tac_crypt_key_check(); zeros: no key */
-    uint32_t reserved;
+    uint32_t hashpower;             /* the index's log2 buckets; 0: not said */
     uint32_t checksum;              /* CRC32C of every byte before it */
 };
 
@@ -180,7 +180,46 @@ static struct {
 
 static void leftover_prepare(const char *path);
 static void leftover_remove(const char *path);
-static void debug_restore_init(void);
+
+#ifdef TAC_DEBUG_HOOKS
+/* Test hooks, so that a test can act while a restart is under way:
+ * TAC_DEBUG_RESTORE_DELAY_MS holds each chunk of a graceful restore back,
+ * TAC_DEBUG_SCAN_DELAY_MS each SSD page of a crash scan. */
+static long debug_restore_ms, debug_scan_ms;
+
+static long debug_env_ms(const char *name, const char *what)
+{
+    const char *v = getenv(name);
+    long ms = v != NULL ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0)
+        return 0;
+    fprintf(stderr, "debug hook: %s is held back %ld ms\n", what, ms);
+    return ms;
+}
+
+static void debug_restore_init(void)
+{
+    debug_restore_ms = debug_env_ms("TAC_DEBUG_RESTORE_DELAY_MS", "each chunk of a restore");
+    debug_scan_ms = debug_env_ms("TAC_DEBUG_SCAN_DELAY_MS", "each SSD page of a crash scan");
+}
+
+static void debug_restore_delay(void)
+{
+    if (debug_restore_ms > 0)
+        usleep((useconds_t)debug_restore_ms * 1000);
+}
+
+static void debug_scan_delay(void)
+{
+    if (debug_scan_ms > 0)
+        usleep((useconds_t)debug_scan_ms * 1000);
+}
+#else
+static void debug_restore_init(void) {}
+static void debug_restore_delay(void) {}
+static void debug_scan_delay(void) {}
+#endif
+
 
 /* ---- Stats -------------------------------------------------------------- */
 
@@ -540,6 +579,7 @@ void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
     h->header_size = sizeof(*h);
     memcpy(h->key_check, tac_crypt_key_check(), sizeof(h->key_check));
     h->stop_time = (int64_t)time(NULL);
+    h->hashpower = assoc_hashpower();
     /* A tier that did not close clean keeps nothing: its records are
      * dropped at the next start. */
     if (!nvm_clean)
@@ -726,6 +766,10 @@ static bool graceful_prepare(char *path)
         return false;
     }
     rs.path = path;
+    /* The index starts as large as it had grown (as memcached's restart
+     * does), so bringing the items back does not resize it again. */
+    if (rs.hdr.hashpower > assoc_hashpower())
+        assoc_init((int)rs.hdr.hashpower);
     match_tiers();
     if (rs.nvm_ok && !load_nvm_section()) {
         fprintf(stderr, "restart: the NVM section of %s is damaged; NVM items "
@@ -1436,6 +1480,7 @@ static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_io
     }
     /* The scan is over: the page keeps what was linked from it. */
     ssd_page_unpin(tac.ssd, p, v, 1);
+    debug_scan_delay();
 }
 
 /* A scan thread: takes NVM pages, then SSD pages, one at a time, until
@@ -1526,30 +1571,6 @@ static void crash_scan(void)
                 "%d threads\n", (double)rs.ssd_bytes / 1e6, (double)(t1 - t0) / 1e9,
                 (double)rs.ssd_bytes / 1e6 / ((double)(t1 - t0) / 1e9), started + 1);
 }
-
-#ifdef TAC_DEBUG_HOOKS
-/* Test hook: TAC_DEBUG_RESTORE_DELAY_MS holds each chunk of a restore
- * back, so that a test can kill the server while it restores. */
-static long debug_restore_ms;
-
-static void debug_restore_init(void)
-{
-    const char *v = getenv("TAC_DEBUG_RESTORE_DELAY_MS");
-    debug_restore_ms = v != NULL && strtol(v, NULL, 10) > 0 ? strtol(v, NULL, 10) : 0;
-    if (debug_restore_ms > 0)
-        fprintf(stderr, "debug hook: each chunk of a restore is held back %ld ms\n",
-                debug_restore_ms);
-}
-
-static void debug_restore_delay(void)
-{
-    if (debug_restore_ms > 0)
-        usleep((useconds_t)debug_restore_ms * 1000);
-}
-#else
-static void debug_restore_init(void) {}
-static void debug_restore_delay(void) {}
-#endif
 
 /* ---- Leftover state ------------------------------------------------------
  * A graceful start reads its DRAM items from the state file while the

@@ -1095,13 +1095,13 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
 /* Walks the tuples of one buf image (mem, used bytes) whose first byte is
  * at reference base.  When a live tuple cannot be moved (no page left for
  * defrag either), the SSD is full: the rest are dropped (*drop), or with
- * -M defrag gives up. */
+ * -M, or while a restart still indexes pinned pages, defrag gives up. */
 static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
 {
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
         if (!defrag_tuple(base + off, mem + off, len, *drop)) {
-            if (!settings.evict_to_free)
+            if (!settings.evict_to_free || ssd_any_pinned(tac.ssd))
                 return false;
             *drop = true;
             defrag_tuple(base + off, mem + off, len, true);
@@ -1124,6 +1124,13 @@ static bool defrag_page(struct tac_iobuf *io)
     bool drop = page_nearly_full(&pi);
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
+    /* While a restart still indexes its pinned pages, the room their dead
+     * copies hold cannot be won back yet, and the unpinned pages are the
+     * ones it just indexed or filled since: nothing is dropped until it is
+     * done (a writer to SSD waits), or it would evict what it just
+     * recovered while the SSD has room. */
+    if (drop && ssd_any_pinned(tac.ssd))
+        return false;
     if (drop) {
         page = ssd_page_oldest(tac.ssd, &pi);
         if (page >= 0)

@@ -1,6 +1,8 @@
 """ASCII authentication (-Y FILE), as memcached's: FILE holds user:password lines, a
 connection's first command is a `set` whose data is "user password", and until then every
-command is refused and the connection closed.  SIGHUP reads the file again.
+command is refused and never run.  Here the third refused password, the sixteenth refused
+command, or input that cannot be framed closes the connection (memcached leaves it open).
+SIGHUP reads the file again.
 
 The tests that do not look at tac-memcached's own start-up messages also pass against stock
 memcached 1.6.18 (TAC_SERVER=/usr/bin/memcached)."""
@@ -19,8 +21,8 @@ from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, is_closed, wait
 
 
 def refused_and_closed(sock):
-    """A refused connection closes here (one guess per connection); memcached leaves it
-    open for more."""
+    """A connection closes here at its third refused password (as -S after three SASL
+    failures) or at the first input that cannot be framed; memcached leaves it open."""
     return IS_STOCK or is_closed(sock)
 
 
@@ -59,37 +61,63 @@ def test_pymemcache_authenticates_then_works(server, authfile):
     assert c2.get(next(iter(want))) == want[next(iter(want))]
 
 
-def test_wrong_password_is_refused_and_closed(server, authfile):
+def test_wrong_passwords_are_refused_and_the_third_closes(server, authfile):
     srv = server(["-Y", str(authfile)])
     c = client(srv)
     with pytest.raises(MemcacheClientError, match="authentication failure"):
         c.set(b"auth", b"alice wrong-pass", noreply=False)
+    guesses = ((b"mallory s3cret-pass", b"authentication failure"),
+               (b"alices3cret-pass", b"bad authentication token format"),
+               (b"alice s3cret-pas", b"authentication failure"))
+    for order in (guesses, guesses[1:] + guesses[:1]):
+        raw = srv.connect()
+        for i, (data, why) in enumerate(order):
+            raw.send(b"set k 0 0 %d\r\n%s\r\n" % (len(data), data))
+            assert raw.line(b"") == b"CLIENT_ERROR %s\r\n" % why, (i, data)
+            if i < 2:
+                assert not is_closed(raw.sock, timeout=0.3), (i, data)
+        assert refused_and_closed(raw.sock), "open after three refused passwords"
+    # Two refused guesses and a good one: memcached's retry on one connection.
     raw = srv.connect()
-    assert raw.line(b"set k 0 0 9\r\nalice bad\r\n") == \
-        b"CLIENT_ERROR authentication failure\r\n"
-    assert refused_and_closed(raw.sock), "the connection stays open after a refused password"
-    for data, why in ((b"mallory s3cret-pass", b"authentication failure"),
-                      (b"alices3cret-pass", b"bad authentication token format"),
-                      (b"alice s3cret-pas", b"authentication failure")):
-        raw = srv.connect()
-        raw.send(b"set k 0 0 %d\r\n%s\r\n" % (len(data), data))
-        assert raw.line(b"") == b"CLIENT_ERROR %s\r\n" % why
-        assert refused_and_closed(raw.sock)
+    for data in (b"alice bad", b"bob s3cret-pass"):
+        assert raw.line(b"set k 0 0 %d\r\n%s\r\n" % (len(data), data)) == \
+            b"CLIENT_ERROR authentication failure\r\n"
+    assert raw.line(b"set k 0 0 17\r\nalice s3cret-pass\r\n") == b"STORED\r\n"
+    assert raw.line(b"set k2 0 0 2\r\nok\r\n") == b"STORED\r\n"
+    # The refused sets stored nothing.
+    assert raw.line(b"get k\r\n") == b"END\r\n"
 
 
-def test_commands_before_auth_are_refused_and_closed(server, authfile):
+def test_commands_before_auth_are_refused_and_never_run(server, authfile):
     srv = server(["-Y", str(authfile)])
-    for first in (b"get k\r\n", b"version\r\n", b"mg k v\r\n", b"stats\r\n",
-                  b"flush_all\r\n", b"delete k\r\n", b"set k 0 0 1\r\nx\r\n"):
-        raw = srv.connect()
-        assert raw.line(first) == b"CLIENT_ERROR " + (
-            b"bad authentication token format" if first.startswith(b"set") else
-            b"unauthenticated") + b"\r\n", first
-        assert refused_and_closed(raw.sock), first
-    # Nothing a refused connection sent was run.
     c = client(srv)
     assert c.set(b"auth", b"alice s3cret-pass", noreply=False) is True
-    assert c.get(b"k") is None
+    assert c.set(b"keep", b"v", noreply=False) is True
+    firsts = (b"get keep\r\n", b"version\r\n", b"mg keep v\r\n", b"stats\r\n",
+              b"flush_all\r\n", b"delete keep\r\n", b"incr n 1\r\n")
+    raw = srv.connect()
+    for first in firsts:
+        assert raw.line(first) == b"CLIENT_ERROR unauthenticated\r\n", first
+    # Here, pipelined, each command of a batch is refused on its own (memcached drops
+    # the rest of what it read), and the sixteenth refusal closes the connection.
+    if not IS_STOCK:
+        raw.send(b"".join(firsts))
+        for first in firsts:
+            assert raw.line(b"") == b"CLIENT_ERROR unauthenticated\r\n", first
+        assert raw.line(b"touch keep 0\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
+        assert raw.line(b"get keep\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
+        assert is_closed(raw.sock)
+    # Nothing a refused connection sent was run.
+    assert c.get(b"keep") == b"v"
+    assert c.get(b"n") is None
+    # Here input that cannot be framed is refused and closes at once (memcached waits
+    # for more of it).
+    for bad in () if IS_STOCK else (b"set k 0 0\r\n", b"set k 0 0 99999\r\n", b"set k 0 0 1\r\nxy\r\n",
+                b"x" * 5000):
+        raw = srv.connect()
+        raw.send(bad)
+        assert raw.line(b"").startswith(b"CLIENT_ERROR "), bad[:20]
+        assert refused_and_closed(raw.sock), bad[:20]
 
 
 def test_binary_clients_are_closed(server, authfile):

@@ -369,3 +369,62 @@ def test_a_touch_to_a_shorter_ttl_on_a_lower_tier_item_survives_a_crash(server, 
     assert not longer, "keys back with a longer TTL than the last one set: %s (%s)" % (longer, rs)
     assert not lost, "%d of %d touched keys lost at the crash: %s (%s)" % (
         len(lost), len([m for m in want.values() if m]), lost, rs)
+
+
+def test_a_crash_scan_never_drops_what_it_recovered_while_the_ssd_has_room(server, tier_files, monkeypatch):  # noqa: F811
+    """After a crash the SSD pages stay pinned until the scan has read them,
+    so the room their dead copies hold cannot be won back yet.  Writes made
+    while the scan runs push items down to a full-looking SSD; the pages that
+    may then be dropped are the ones just scanned, full of recovered items.
+    None may be dropped while the scan runs: every key present before the
+    crash is back afterwards.  The scan is slowed by a test hook
+    (TAC_DEBUG_SCAN_DELAY_MS)."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:16m,ssd_page_size=2m,ssd_buf_size=64k,"
+            "temp_sample_interval=0" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    n = 4000
+
+    def val(i, ver):
+        return (b"%05d:%d:" % (i, ver)) * 375             # 3000 B or so
+
+    for ver in range(3):                   # old versions leave dead copies on the SSD
+        for i in range(n):
+            v = val(i, ver)
+            c.send(b"set a%05d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
+        assert c.line(b"mn\r\n") == b"MN\r\n"
+    time.sleep(0.5)
+    # What a crash keeps (no dram_log): the keys in NVM and SSD.
+    present = [i for i in range(n) if tier_of(c, b"a%05d" % i) in ("nvm", "ssd")]
+    assert len(present) > n * 0.5, len(present)
+    assert int(c.stats(b"tiers")["ssd_items"]) > 1000
+    time.sleep(1.5)
+    sigkill(srv, SEED, "with dead copies on the SSD")
+
+    monkeypatch.setenv("TAC_DEBUG_SCAN_DELAY_MS", "250")
+    srv2 = restart(server, srv, args)
+    monkeypatch.delenv("TAC_DEBUG_SCAN_DELAY_MS")
+    c2 = srv2.connect()
+    state = c2.stats(b"tac")["recovery_state"]
+    if "debug hook" not in srv2.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    assert state == "running"
+    # New keys while the scan runs: DRAM and NVM are full, so items go down.
+    w = srv2.connect()
+    for i in range(600):
+        v = val(i, 9)
+        w.send(b"set b%05d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
+    w.line(b"mn\r\n", timeout=60)
+    c3, rs = wait_crash_recovered(srv2, SEED, "after the scan")
+    dropped = int(c3.stats(b"tiers")["ssd_items_dropped"])
+    lost, wrong = [], []
+    for i in present:
+        raw = c3.get(b"get a%05d\r\n" % i)
+        if raw == b"END\r\n":
+            lost.append(i)
+        elif raw.split(b"\r\n")[1] != val(i, 2):
+            wrong.append(i)
+    assert not wrong, "%d keys hold an older version: %s" % (len(wrong), wrong[:5])
+    assert not lost, "%d of %d keys in NVM or SSD before the crash lost (ssd_items_dropped %d): %s (%s)" % (
+        len(lost), len(present), dropped, lost[:5], rs)

@@ -31,7 +31,7 @@ import zlib
 
 import pytest
 
-from mcserver import Server, recv_until
+from mcserver import SERVER_BIN, Server, recv_until
 
 MB = 1 << 20
 LONG_TTL = 1000     # seconds; its remaining TTL is checked after the restart
@@ -603,6 +603,51 @@ def test_restart_with_e_memfile_dram_only(server, tmp_path):
     c, rs = wait_recovered(srv, seed)
     check_clean_recovery(rs, len(ds.val), seed)
     ds.compare(gets_all(c, ds.all_keys()), "after a SIGTERM restart with -e")
+    graceful_stop(srv, "SIGTERM")
+
+
+@pytest.mark.tac_only
+def test_restart_keeps_the_hash_power_and_refuses_memcacheds_meta(server, tmp_path):
+    """The index comes back as large as it had grown (memcached's restart.t), and -e FILE
+    with memcached's FILE.meta beside it refuses to start and leaves FILE alone."""
+    mem = tmp_path / "mem.file"
+    args = ["-t", "2", "-m", "64", "-o", "hashpower=13", "-e", str(mem)]
+    srv = server(args)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    assert c.stats()["hash_power_level"] == "13"
+    n = 14000                                 # past 1.5 x 2^13: the index grows
+    for part in chunks(range(n), 500):
+        got = c.exact(b"".join(b"set hp%d 0 0 1\r\nx\r\n" % i for i in part),
+                      len(b"STORED\r\n") * len(part))
+        assert got == b"STORED\r\n" * len(part)
+    deadline = time.time() + 10
+    while int(c.stats()["hash_power_level"]) < 14:
+        assert time.time() < deadline, "the index did not grow past 2^13 for %d items" % n
+        time.sleep(0.1)
+    power = c.stats()["hash_power_level"]
+    for part in chunks(range(n), 500):   # deleted: only the saved power grows the index
+        got = c.exact(b"".join(b"delete hp%d\r\n" % i for i in part),
+                      len(b"DELETED\r\n") * len(part))
+        assert got == b"DELETED\r\n" * len(part)
+    assert c.line(b"set keep 0 0 4\r\nkept\r\n") == b"STORED\r\n"
+    graceful_stop(srv, "SIGTERM")
+    saved = mem.read_bytes()
+
+    (tmp_path / "mem.file.meta").write_bytes(b"")
+    p = subprocess.run([SERVER_BIN, "-u", "root", "-p", "0", "-U", "0"] + args,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0, p.stderr
+    assert "mem.file.meta exists, memcached's restart metadata" in p.stderr, p.stderr
+    assert mem.read_bytes() == saved, "a refused start touched the restart state"
+    os.unlink(tmp_path / "mem.file.meta")
+
+    srv = restart(server, srv, args)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    assert c.stats()["hash_power_level"] == power, "restarted at another hash power"
+    deadline = time.time() + 10
+    while c.get(b"get keep\r\n") != b"VALUE keep 0 4\r\nkept\r\nEND\r\n":
+        assert time.time() < deadline, "the saved item did not come back"
+        time.sleep(0.1)
     graceful_stop(srv, "SIGTERM")
 
 

@@ -53,3 +53,39 @@ def test_memory_moves_to_new_item_size(server):
     assert kept == 500, "only %d of the last 500 large items kept; slabs_moved=%s" % (
         kept, st.get("slabs_moved"))
     assert int(st["slabs_moved"]) > 0
+
+
+@pytest.mark.tac_only
+def test_free_pages_return_to_the_pool_and_live_items_are_rescued(server):
+    """memcached's free rule (slabs-reassign2.t): a class left with pages' worth of free
+    chunks gives pages back to the global pool within seconds, its live items are moved
+    into free chunks of their class (rescued, not evicted, every value intact), and
+    total_malloced still counts the pooled pages."""
+    s = server(["-m", "60", "-t", "2"])
+    c = s.connect(timeout=30)
+    size, n = 11000, 5000
+    vals = {i: (b"%d|" % i).ljust(size, b"abcdefgh"[i % 8:i % 8 + 1]) for i in range(n)}
+    for b0 in range(0, n, 100):
+        batch = range(b0, min(n, b0 + 100))
+        c.send(b"".join(b"set nfoo%d 0 0 %d noreply\r\n%s\r\n" % (i, size, vals[i])
+                        for i in batch))
+    st = c.stats()
+    assert int(st["curr_items"]) > 4000, st["curr_items"]
+    malloced = int(c.stats(b"slabs")["total_malloced"])
+    live = [i for i in range(n) if c.get(b"get nfoo%d\r\n" % i) != b"END\r\n"]
+    for i in live:
+        if i % 2 == 0:
+            assert c.line(b"delete nfoo%d\r\n" % i) == b"DELETED\r\n"
+    kept = [i for i in live if i % 2 == 1]
+    evictions = int(c.stats()["evictions"])
+    deadline = time.time() + 20
+    while int(c.stats()["slab_global_page_pool"]) <= 20:
+        assert time.time() < deadline, c.stats()["slab_global_page_pool"]
+        time.sleep(0.2)
+    st = c.stats()
+    assert int(st["slab_reassign_rescues"]) > 0
+    assert st["evictions"] == str(evictions), "a page given back evicted live items"
+    assert int(c.stats(b"slabs")["total_malloced"]) == malloced
+    for i in kept:
+        want = b"VALUE nfoo%d 0 %d\r\n%s\r\nEND\r\n" % (i, size, vals[i])
+        assert c.get(b"get nfoo%d\r\n" % i) == want, i
