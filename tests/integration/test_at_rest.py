@@ -58,8 +58,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mcserver import SERVER_BIN, START_TIMEOUT, Server, free_port
 from test_crash import sigkill, start_again, wait_crash_recovered
 from test_nvm import fmt_failures, load, parse_get, tier_of
-from test_restart import (DataSet, check_clean_recovery, gets_all, graceful_stop, replies, restart, tier_counts,
-                          wait_recovered)
+from test_restart import (DataSet, check_clean_recovery, gets_all, graceful_stop, restart, tier_counts,
+                          wait_recovered, write_round)
 from test_restart import load as ds_load
 from test_ssd import ssd_dir  # noqa: F401 (fixture)
 
@@ -869,20 +869,7 @@ def test_restarts_recover_everything_and_never_reuse_a_nonce(server, shm_file, s
         assert auth_failures(c) == 0, "%s: tuple_auth_failures %d (seed %d)" % (when, auth_failures(c), seed)
 
         # New keys, new versions and deletes: new tuples go down in this start.
-        live = list(ds.val)
-        new = [ds.new_key() for _ in range(150)]
-        for kk in new:
-            ds.make(kk, 1)
-        picked = rng.sample(live, 320)
-        rewritten, deleted = picked[:300], picked[300:]
-        for kk in rewritten:
-            ds.make(kk, int(ds.val[kk].split(b"|", 2)[1]) + 1)
-        r = replies(c, [ds.set_cmd(kk) for kk in new + rewritten] + [b"delete %s\r\n" % kk for kk in deleted])
-        assert r == [b"STORED"] * 450 + [b"DELETED"] * 20, "%s: writes answered %s (seed %d)" % (
-            when, sorted(set(r)), seed)
-        for kk in deleted:
-            ds.drop(kk)
-        ds.keys = list(ds.val)
+        write_round(c, ds, rng, when)
         ds.record(gets_all(c, ds.all_keys()), "%s, after the round's writes" % when)
     graceful_stop(srv, "SIGTERM")
     found, fresh = collect_nonces(server_files(nvm, ssd), k_tuple, nonces, N_ROUNDS, verified)

@@ -138,6 +138,16 @@ def ended(srv, timeout):
         return None
 
 
+def sigterm(srv, timeout=60):
+    """Closes the test's connections, sends SIGTERM and returns the exit status
+    (None if it did not exit within timeout)."""
+    for c in srv.conns:
+        c.close()
+    srv.conns = []
+    srv.proc.send_signal(signal.SIGTERM)
+    return ended(srv, timeout)
+
+
 def kill(srv):
     for c in srv.conns:
         c.close()
@@ -413,22 +423,14 @@ def run_point(server, tier_files, point, seed, config):
         res.update({"op " + k: v for k, v in stream.counts.items()})
     deleted = {k for k in m.keys if k not in m.val and k not in m.lost}
     if rc is None and point in SAVE:
-        for cc in srv.conns:
-            cc.close()
-        srv.conns = []
-        srv.proc.send_signal(signal.SIGTERM)
-        rc = ended(srv, 60)
+        rc = sigterm(srv)
         assert rc is not None, "%s: no exit within 60 s of SIGTERM" % when
         if rc == 0:
             rc = None           # stopped without reaching the point: checked as a clean stop
             res["graceful"] = 1
     elif rc is None and point in GRACEFUL_RECOVERY + CRASH_RECOVERY:
         if point in GRACEFUL_RECOVERY:
-            for cc in srv.conns:
-                cc.close()
-            srv.conns = []
-            srv.proc.send_signal(signal.SIGTERM)
-            assert ended(srv, 60) == 0, "%s: SIGTERM did not stop the server cleanly\n%s" % (
+            assert sigterm(srv) == 0, "%s: SIGTERM did not stop the server cleanly\n%s" % (
                 when, srv.stderr_text())
         else:
             kill(srv)
@@ -515,11 +517,7 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
     marked = keys[::3]
     assert replies(c, [b"md %s I\r\n" % k for k in marked]) == [b"HD"] * len(marked), "md I of loaded keys (seed %d)" % seed
     if graceful:
-        for cc in srv.conns:
-            cc.close()
-        srv.conns = []
-        srv.proc.send_signal(signal.SIGTERM)
-        assert ended(srv, 60) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (
+        assert sigterm(srv) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (
             seed, srv.stderr_text())
         srv = start(server, args, srv.port, None)
         rc, rs = wait_recovered(srv, "the graceful restart")
@@ -612,11 +610,7 @@ def test_kill_during_graceful_restore_keeps_dram_log_items(server, tier_files, a
         assert r == [b"STORED"] * len(b), "loading (seed %d): %s" % (seed, sorted(set(r)))
     deleted = keys[::5]
     assert replies(c, [b"delete %s\r\n" % k for k in deleted]) == [b"DELETED"] * len(deleted)
-    for cc in srv.conns:
-        cc.close()
-    srv.conns = []
-    srv.proc.send_signal(signal.SIGTERM)
-    assert ended(srv, 60) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (seed, srv.stderr_text())
+    assert sigterm(srv) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (seed, srv.stderr_text())
     srv = start(server, args, srv.port, at, wait=False)
     rc, _rs = wait_recovered(srv, "the restart armed at " + at)
     assert rc == CRASH_EXIT, "the restart armed at %s: rc %s, want %d (seed %d)\n%s" % (

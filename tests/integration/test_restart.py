@@ -394,6 +394,25 @@ class DataSet:
             "; ".join("%d %s, e.g. %s" % (len(lst), name, lst[:3]) for name, lst in problems))
 
 
+def write_round(c, ds, rng, when):
+    """150 new keys, 300 new versions of live keys and 20 deletes, each
+    acknowledged, recorded in ds."""
+    live = list(ds.val)
+    new = [ds.new_key() for _ in range(150)]
+    for k in new:
+        ds.make(k, 1)
+    picked = rng.sample(live, 320)
+    rewritten, deleted = picked[:300], picked[300:]
+    for k in rewritten:
+        ds.make(k, int(ds.val[k].split(b"|", 2)[1]) + 1)
+    r = replies(c, [ds.set_cmd(k) for k in new + rewritten] + [b"delete %s\r\n" % k for k in deleted])
+    assert r == [b"STORED"] * 450 + [b"DELETED"] * 20, "%s: writes answered %s (seed %d)" % (
+        when, sorted(set(r)), ds.seed)
+    for k in deleted:
+        ds.drop(k)
+    ds.keys = list(ds.val)
+
+
 def load(srv, ds, keys, batch=400, nconns=2):
     """Pipelined `set ... noreply` over nconns sockets, each batch closed by `mn`."""
     conns = [srv.connect(timeout=IO_TIMEOUT) for _ in range(nconns)]
