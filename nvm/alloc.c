@@ -232,22 +232,29 @@ static bool page_take(struct nvm_region *r, uint64_t *page)
     return true;
 }
 
+/* Zeroes len bytes at ref and makes them durable before anything stored
+ * after.  (Not charged to the latency emulation: a page handover is not
+ * on a request's path.) */
+static void zero_persist(struct nvm_region *r, uint64_t ref, size_t len)
+{
+    if (r->is_pmem) {
+        pmem_memset_persist(r->base + ref, 0, len);
+    } else {
+        memset(r->base + ref, 0, len);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    }
+}
+
 /* A page that held tuples before (another class's, or an earlier start's
  * that were not taken back) is zeroed before the durable class map names
  * its new class: a crash scan cuts it into the new class's slots, and each
  * slot not yet written must read as free, never as a stale or damaged
- * tuple.  1 page per page handed over; the taker's partition lock held. */
+ * tuple.  The taker's partition lock held. */
 static void page_wipe(struct nvm_region *r, uint64_t page)
 {
     if (!NVM_LOAD(&r->page_used[page]))
         return;
-    uint64_t ref = nvm_page_ref(r, page);
-    if (r->is_pmem)
-        pmem_memset_nodrain(r->base + ref, 0, r->page_size);
-    else
-        memset(r->base + ref, 0, r->page_size);
-    nvm_charge_write(r, ref, 0, r->page_size);
-    nvm_drain(r);
+    zero_persist(r, nvm_page_ref(r, page), r->page_size);
     NVM_STORE(&r->page_used[page], 0);
 }
 
@@ -673,13 +680,9 @@ bool nvm_drain_abort(struct nvm_region *r)
                 if (!bit_get(r->drain_free, i))
                     continue;
                 uint64_t ref = nvm_page_ref(r, pg) + i * c->slot_size;
-                if (r->is_pmem)
-                    pmem_memset_nodrain(r->base + ref, 0, head);
-                else
-                    memset(r->base + ref, 0, head);
+                zero_persist(r, ref, head);
                 q->stack[q->nfree++] = ref;
             }
-            nvm_drain(r);
             NVM_STORE(&q->nfree, q->nfree);
             q->owned += c->per_page;
             NVM_STORE(&r->drain_page, NVM_NO_PAGE);
