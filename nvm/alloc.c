@@ -476,7 +476,10 @@ static void do_drain_done(struct nvm_region *r, struct nvm_class *c,
 {
     page_class_set(r, page, 0);
     NVM_SUB(&c->pages, 1);
-    NVM_STORE(&r->drain_page, NVM_NO_PAGE);
+    /* Release: the drain's bitmap and count, written under this owner's
+     * lock, are done before the next drain (nvm_drain_begin, under another
+     * owner's lock) resets them. */
+    __atomic_store_n(&r->drain_page, NVM_NO_PAGE, __ATOMIC_RELEASE);
     NVM_ADD(&r->pages_drained, 1);
     /* Release: every access to the page's slots before its last free
      * (the page mover's reads among them) happens before its taker's
@@ -581,7 +584,7 @@ static bool drain_start(struct nvm_region *r, unsigned k, uint64_t pg)
 
 bool nvm_drain_begin(struct nvm_region *r, unsigned need_cls, bool spill)
 {
-    if (NVM_LOAD(&r->drain_page) != NVM_NO_PAGE)
+    if (__atomic_load_n(&r->drain_page, __ATOMIC_ACQUIRE) != NVM_NO_PAGE)
         return true;
     if (NVM_LOAD(&r->ready_page) != NVM_NO_PAGE ||
         pthread_mutex_trylock(&r->reuse_lock) != 0)
