@@ -70,6 +70,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,8 @@ void slabs_set_chunk_evictor(enum chunk_evict_result (*fn)(void *chunk))
  * of its pages to the global pool (memcached looks over a window of
  * seconds, slab_automove_window). */
 #define AUTOMOVE_FREE_TICKS 20
+/* Yields a failed allocation waits for a class's first page (slabs_alloc_ex). */
+#define FIRST_PAGE_SPINS 1000
 
 enum page_state { PAGE_ACTIVE = 0, PAGE_DRAINING, PAGE_POOLED };
 
@@ -137,6 +140,7 @@ struct slab_class {
     uint64_t alloc_fails;   /* atomic: slabs_alloc returned NULL */
     int want_part;          /* atomic: partition of the latest failure */
     bool grace_used;        /* atomic: first page granted over -m */
+    bool grace_pending;     /* atomic: that page is being added */
     pthread_mutex_t pages_lock;
     struct slab_page **pages; /* pages_lock: every page, oldest first */
     size_t npages, pages_cap; /* pages_lock */
@@ -515,20 +519,21 @@ static bool index_class(const struct slab_class *c)
     return reserve_donor_min != 0 && c->size <= reserve_donor_min;
 }
 
-/* Bytes in pages of the index classes. */
+/* Bytes of the index classes' chunks in use.  Their pages would say less:
+ * with a small -m, each class's first page is mostly free. */
 size_t slabs_index_bytes(void)
 {
     size_t n = 0;
     for (unsigned int i = 1; i <= nclasses; i++) {
         struct slab_class *c = &classes[i];
         if (index_class(c))
-            n += (size_t)__atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) * c->page_size;
+            n += (size_t)__atomic_load_n(&c->used_chunks, __ATOMIC_RELAXED) * c->size;
     }
     return n;
 }
 
 /* Charges one page to -m; false if the budget is spent (see top). */
-static bool charge_page(struct slab_class *c, bool reserved)
+static bool charge_page(struct slab_class *c, bool reserved, bool *grace)
 {
     size_t cur = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
     size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
@@ -549,6 +554,8 @@ static bool charge_page(struct slab_class *c, bool reserved)
                                              false, __ATOMIC_RELAXED,
                                              __ATOMIC_RELAXED))
                 return false;
+            __atomic_store_n(&c->grace_pending, true, __ATOMIC_RELAXED);
+            *grace = true;
             __atomic_fetch_add(&mem_malloced, c->page_size, __ATOMIC_RELAXED);
             return true;
         }
@@ -666,9 +673,10 @@ static void class_remove_page(struct slab_class *c, struct slab_page *pg)
 }
 
 /* Gets a page for class c within -m: a pooled one, else a new one. */
-static struct slab_page *new_page(struct slab_class *c, bool reserved)
+static struct slab_page *new_page(struct slab_class *c, bool reserved,
+                                  bool *grace)
 {
-    if (!charge_page(c, reserved))
+    if (!charge_page(c, reserved, grace))
         return NULL;
     struct slab_page *pg = c->movable ? pool_take() : NULL;
     if (pg == NULL)
@@ -799,12 +807,25 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
 
     item *it = part_take(c, &c->part[p]);
     if (it == NULL) {
-        struct slab_page *pg = new_page(c, reserved);
+        bool grace = false;
+        struct slab_page *pg = new_page(c, reserved, &grace);
         if (pg != NULL)
             it = part_add_page(c, &c->part[p], pg->base, clsid);
+        if (grace)
+            __atomic_store_n(&c->grace_pending, false, __ATOMIC_RELEASE);
     }
     for (int i = 1; it == NULL && i < npart; i++)
         it = part_take(c, &c->part[(p + i) % npart]);
+    /* Another thread won the class's first page over -m (charge_page) and
+     * is adding it: its chunks are about to appear in that thread's
+     * partition.  Failing meanwhile would make a move down give up, and
+     * could make a full NVM drop an item for want of a meta tuple. */
+    for (int spin = 0; it == NULL && spin < FIRST_PAGE_SPINS &&
+         __atomic_load_n(&c->grace_pending, __ATOMIC_ACQUIRE); spin++) {
+        sched_yield();
+        for (int i = 0; it == NULL && i < npart; i++)
+            it = part_take(c, &c->part[(p + i) % npart]);
+    }
     if (it == NULL) {
         __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_RELAXED);
         __atomic_store_n(&c->want_part, p, __ATOMIC_RELAXED);

@@ -66,7 +66,7 @@ size_t slabs_mem_limit(void);
  * in use drains pages (the page mover, with slab_reassign) until it holds;
  * false with -L (the memory is one preallocated block) or 0. */
 bool slabs_adjust_mem_limit(size_t bytes);
-/* Bytes of -m in pages of the meta-tuple-sized classes (slabs_set_reserve). */
+/* Bytes of the meta-tuple-sized classes' chunks in use (slabs_set_reserve). */
 size_t slabs_index_bytes(void);
 
 /* Snapshot of one class (stats, tests).  used + free + free_end + moving

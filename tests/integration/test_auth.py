@@ -101,9 +101,8 @@ def test_commands_before_auth_are_refused_and_never_run(server, authfile):
     # Here, pipelined, each command of a batch is refused on its own (memcached drops
     # the rest of what it read), and the sixteenth refusal closes the connection.
     if not IS_STOCK:
-        raw.send(b"".join(firsts))
-        for first in firsts:
-            assert raw.line(b"") == b"CLIENT_ERROR unauthenticated\r\n", first
+        refusal = b"CLIENT_ERROR unauthenticated\r\n"
+        assert raw.exact(b"".join(firsts), len(firsts) * len(refusal)) == refusal * len(firsts)
         assert raw.line(b"touch keep 0\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
         assert raw.line(b"get keep\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
         assert is_closed(raw.sock)

@@ -319,9 +319,11 @@ def test_a_touch_to_a_shorter_ttl_on_a_lower_tier_item_survives_a_crash(server, 
     n = 40000
     load(c, n)
     by_tier = {}
-    for k in [b"k%05d" % i for i in range(0, 24000, 37)]:
+    # The whole key range: how far down NVM's share reaches depends on how
+    # far the evictors had got when the load ended.
+    for k in [b"k%05d" % i for i in range(0, n, 23)]:
         by_tier.setdefault(tier_of(c, k), []).append(k)
-    assert len(by_tier.get("ssd", [])) >= 12 and len(by_tier.get("nvm", [])) >= 12, \
+    assert len(by_tier.get("ssd", [])) >= 15 and len(by_tier.get("nvm", [])) >= 15, \
         {t: len(v) for t, v in by_tier.items()}
     picks = by_tier["ssd"][:12] + by_tier["nvm"][:12]
     want = {}                              # key -> the longest TTL it may come back with

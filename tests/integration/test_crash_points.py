@@ -515,7 +515,15 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
     for b in chunks(keys, 200):
         assert replies(c, [b"set %s 3 0 %d\r\n%s\r\n" % (k, len(vals[k]), vals[k]) for k in b]) == [b"STORED"] * len(b)
     marked = keys[::3]
-    assert replies(c, [b"md %s I\r\n" % k for k in marked]) == [b"HD"] * len(marked), "md I of loaded keys (seed %d)" % seed
+    got = replies(c, [b"md %s I\r\n" % k for k in marked])
+    if got != [b"HD"] * len(marked):
+        lost = [k for k, g in zip(marked, got) if g != b"HD"]
+        c.sock.sendall(b"stats tiers\r\n")
+        st = b""
+        while not st.endswith(b"END\r\n"):
+            st += c.sock.recv(1 << 20)
+        st = "\n".join(ln for ln in st.decode(errors="replace").split("\r\n") if not ln.endswith(" 0"))
+        raise AssertionError("md I of loaded keys: %d not HD, e.g. %r (seed %d)\n%s" % (len(lost), lost[:3], seed, st))
     if graceful:
         assert sigterm(srv) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (
             seed, srv.stderr_text())
