@@ -70,8 +70,10 @@
 #include "util.h"
 
 #define JR_MAGIC "TACJRNL\n"
-#define JR_VERSION 3u                  /* 2: entries keep a dram_log position;
-                                           3: and a shorter life (cap) */
+#define JR_VERSION 4u                  /* 2: entries keep a dram_log position;
+                                           3: and a shorter life (cap);
+                                           4: a tier key's hash keeps the
+                                              item lock stripe's bits */
 #define JR_HDR_SIZE 4096u
 #define JR_WAYS 8u
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
@@ -134,10 +136,15 @@ static struct jr_entry *bucket_of(uint64_t h)
 uint64_t tac_key_hash64(const char *key, size_t nkey)
 {
     /* With a tier key the journal's records name keys by a keyed hash, so
-     * that a guessed key cannot be checked against them. */
-    uint64_t h = tac_crypt_on() ? tac_crypt_hash64(key, nkey)
-               : ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
-                 item_hash(key, nkey);
+     * that a guessed key cannot be checked against them, but for the low
+     * bits that pick the item lock stripe: the bucket must lie within the
+     * key's stripe (bucket_of).  Those ITEM_LOCK_POWER bits of an unkeyed
+     * hash match one guessed key in 2^ITEM_LOCK_POWER by chance. */
+    uint64_t h = tac_crypt_on()
+        ? (tac_crypt_hash64(key, nkey) & ~(uint64_t)ITEM_LOCK_MASK) |
+          (item_hash(key, nkey) & ITEM_LOCK_MASK)
+        : ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
+          item_hash(key, nkey);
     return h != 0 ? h : 1;
 }
 

@@ -8,9 +8,11 @@
  */
 #include "config.h"
 
+#include "item_lock.h"
 #include "items.h"
 #include "settings.h"
 #include "tac/crypt.h"
+#include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
 #include "util.h"
@@ -267,6 +269,28 @@ static void load_key(const uint8_t key[32], bool hex)
     unlink(path);
 }
 
+/* The journal's key hash picks a bucket by its low bits, and a bucket must
+ * lie within the key's item lock stripe (tac/journal.c, bucket_of): with a
+ * tier key too, whose keyed hash must still differ from the plain one. */
+static void journal_hash_keeps_stripe(bool keyed)
+{
+    char key[64];
+    unsigned differs = 0;
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(key, sizeof(key), "usertable-user%d-%u", i, (unsigned)unit_rand());
+        uint64_t h = tac_key_hash64(key, (size_t)n);
+        uint32_t hv = item_hash(key, (size_t)n);
+        CHECK_UEQ(h & ITEM_LOCK_MASK, hv & ITEM_LOCK_MASK);
+        CHECK(h != 0);
+        if ((uint32_t)h != hv)
+            differs++;
+    }
+    if (keyed)
+        CHECK(differs > 1900);
+    else
+        CHECK_UEQ(differs, 0);
+}
+
 /* A sealed tuple: the image hides key and value, opens to them, and any
  * changed byte (header, ciphertext, nonce or tag) fails its tag. */
 static void test_sealed_image_and_open(void)
@@ -296,6 +320,7 @@ static void test_sealed_image_and_open(void)
     CHECK(tac_tuple_sane((const struct tac_tuple_hdr *)img, len));
     CHECK(memmem(img, len, "secret-key", 10) == NULL);
     CHECK(memmem(img, len, "nobody", 6) == NULL);
+    journal_hash_keeps_stripe(true);
 
     const char *clear;
     CHECK(tac_tuple_open_scratch(&h, img + sizeof(h), &clear) == TUPLE_OK);
@@ -337,6 +362,12 @@ static void test_sealed_image_and_open(void)
     tac_tuple_set_sealed(false);
 }
 
+static void test_journal_hash_plain(void)
+{
+    CHECK(!tac_crypt_on());
+    journal_hash_keeps_stripe(false);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -349,6 +380,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_sane_header);
     RUN_TEST(test_checksum_catches_every_byte_flip);
     RUN_TEST(test_siphash_vectors);
+    RUN_TEST(test_journal_hash_plain);
     RUN_TEST(test_sealed_image_and_open);      /* last: it loads a key */
     fprintf(stderr, "test_tuple: ok\n");
     return 0;
