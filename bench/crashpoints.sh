@@ -21,8 +21,9 @@ server=${TAC_SERVER:-$PWD/tac-memcached}
 export TAC_SERVER=$server
 seeds=${SEEDS:-1 2 3}
 configs=${CONFIGS:-plain dram_log tier_key}
-points=${POINTS:-$(TAC_CRASH_LIST=1 "$server" -h)}
-if ! printf '%s\n' $points | grep -qx journal_record; then
+all_points=$(TAC_CRASH_LIST=1 "$server" -h)
+points=${POINTS:-$all_points}
+if ! printf '%s\n' $all_points | grep -qx journal_record; then
     echo "crashpoints: $server has no debug hooks (TAC_CRASH_LIST=1 prints no points)" >&2
     exit 2
 fi

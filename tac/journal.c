@@ -29,9 +29,11 @@
  * tac/tier.c) and in SSD pages opened up to then, so an entry whose clock
  * is older than every SSD page in use protects nothing and may be reused.
  * An entry lives in the bucket of its hash; a bucket full of entries still
- * needed gives up its oldest one by raising the floor to that entry's
- * seq (counted in journal_overflows): a crash then loses more items, but
- * never brings a stale one back.
+ * needed gives up its oldest one by raising the bucket's floor to that
+ * entry's seq (counted in journal_overflows): a crash then loses the
+ * bucket's keys up to it, but never brings a stale one back.  (A floor
+ * for the whole cache made one bucket's overflow, which chosen keys can
+ * force, cost every item at the next crash.)
  *
  * Shorter lives.  A touch, gat or meta T that shortens the life of a
  * version with a copy in NVM or SSD keeps that copy: its entry records
@@ -73,7 +75,8 @@
 #define JR_VERSION 4u                  /* 2: entries keep a dram_log position;
                                            3: and a shorter life (cap);
                                            4: a tier key's hash keeps the
-                                              item lock stripe's bits */
+                                              item lock stripe's bits, and
+                                              each bucket has a floor */
 #define JR_HDR_SIZE 4096u
 #define JR_WAYS 8u
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
@@ -86,7 +89,7 @@ struct jr_header {
     uint32_t version, header_size;
     /* Geometry: fixed for the file's life. */
     uint64_t nvm_pages, ssd_words, buckets;
-    uint64_t nvm_off, ssd_off, inv_off, size;
+    uint64_t nvm_off, ssd_off, inv_off, bfloor_off, size;
     uint32_t geo_crc;                   /* CRC32C of the fields above */
     uint32_t items_hint;                /* items indexed at the last tick */
     /* Changed while running (aligned 8-byte atomic stores). */
@@ -131,6 +134,14 @@ static struct jr_entry *bucket_of(uint64_t h)
 {
     return (struct jr_entry *)(jr.map + jr.hdr->inv_off) +
            (size_t)(h & (jr.hdr->buckets - 1)) * JR_WAYS;
+}
+
+/* The floor of h's bucket: every copy of a key of that bucket with a seq
+ * up to it counts as dead (an overflow, entry_take). */
+static uint64_t *bucket_floor(uint64_t h)
+{
+    return (uint64_t *)(jr.map + jr.hdr->bfloor_off) +
+           (size_t)(h & (jr.hdr->buckets - 1));
 }
 
 uint64_t tac_key_hash64(const char *key, size_t nkey)
@@ -184,7 +195,8 @@ static void geometry(struct jr_header *g)
     g->nvm_off = JR_HDR_SIZE;
     g->ssd_off = g->nvm_off + round_page(g->nvm_pages);
     g->inv_off = g->ssd_off + round_page(g->ssd_words * sizeof(uint32_t));
-    g->size = g->inv_off + (size_t)g->buckets * JR_WAYS * sizeof(struct jr_entry);
+    g->bfloor_off = g->inv_off + (size_t)g->buckets * JR_WAYS * sizeof(struct jr_entry);
+    g->size = g->bfloor_off + (size_t)g->buckets * sizeof(uint64_t);
     g->geo_crc = geo_crc(g);
 }
 
@@ -420,12 +432,13 @@ static struct jr_entry *entry_take(uint64_t h)
     }
     if (slot == NULL) {
         /* Every way still protects something: the oldest gives way, and
-         * the floor takes over its promise for every key (a capped copy
-         * below it is lost, never brought back with a longer life). */
-        uint64_t f = __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED);
+         * the bucket's floor takes over its promise for every key of the
+         * bucket (a capped copy below it is lost, never brought back with
+         * a longer life).  The rest of the cache keeps its copies. */
+        uint64_t *bf = bucket_floor(h);
         uint64_t top = entry_top(oldest);
-        if (top > f)
-            __atomic_store_n(&jr.hdr->floor_seq, top, __ATOMIC_RELAXED);
+        if (top > __atomic_load_n(bf, __ATOMIC_RELAXED))
+            __atomic_store_n(bf, top, __ATOMIC_RELAXED);
         __atomic_add_fetch(&jr.overflows, 1, __ATOMIC_RELAXED);
         slot = oldest;
         CRASH_POINT(journal_floor);
@@ -522,7 +535,8 @@ bool tac_journal_check_h(uint64_t h, uint64_t seq, uint64_t *exptime)
     if (jr.map == NULL)
         return false;
     if (seq <= __atomic_load_n(&jr.hdr->flush_seq, __ATOMIC_RELAXED) ||
-        seq <= __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED))
+        seq <= __atomic_load_n(&jr.hdr->floor_seq, __ATOMIC_RELAXED) ||
+        seq <= __atomic_load_n(bucket_floor(h), __ATOMIC_RELAXED))
         return true;
     /* Workers add records meanwhile; a record added after the scan began
      * is one the recovery marks (items.c) cover as well. */
