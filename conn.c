@@ -504,6 +504,7 @@ struct parked {
     struct resp *r;             /* the placeholder */
     conn_fill_fn fill;
     void (*cleanup)(void *ctx); /* when fill will never run; may be NULL */
+    bool ssd_read;              /* waits on an SSD read (read_parked) */
     _Alignas(max_align_t) char ctx[];
 };
 
@@ -526,7 +527,10 @@ static void park_done(void *arg, const struct item_got *got)
             break;
         }
     if (p->r->skip) {
-        /* The request's responses were cancelled meanwhile. */
+        /* The request's responses were cancelled meanwhile: an SSD read
+         * it gave up is memcached's get_aborted_extstore. */
+        if (p->ssd_read)
+            STATS_INCR(&c->thread->stats, get_aborted_extstore);
         if (value != NULL)
             item_release(value);
         if (p->cleanup != NULL)
@@ -571,6 +575,7 @@ static struct parked *park_new(conn *c, conn_fill_fn fill,
     p->r = r;
     p->fill = fill;
     p->cleanup = cleanup;
+    p->ssd_read = false;
     memcpy(p->ctx, ctx, ctxlen);
     return p;
 }
@@ -603,6 +608,8 @@ static void *park_prepare(void *arg)
 {
     struct park_req *pr = arg;
     pr->p = park_new(pr->c, pr->fill, pr->cleanup, pr->ctx, pr->ctxlen);
+    if (pr->p != NULL)
+        pr->p->ssd_read = true;
     return pr->p;
 }
 

@@ -1233,9 +1233,43 @@ int slabs_reassign_step(int budget)
     return used;
 }
 
+/* `slabs reassign 0 dst`: source 0 is memcached's global page pool, the
+ * memory no class holds, which here is the pooled pages and the -m budget
+ * not yet spent.  dst gets one page of it at once (there is nothing to
+ * drain).  As memcached's pool keeps its last page, NOSPARE while less
+ * than two pages are left. */
+static enum slabs_reassign_result pool_give(unsigned int dst)
+{
+    if (dst == 0)
+        return SLABS_REASSIGN_SAME;
+    if (dst > nclasses || !classes[dst].movable)
+        return SLABS_REASSIGN_BADCLASS;
+    if (__atomic_load_n(&mstats.running, __ATOMIC_RELAXED) != 0)
+        return SLABS_REASSIGN_RUNNING;
+    size_t limit = __atomic_load_n(&mem_limit, __ATOMIC_RELAXED);
+    size_t resv = __atomic_load_n(&reserve_bytes, __ATOMIC_RELAXED);
+    size_t used = __atomic_load_n(&mem_malloced, __ATOMIC_RELAXED);
+    if (limit != 0 ? used + resv + 2 * std_page > limit
+                   : __atomic_load_n(&pool_pages, __ATOMIC_RELAXED) < 2)
+        return SLABS_REASSIGN_NOSPARE;
+    struct slab_class *c = &classes[dst];
+    struct slab_page *pg = new_page(c, false);
+    if (pg == NULL)
+        return SLABS_REASSIGN_NOSPARE;
+    int p = __atomic_load_n(&c->want_part, __ATOMIC_RELAXED) % npart;
+    pthread_mutex_lock(&c->part[p].lock);
+    part_install_locked(c, &c->part[p], pg->base, dst);
+    pthread_mutex_unlock(&c->part[p].lock);
+    STATS_INCR(&mstats, moved);
+    STATS_INCR(&mstats, by_request);
+    return SLABS_REASSIGN_OK;
+}
+
 enum slabs_reassign_result slabs_reassign_request(unsigned int src,
                                                   unsigned int dst)
 {
+    if (src == 0)
+        return pool_give(dst);
     enum slabs_reassign_result r = move_check(src, dst);
     if (r != SLABS_REASSIGN_OK)
         return r;

@@ -150,7 +150,9 @@ bool slabs_reassign_start(unsigned int src, unsigned int dst);
 int slabs_reassign_step(int budget);
 
 /* Queues a move for the next slabs_reassign_step() (`slabs reassign`).
- * Any thread; never blocks on the mover. */
+ * src 0 is memcached's global page pool: dst gets a pooled page or one of
+ * the -m budget not yet spent at once, NOSPARE while less than two pages'
+ * worth are left.  Any thread; never blocks on the mover. */
 enum slabs_reassign_result slabs_reassign_request(unsigned int src,
                                                   unsigned int dst);
 

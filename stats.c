@@ -279,6 +279,11 @@ static bool shown_slab_reassign(void)
     return settings.slab_reassign;
 }
 
+static bool shown_ssd_tier(void)
+{
+    return settings.ssd_path != NULL;
+}
+
 static bool shown_lru_crawler(void)
 {
     return __atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED);
@@ -462,9 +467,11 @@ static const struct stat_row general_stats[] = {
         "SSD reads and writes in flight (only with an SSD tier)"),
     ROW("get_extstore", COUNTER, MODULE,
         "gets answered from the SSD tier (`get_hits_ssd`) (only with an SSD tier)"),
-    ROW("get_aborted_extstore", CONST, MODULE,
-        "always 0: a queued SSD read is never cancelled (only with an SSD "
-        "tier)"),
+    ROW("get_aborted_extstore", COUNTER,
+        IF(shown_ssd_tier, WORKERS(get_aborted_extstore)),
+        "SSD reads whose request gave them up before they completed (a "
+        "later key of the get was refused, or its reply ran out of memory): "
+        "the value read is dropped (only with an SSD tier)"),
     ROW("get_oom_extstore", COUNTER, MODULE,
         "SSD reads not started for want of DRAM to hold the value "
         "(`ssd_reads_nomem`) (only with an SSD tier)"),

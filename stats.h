@@ -41,7 +41,8 @@
     X(meta_cmds)         \
     X(bytes_read)        \
     X(bytes_written)     \
-    X(conn_yields)
+    X(conn_yields)       \
+    X(get_aborted_extstore)
 
 /* Per worker and per slab class (`stats slabs`); summed for `stats`. */
 #define SLAB_STATS_FIELDS(X) \

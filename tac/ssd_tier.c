@@ -1607,7 +1607,6 @@ void tac_ssd_stats_register(void)
         { "extstore_limit_maxbytes", ext_limit },
         { "extstore_io_queue", ext_io_queue },
         { "get_extstore", ext_gets },
-        { "get_aborted_extstore", ext_none },
         { "get_oom_extstore", ext_oom },
         { "recache_from_extstore", ext_recache },
         { "miss_from_extstore", ext_misses },

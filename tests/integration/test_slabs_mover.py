@@ -22,6 +22,36 @@ def test_slabs_commands(srv):
     assert c.line(b"slabs\r\n") == b"ERROR\r\n"
 
 
+@pytest.mark.tac_only
+def test_reassign_from_the_global_pool(server):
+    """`slabs reassign 0 <dst>` (memcached's error-extstore.t): source 0 is the global page
+    pool, here the pooled pages and the -m budget not yet spent (memcached's pool holds
+    that budget when extstore prefills it at start); each move gives dst one page at once,
+    until less than two pages are left (NOSPARE)."""
+    s = server(["-m", "8"])
+    c = s.connect()
+    assert c.line(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+    assert c.line(b"slabs reassign 0 0\r\n") == b"SAME src and dst class are identical\r\n"
+    assert c.line(b"slabs reassign 0 99\r\n") == b"BADCLASS invalid src or dst class id\r\n"
+    before = int(c.stats(b"slabs")["1:total_pages"])
+    moves = 0
+    while True:
+        r = c.line(b"slabs reassign 0 1\r\n")
+        if r != b"OK\r\n":
+            break
+        moves += 1
+        assert moves < 8, "more pages than -m 8 holds"
+    assert r == b"NOSPARE source class has no spare pages\r\n"
+    st = c.stats(b"slabs")
+    assert int(st["1:total_pages"]) == before + moves
+    assert moves >= 4, (moves, st)
+    assert int(st["total_malloced"]) + 2 * 1024 * 1024 > 8 * 1024 * 1024, st
+    # The new pages hold items of their class.
+    for i in range(2000):
+        c.send(b"set p%d 0 0 1 noreply\r\nv\r\n" % i)
+    assert c.line(b"get p1999\r\n") == b"VALUE p1999 0 1\r\nv\r\nEND\r\n"
+
+
 def _fill(c, prefix, size, n):
     val = b"v" * size
     for b0 in range(0, n, 200):

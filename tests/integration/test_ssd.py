@@ -486,6 +486,31 @@ def test_ext_item_age_moves_unread_items_to_ssd(server, ssd_dir):
             assert stat_int(c.stats(b"tiers"), "get_hits_ssd") >= len(keys) // 2
 
 
+def test_get_aborted_extstore_counts_reads_a_refused_get_gave_up(server, ssd_dir):
+    """memcached's get_aborted_extstore (its error-extstore.t): a multi-get whose SSD reads
+    are under way and whose last key is too long answers only the CLIENT_ERROR; each read
+    it gave up is counted, and the values still read back exact afterwards."""
+    s = ssd_server(server, ssd_dir, "64m", mem=64, opts=["ext_item_size=512", "ext_item_age=1"])
+    c = s.connect()
+    want = {b"ab:%d" % i: make_value(b"ab:%d" % i, 1, 30000) for i in range(1, 4)}
+    stored, failures, _ = load(c, want.items())
+    assert not failures, fmt_failures(failures, c.stats(b"tiers"))
+    deadline = time.time() + 20
+    while time.time() < deadline and stat_int(c.stats(b"tiers"), "ssd_items") < len(want):
+        time.sleep(0.2)
+    assert stat_int(c.stats(b"tiers"), "ssd_items") == len(want), c.stats(b"tiers")
+    assert stat_int(c.stats(), "get_aborted_extstore") == 0
+    assert c.line(b"get " + b" ".join(want) + b" " + b"f" * 251 + b"\r\n") == \
+        b"CLIENT_ERROR bad command line format\r\n"
+    deadline = time.time() + 10
+    while time.time() < deadline and stat_int(c.stats(), "get_aborted_extstore") < len(want):
+        time.sleep(0.1)
+    assert stat_int(c.stats(), "get_aborted_extstore") == len(want), c.stats()
+    _, misses, wrong = read_check(c, list(want), lambda k: (0, want[k]))
+    assert not wrong and not misses, (wrong[:3], misses[:3])
+    assert stat_int(c.stats(), "get_aborted_extstore") == len(want)
+
+
 def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
     """-o ext_item_size=N: a value under N bytes is never written to SSD; when DRAM is full
     it is evicted instead, as memcached evicts what extstore will not take.  Larger values
