@@ -1253,13 +1253,18 @@ static enum slabs_reassign_result pool_give(unsigned int dst)
                    : __atomic_load_n(&pool_pages, __ATOMIC_RELAXED) < 2)
         return SLABS_REASSIGN_NOSPARE;
     struct slab_class *c = &classes[dst];
-    struct slab_page *pg = new_page(c, false);
+    bool grace = false;
+    struct slab_page *pg = new_page(c, false, &grace);
+    if (pg != NULL) {
+        int p = __atomic_load_n(&c->want_part, __ATOMIC_RELAXED) % npart;
+        pthread_mutex_lock(&c->part[p].lock);
+        part_install_locked(c, &c->part[p], pg->base, dst);
+        pthread_mutex_unlock(&c->part[p].lock);
+    }
+    if (grace)
+        __atomic_store_n(&c->grace_pending, false, __ATOMIC_RELEASE);
     if (pg == NULL)
         return SLABS_REASSIGN_NOSPARE;
-    int p = __atomic_load_n(&c->want_part, __ATOMIC_RELAXED) % npart;
-    pthread_mutex_lock(&c->part[p].lock);
-    part_install_locked(c, &c->part[p], pg->base, dst);
-    pthread_mutex_unlock(&c->part[p].lock);
     STATS_INCR(&mstats, moved);
     STATS_INCR(&mstats, by_request);
     return SLABS_REASSIGN_OK;
