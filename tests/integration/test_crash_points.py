@@ -396,6 +396,19 @@ def verify(m, c, marked, deleted, want):
     return out, bad
 
 
+def store_batch(c, m, vals, what):
+    """Pipelined sets of [(key, value, flags)], each STORED.  A batch whose
+    answers did not all come back at an exit may have left each key either
+    way (m.lost)."""
+    for k, v, fl in vals:
+        m.lost[k] = [(v, fl, None)]
+    r = replies(c, [b"set %s %d 0 %d\r\n%s\r\n" % (k, fl, len(v), v) for k, v, fl in vals])
+    assert r == [b"STORED"] * len(vals), "%s answered %s" % (what, sorted(set(r)))
+    for k, v, fl in vals:
+        m.lost.pop(k, None)
+        m.write(k, v, fl)
+
+
 def run_point(server, tier_files, point, seed, config):
     """One run (see the module's text).  Returns a dict of counts."""
     rng = random.Random("%d/%s/%s" % (seed, point, config))
@@ -449,13 +462,7 @@ def run_point(server, tier_files, point, seed, config):
                     v = make_value(rng, k, 0, rng.randint(100, 20000) if rng.random() < 0.2
                                    else rng.randint(100, 4096))
                 vals.append((k, v, rand_flags(rng)))
-            for k, v, fl in vals:
-                m.lost[k] = [(v, fl, None)]
-            r = replies(c, [b"set %s %d 0 %d\r\n%s\r\n" % (k, fl, len(v), v) for k, v, fl in vals])
-            assert r == [b"STORED"] * len(b), "%s: loading answered %s" % (when, sorted(set(r)))
-            for k, v, fl in vals:
-                m.lost.pop(k, None)
-                m.write(k, v, fl)
+            store_batch(c, m, vals, when + ": loading")
         if point in THIN_FILL:
             # Half the fill deleted: its SSD pages stay half live, which
             # defrag packs once free pages run short.
@@ -475,13 +482,7 @@ def run_point(server, tier_files, point, seed, config):
             for b in chunks(fill_keys[::2], 200):
                 lo, hi = THIN_FILL[point]
                 vals = [(k, make_value(rng, k, 1, rng.randint(lo, hi)), rand_flags(rng)) for k in b]
-                for k, v, fl in vals:
-                    m.lost[k] = [(v, fl, None)]
-                r = replies(c, [b"set %s %d 0 %d\r\n%s\r\n" % (k, fl, len(v), v) for k, v, fl in vals])
-                assert r == [b"STORED"] * len(b), "%s: refilling answered %s" % (when, sorted(set(r)))
-                for k, v, fl in vals:
-                    m.lost.pop(k, None)
-                    m.write(k, v, fl)
+                store_batch(c, m, vals, when + ": refilling")
         stream = Stream(m, c, random.Random(rng.random()), main, main[:60], nums, 0, False)
         t_end = time.time() + MAX_LOAD_S
         done = 0
