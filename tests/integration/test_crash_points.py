@@ -249,6 +249,12 @@ class Stream(OpStream):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.marked = set()
+        self.cas_seen = {}          # CAS a client saw -> (key, value)
+
+    def live_get(self, k, hit, t, what):
+        if hit is not None and hit[1] is not None:
+            self.cas_seen[hit[1]] = (k, hit[2])
+        super().live_get(k, hit, t, what)
 
     def step(self):
         m, rng = self.m, self.rng
@@ -350,9 +356,11 @@ def marked_as_stale(c, keys):
     return out, gone
 
 
-def verify(m, c, marked, deleted, want):
+def verify(m, c, marked, deleted, want, cas_seen=None):
     """Every key after the restart, judged against the model (test_crash's
-    Model.judge).  Returns a Counter of outcomes and a list of examples."""
+    Model.judge), and no CAS a client saw before the crash on another
+    version (cas_seen: CAS -> (key, value)).  Returns a Counter of outcomes
+    and a list of examples."""
     t0 = time.time()
     found = gets_all(c, m.keys)
     served_stale, expired = marked_as_stale(c, [k for k in marked if k in found])
@@ -373,7 +381,13 @@ def verify(m, c, marked, deleted, want):
             m.gone(k, extra)
             out["miss"] += 1
             continue
-        flags, _cas, value = hit
+        flags, cas, value = hit
+        seen = (cas_seen or {}).get(cas)
+        if seen is not None and (seen[0] != k or m.norm(k, value) != m.norm(k, seen[1])):
+            out["wrong"] += 1
+            bad.append("wrong: %r: CAS %d, which a client saw before the crash on %r %s, now on %s" % (
+                k, cas, seen[0], show(seen[1]), show(value)))
+            continue
         if k in served_stale:
             # A graceful restart keeps the stale mark (RS_KEEP_FLAGS): the
             # value is served marked X, as before the stop.
@@ -504,6 +518,7 @@ def run_point(server, tier_files, point, seed, config):
         assert rc is not None, "%s: the connection failed, the server runs on\n%s" % (when, srv.stderr_text())
     if stream is not None:
         marked = set(stream.marked)
+        res["cas seen"] = len(stream.cas_seen)
         res.update({"op " + k: v for k, v in stream.counts.items()})
     deleted = {k for k in m.keys if k not in m.val and k not in m.lost}
     if rc is None and point in SAVE:
@@ -562,7 +577,7 @@ def run_point(server, tier_files, point, seed, config):
     rc2, rs = wait_recovered(srv, when + ", the unarmed restart")
     assert rc2 is None, "%s: the unarmed restart exited (rc=%s)\n%s" % (when, rc2, srv.stderr_text())
     c = srv.connect(timeout=IO_TIMEOUT)
-    out, bad = verify(m, c, marked, deleted, want)
+    out, bad = verify(m, c, marked, deleted, want, stream.cas_seen if stream is not None else None)
     st = c.stats_general()
     res.update(out)
     res["recovery_items"] = int(rs["items"])
