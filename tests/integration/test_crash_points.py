@@ -623,11 +623,7 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
     got = replies(c, [b"md %s I\r\n" % k for k in marked])
     if got != [b"HD"] * len(marked):
         lost = [k for k, g in zip(marked, got) if g != b"HD"]
-        c.sock.sendall(b"stats tiers\r\n")
-        st = b""
-        while not st.endswith(b"END\r\n"):
-            st += c.sock.recv(1 << 20)
-        st = "\n".join(ln for ln in st.decode(errors="replace").split("\r\n") if not ln.endswith(" 0"))
+        st = "\n".join("%s %s" % kv for kv in c.stats(b"tiers").items() if kv[1] != "0")
         raise AssertionError("md I of loaded keys: %d not HD, e.g. %r (seed %d)\n%s" % (len(lost), lost[:3], seed, st))
     if graceful:
         assert sigterm(srv) == 0, "SIGTERM did not stop the server cleanly (seed %d)\n%s" % (
