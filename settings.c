@@ -186,7 +186,7 @@ static const struct option_def options[] = {
       "shutdown_command", NULL, "enable ascii \"shutdown\" command") },
     /* The default is resolved by settings_finalize: none with -s. */
     { OPT('l', "listen", OPT_STRING, S(inter), 0, 0, false, "inter", "<addr>",
-      "interface(s) to listen on, comma separated (default: 127.0.0.1)") },
+      "interface(s) to listen on, comma separated; -l again adds (default: 127.0.0.1)") },
     { OPT('d', "daemon", OPT_SET, S(daemonize), 0, 0, false, NULL, NULL,
       "run as a daemon") },
     { OPT('r', "enable-coredumps", OPT_ACTION, NOFIELD, 0, 0, false, NULL, NULL,
@@ -577,6 +577,35 @@ static void die_choice(const struct option_def *o, const char *arg)
     die_expected(o, arg, list);
 }
 
+/* The comma-separated list a with those entries of b it lacks appended,
+ * newly allocated. */
+static char *opt_list_join(const char *a, const char *b)
+{
+    size_t na = strlen(a);
+    char *out = malloc(na + strlen(b) + 2);
+    if (out == NULL)
+        return NULL;
+    memcpy(out, a, na + 1);
+    for (const char *p = b; *p != '\0';) {
+        size_t n = strcspn(p, ",");
+        bool have = false;
+        for (const char *q = out; *q != '\0' && !have;) {
+            size_t m = strcspn(q, ",");
+            have = m == n && memcmp(p, q, n) == 0;
+            q += m + (q[m] == ',');
+        }
+        if (!have && n > 0) {
+            size_t len = strlen(out);
+            if (len > 0)
+                out[len++] = ',';
+            memcpy(out + len, p, n);
+            out[len + n] = '\0';
+        }
+        p += n + (p[n] == ',');
+    }
+    return out;
+}
+
 static void opt_apply(const struct option_def *o, const char *arg)
 {
     char *end;
@@ -630,11 +659,19 @@ static void opt_apply(const struct option_def *o, const char *arg)
             die("option '%s': '%s' is not an octal mask", name, arg);
         *(int *)opt_field(o) = (int)v;
         break;
-    case OPT_STRING:
+    case OPT_STRING: {
         if (!arg)
             die("option '%s' needs a value%s", name, "");
-        *(char **)opt_field(o) = strdup(arg);
+        char **f = (char **)opt_field(o);
+        char *was = *f != o->def ? *f : NULL;
+        /* -l given again adds its addresses, as memcached's does; any
+         * other string option given again replaces the earlier value. */
+        *f = was != NULL && f == &settings.inter ? opt_list_join(was, arg) : strdup(arg);
+        if (*f == NULL)
+            die("option '%s': out of memory%s", name, "");
+        free(was);
         break;
+    }
     case OPT_CHAR:
         if (!arg || strlen(arg) != 1)
             die("option '%s' takes a single character, not '%s'", name, arg ? arg : "");
