@@ -27,7 +27,9 @@ and every key is read:
 
 The request out at the exit may have taken effect or not.  A point that the
 run does not reach (N past its passes) ends with a SIGKILL instead and is
-checked the same way; the printed result says so.
+checked the same way; the run is then repeated with a smaller N (half the
+passes it counted) until the point is reached, up to RETRIES times
+(run_until_reached), and the result lists the Ns tried.
 
 The suite runs CP_POINTS (6) points drawn from TAC_CP_SEED (printed), each in
 one configuration drawn from it.  bench/crashpoints.sh runs every point with
@@ -423,10 +425,13 @@ def store_batch(c, m, vals, what):
         m.write(k, v, fl)
 
 
-def run_point(server, tier_files, point, seed, config):
-    """One run (see the module's text).  Returns a dict of counts."""
+def run_point(server, tier_files, point, seed, config, n_at=None, max_ops=MAX_OPS):
+    """One run (see the module's text).  Returns a dict of counts.  n_at
+    overrides the pass drawn from the seed, max_ops the mixed load's length
+    (a retry's, run_until_reached)."""
     rng = random.Random("%d/%s/%s" % (seed, point, config))
-    n_at = max(1, int(round(PASSES[point] ** rng.random())))
+    drawn = max(1, int(round(PASSES[point] ** rng.random())))
+    n_at = n_at or drawn
     if os.environ.get("TAC_CP_N"):
         n_at = int(os.environ["TAC_CP_N"])      # e.g. 10**9: count the passes
     at = "%s:%d" % (point, n_at)
@@ -444,6 +449,7 @@ def run_point(server, tier_files, point, seed, config):
     args = ["-t", "2", "-m", "8", "-o", ",".join(o)]
     res = collections.Counter()
     res["before evictions"] = 0
+    res["n"] = n_at
     when = "%s %s seed %d (%s)" % (point, config, seed, at)
 
     main = [new_key(rng, 7, i) for i in range(N_MAIN)]
@@ -498,9 +504,9 @@ def run_point(server, tier_files, point, seed, config):
                 vals = [(k, make_value(rng, k, 1, rng.randint(lo, hi)), rand_flags(rng)) for k in b]
                 store_batch(c, m, vals, when + ": refilling")
         stream = Stream(m, c, random.Random(rng.random()), main, main[:60], nums, 0, False)
-        t_end = time.time() + MAX_LOAD_S
+        t_end = time.time() + MAX_LOAD_S * max_ops / MAX_OPS
         done = 0
-        while done < MAX_OPS and time.time() < t_end:
+        while done < max_ops and time.time() < t_end:
             stream.step()
             done += 1
         res["ops"] = done
@@ -656,6 +662,37 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
     kill(srv)
 
 
+BAD_KINDS = ("wrong", "stale", "resurrected", "stale-marked fresh", "lost")
+RETRIES = 3
+
+
+def run_until_reached(server, tier_files, point, seed, config):
+    """run_point, and while the point was not reached, again (up to RETRIES
+    more times) with a smaller N: half the passes the last run counted,
+    or, at a recovery point or with none counted, a quarter of its N and a
+    mixed load twice as long.  Every run's keys are checked; the result is
+    the last run's, with the bad keys of all of them and the Ns tried."""
+    if os.environ.get("TAC_CP_N"):
+        return run_point(server, tier_files, point, seed, config)
+    r = run_point(server, tier_files, point, seed, config)
+    tried, bad, ops = [r["n"]], collections.Counter(), MAX_OPS
+    while r.get("not reached") and len(tried) <= RETRIES:
+        for k in BAD_KINDS:
+            bad[k] += r.get(k, 0)
+        passes = r.get("passes", 0)
+        if passes > 0:
+            n = max(1, min(passes, r["n"]) // 2)
+        else:
+            n, ops = max(1, r["n"] // 4), ops * 2
+        r = run_point(server, tier_files, point, seed, config, n_at=n, max_ops=ops)
+        tried.append(r["n"])
+    for k in BAD_KINDS:
+        r[k] = r.get(k, 0) + bad[k]
+    if len(tried) > 1:
+        r["ns tried"] = tried
+    return r
+
+
 @pytest.mark.skipif(not HOOKS, reason="the server has no debug hooks (TAC_CRASH_LIST)")
 def test_crash_points_sample(server, tier_files):
     """CP_POINTS points drawn from the seed, each in a configuration drawn
@@ -678,7 +715,7 @@ def test_crash_points_sample(server, tier_files):
     for point, seed, cfg in plan:
         t0 = time.time()
         try:
-            r = run_point(server, tier_files, point, seed, cfg)
+            r = run_until_reached(server, tier_files, point, seed, cfg)
         except AssertionError as e:
             if not out_path:
                 raise
@@ -688,8 +725,7 @@ def test_crash_points_sample(server, tier_files):
             with open(out_path, "a") as f:
                 f.write(json.dumps(r, sort_keys=True) + "\n")
             continue
-        kinds = ["wrong", "stale", "resurrected", "stale-marked fresh", "lost"]
-        n = sum(r.get(k, 0) for k in kinds)
+        n = sum(r.get(k, 0) for k in BAD_KINDS)
         if n:
             failures.append("%s (%s, TAC_CP_RUNS=%s:%d:%s): %s" % (
                 point, cfg, point, seed, cfg, "; ".join(r["examples"][:3])))
