@@ -184,8 +184,13 @@ static void leftover_remove(const char *path);
 #ifdef TAC_DEBUG_HOOKS
 /* Test hooks, so that a test can act while a restart is under way:
  * TAC_DEBUG_RESTORE_DELAY_MS holds each chunk of a graceful restore back,
- * TAC_DEBUG_SCAN_DELAY_MS each SSD page of a crash scan. */
+ * TAC_DEBUG_SCAN_DELAY_MS each SSD page of a crash scan (before it is
+ * read, so that the NVM pages are all scanned first).
+ * TAC_DEBUG_SCAN_NO_JOURNAL=1 makes the crash scan ask the journal
+ * nothing, as if every record were lost: every valid copy on the media is
+ * a candidate and only sequences order them (test_crash_order). */
 static long debug_restore_ms, debug_scan_ms;
+static bool debug_scan_no_journal;
 
 static long debug_env_ms(const char *name, const char *what)
 {
@@ -201,6 +206,10 @@ static void debug_restore_init(void)
 {
     debug_restore_ms = debug_env_ms("TAC_DEBUG_RESTORE_DELAY_MS", "each chunk of a restore");
     debug_scan_ms = debug_env_ms("TAC_DEBUG_SCAN_DELAY_MS", "each SSD page of a crash scan");
+    const char *v = getenv("TAC_DEBUG_SCAN_NO_JOURNAL");
+    debug_scan_no_journal = v != NULL && strcmp(v, "1") == 0;
+    if (debug_scan_no_journal)
+        fprintf(stderr, "debug hook: the crash scan asks the journal nothing\n");
 }
 
 static void debug_restore_delay(void)
@@ -218,6 +227,7 @@ static void debug_scan_delay(void)
 static void debug_restore_init(void) {}
 static void debug_restore_delay(void) {}
 static void debug_scan_delay(void) {}
+static const bool debug_scan_no_journal = false;
 #endif
 
 
@@ -1238,7 +1248,8 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     rel_time_t exptime;
     /* The journal may hold a shorter life for it than its header. */
     uint64_t unix_exp = h.exptime;
-    if (tac_journal_check_h(kh, h.seq, &unix_exp) || !exptime_ahead((int64_t)unix_exp, &exptime))
+    if ((!debug_scan_no_journal && tac_journal_check_h(kh, h.seq, &unix_exp)) ||
+        !exptime_ahead((int64_t)unix_exp, &exptime))
         goto skip;
     rel_time_t now = mc_now();
     int64_t t = (int64_t)h.time - (int64_t)process_started;
@@ -1465,6 +1476,7 @@ static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_io
     uint16_t v = (uint16_t)t[0];
     if (t[0] == 0)
         return;
+    debug_scan_delay();
     for (unsigned i = 0; i < info->bufs_per_page; i++) {
         uint32_t w = t[SSD_TABLE_HDR + i];
         if (w == 0 || w == SSD_TABLE_CONT)
@@ -1480,7 +1492,6 @@ static void scan_ssd_page(unsigned p, const struct ssd_info *info, struct tac_io
     }
     /* The scan is over: the page keeps what was linked from it. */
     ssd_page_unpin(tac.ssd, p, v, 1);
-    debug_scan_delay();
 }
 
 /* A scan thread: takes NVM pages, then SSD pages, one at a time, until

@@ -430,3 +430,83 @@ def test_a_crash_scan_never_drops_what_it_recovered_while_the_ssd_has_room(serve
     assert not wrong, "%d keys hold an older version: %s" % (len(wrong), wrong[:5])
     assert not lost, "%d of %d keys in NVM or SSD before the crash lost (ssd_items_dropped %d): %s (%s)" % (
         len(lost), len(present), dropped, lost[:5], rs)
+
+
+def test_an_older_copy_never_takes_the_place_of_a_newer_one_gone_during_the_scan(server, tier_files, monkeypatch):  # noqa: F811
+    """Issue item 1.  A key has an older version on the SSD and its newer one
+    in NVM.  The crash scan reads the NVM pages first and links the newer
+    copy; a read then finds that copy damaged and unlinks it; the scan goes on
+    to the SSD page of the older copy.  It must not link it: the scan orders
+    copies by the sequence it linked last for the key, not by what the index
+    holds now.  An older copy is normally dead by the journal as well, so the
+    scan here asks the journal nothing (TAC_DEBUG_SCAN_NO_JOURNAL, the test
+    hooks), as if its record had been lost; SSD pages wait 1.5 s each before
+    they are read (TAC_DEBUG_SCAN_DELAY_MS), so the read comes between."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:64m,ssd_page_size=2m,ssd_buf_size=64k,"
+            "temp_sample_interval=0" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    key = b"an-older-copy-must-not-return:0123456789abcdef"
+
+    def version(n):
+        return (b"[%s version %d]" % (key, n)) * 30
+
+    # The fill shares the key's slab class: key and value of the same lengths.
+    def fill_key(j):
+        return b"fill-%041d" % j
+
+    def fill_value(j):
+        return (b"%057d|" % j) * 30
+
+    def fill_until(where, start):
+        i = start
+        while tier_of(c, key) != where:
+            assert i < start + 60000, "%s never went to %s: %s, %r" % (key, where, tier_of(c, key), c.stats(b"tiers"))
+            for j in range(i, i + 200):
+                v = fill_value(j)
+                c.send(b"set %s 0 0 %d noreply\r\n%s\r\n" % (fill_key(j), len(v), v))
+            assert c.line(b"mn\r\n") == b"MN\r\n"
+            i += 200
+        return i
+
+    old, new = version(1), version(2)
+    assert c.line(b"set %s 3 0 %d\r\n%s\r\n" % (key, len(old), old)) == b"STORED\r\n"
+    n = fill_until("ssd", 0)
+    assert c.line(b"set %s 4 0 %d\r\n%s\r\n" % (key, len(new), new)) == b"STORED\r\n"
+    n = fill_until("nvm", n)
+    time.sleep(1.5)                  # the SSD writer's tick: the journal's table is current
+    sigkill(srv, SEED, "with the older version on the SSD, the newer in NVM")
+    with open(ssd, "rb") as f:
+        assert old in f.read(), "the older copy is not on the SSD for the scan to find"
+
+    monkeypatch.setenv("TAC_DEBUG_SCAN_NO_JOURNAL", "1")
+    monkeypatch.setenv("TAC_DEBUG_SCAN_DELAY_MS", "1500")
+    srv2 = restart(server, srv, args)
+    monkeypatch.delenv("TAC_DEBUG_SCAN_NO_JOURNAL")
+    monkeypatch.delenv("TAC_DEBUG_SCAN_DELAY_MS")
+    if "the crash scan asks the journal nothing" not in srv2.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    c2 = srv2.connect()
+    deadline = time.time() + 10
+    while tier_of(c2, key) != "nvm":
+        assert time.time() < deadline, "the scan never linked the NVM copy"
+        time.sleep(0.02)
+    assert c2.stats(b"tac")["recovery_state"] == "running", "the scan ended before the SSD pages"
+    # Damage the newer copy where the server maps it; the read unlinks it.
+    with open(nvm, "r+b") as f:
+        data = f.read()
+        at = data.find(new)
+        assert at > 0 and data.find(new, at + 1) < 0, "the newer copy is not in the NVM file once"
+        f.seek(at + len(new) // 2)
+        f.write(b"#")
+    assert c2.get(b"get %s\r\n" % key) == b"END\r\n"
+    assert int(c2.stats(b"tiers")["tuple_checksum_failures"]) == 1
+    c3, rs = wait_crash_recovered(srv2, SEED, "after the scan")
+    assert c3.stats(b"tac")["recovery_state"] == "done"
+    got = c3.get(b"get %s\r\n" % key)
+    assert got == b"END\r\n", "the older version came back after the newer one was unlinked: %r" % got[:80]
+    # The rest of what was recovered is intact.
+    for j in range(0, n, 97):
+        raw = c3.get(b"get %s\r\n" % fill_key(j))
+        assert raw == b"END\r\n" or raw.split(b"\r\n")[1] == fill_value(j), j
