@@ -5,8 +5,11 @@ SIGKILL, and checks that no deleted key comes back and no older value is
 served.
 """
 import os
+import random
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -510,3 +513,91 @@ def test_an_older_copy_never_takes_the_place_of_a_newer_one_gone_during_the_scan
     for j in range(0, n, 97):
         raw = c3.get(b"get %s\r\n" % fill_key(j))
         assert raw == b"END\r\n" or raw.split(b"\r\n")[1] == fill_value(j), j
+
+
+def test_a_recovery_under_load_keeps_what_a_quiet_one_keeps(server, tier_files, monkeypatch):  # noqa: F811
+    """Issue 37, recovery under load.  The files a SIGKILL left are copied;
+    one recovery of them runs quiet, and the same files recover again with
+    two CPU hogs beside the server and a client writing new keys and
+    overwriting old ones while the scan and the DRAM log replay run.  Every
+    key the quiet recovery brought back and the writer did not touch comes
+    back the same under load, and every write of the writer is there.  With
+    the test hooks each SSD page of the scan is held back 300 ms, so that the
+    writes land while it runs."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:8m,ssd_path=%s:48m,ssd_page_size=2m,ssd_buf_size=64k,"
+            "dram_log=on" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    n = 7500
+
+    def val(i, ver):
+        return (b"%05d:%d:" % (i, ver)) * (120 + i % 250)
+
+    for ver in range(2):
+        for i in range(ver * 3, n, 1 + ver * 3):   # a third of the keys twice
+            v = val(i, ver)
+            c.send(b"set r%05d %d 0 %d noreply\r\n%s\r\n" % (i, i % 11, len(v), v))
+        assert c.line(b"mn\r\n") == b"MN\r\n"
+    sigkill(srv, SEED, "after the load")
+    files = [p for d, base in (os.path.split(nvm), os.path.split(ssd))
+             for p in (os.path.join(d, f) for f in os.listdir(d))
+             if os.path.basename(p) == base or os.path.basename(p).startswith(base + ".")]
+    saved = {p: open(p, "rb").read() for p in files}
+
+    def read_all(cc):
+        got = {}
+        for i in range(n):
+            raw = cc.get(b"get r%05d\r\n" % i)
+            if raw != b"END\r\n":
+                got[i] = raw
+        return got
+
+    monkeypatch.setenv("TAC_DEBUG_SCAN_DELAY_MS", "300")
+    quiet = restart(server, srv, args)
+    cq, rs_quiet = wait_crash_recovered(quiet, SEED, "the quiet recovery")
+    kept = read_all(cq)
+    assert len(kept) > n * 0.99, "the quiet recovery kept %d of %d keys (%s)" % (len(kept), n, rs_quiet)
+    sigkill(quiet, SEED, "after the quiet recovery")
+
+    for d in {os.path.dirname(p) for p in files}:
+        for f in os.listdir(d):
+            p = os.path.join(d, f)
+            if any(f == os.path.basename(q) or f.startswith(os.path.basename(q) + ".") for q in (nvm, ssd)):
+                os.unlink(p)
+    for p, data in saved.items():
+        with open(p, "wb") as f:
+            f.write(data)
+        os.chmod(p, 0o600)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        loaded = restart(server, quiet, args)
+        hooks = "debug hook" in loaded.stderr_text()
+        w = loaded.connect()
+        wrote, during = {}, 0
+        rng = random.Random(SEED)
+        for step in range(1500):
+            if step % 2:
+                i = rng.randrange(n)
+                k, v = b"r%05d" % i, val(i, 7)
+            else:
+                k, v = b"w%05d" % step, val(step, 9)
+            assert w.line(b"set %s 5 0 %d\r\n%s\r\n" % (k, len(v), v)) == b"STORED\r\n"
+            wrote[k] = v
+            if step % 50 == 0:
+                during += w.stats(b"tac")["recovery_state"] == "running"
+        cl, rs_loaded = wait_crash_recovered(loaded, SEED, "the recovery under load")
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    if hooks:
+        assert during >= 10, "the writes did not overlap the recovery (%d samples during it)" % during
+    under = read_all(cl)
+    lost = [i for i in kept if b"r%05d" % i not in wrote and under.get(i) != kept[i]]
+    assert not lost, "%d keys the quiet recovery kept came back otherwise under load: %s (quiet %s, loaded %s)" % (
+        len(lost), lost[:5], rs_quiet, rs_loaded)
+    for k, v in wrote.items():
+        assert cl.get(b"get %s\r\n" % k) == b"VALUE %s 5 %d\r\n%s\r\nEND\r\n" % (k, len(v), v), k
+    print("quiet kept %d keys; under load %d writes (%d samples during the recovery), %d keys checked" % (
+        len(kept), len(wrote), during, len(kept)))
