@@ -188,9 +188,12 @@ static void leftover_remove(const char *path);
  * read, so that the NVM pages are all scanned first).
  * TAC_DEBUG_SCAN_NO_JOURNAL=1 makes the crash scan ask the journal
  * nothing, as if every record were lost: every valid copy on the media is
- * a candidate and only sequences order them (test_crash_order). */
+ * a candidate and only sequences order them (test_crash_order).
+ * TAC_DEBUG_REPLAY_NO_ROOM=KEY makes the DRAM log replay find no room for
+ * KEY's records, as link_back does when no tier frees any for 2 s. */
 static long debug_restore_ms, debug_scan_ms;
 static bool debug_scan_no_journal;
+static const char *debug_no_room_key;
 
 static long debug_env_ms(const char *name, const char *what)
 {
@@ -210,6 +213,16 @@ static void debug_restore_init(void)
     debug_scan_no_journal = v != NULL && strcmp(v, "1") == 0;
     if (debug_scan_no_journal)
         fprintf(stderr, "debug hook: the crash scan asks the journal nothing\n");
+    debug_no_room_key = getenv("TAC_DEBUG_REPLAY_NO_ROOM");
+    if (debug_no_room_key != NULL)
+        fprintf(stderr, "debug hook: the DRAM log replay finds no room for %s\n",
+                debug_no_room_key);
+}
+
+static bool debug_replay_no_room(const char *key, size_t nkey)
+{
+    return debug_no_room_key != NULL && strlen(debug_no_room_key) == nkey &&
+           memcmp(debug_no_room_key, key, nkey) == 0;
 }
 
 static void debug_restore_delay(void)
@@ -228,6 +241,7 @@ static void debug_restore_init(void) {}
 static void debug_restore_delay(void) {}
 static void debug_scan_delay(void) {}
 static const bool debug_scan_no_journal = false;
+static bool debug_replay_no_room(const char *key, size_t nkey) { (void)key; (void)nkey; return false; }
 #endif
 
 
@@ -1374,11 +1388,15 @@ static void replay_record(const char *tuple, void *arg)
             __atomic_sub_fetch(&rs.items, 1, __ATOMIC_RELAXED);
             count(&rs.stale);
         }
-        res = link_back(it, key, h.nkey, hv, part,
-                        h.cas != 0 ? h.cas : item_next_cas(),
-                        (t & LLRU_TIME_MASK) << 8, t, 0);
-        if (res > 0)
-            seq_set(kh, hv, h.seq);
+        /* The older copy goes first, even if this one then finds no
+         * room: the key is lost rather than served older than a write
+         * that was acknowledged (issue 37 item 5). */
+        res = debug_replay_no_room(key, h.nkey)
+              ? -1 : link_back(it, key, h.nkey, hv, part,
+                               h.cas != 0 ? h.cas : item_next_cas(),
+                               (t & LLRU_TIME_MASK) << 8, t, 0);
+        if (res != 0)
+            seq_set(kh, hv, h.seq);     /* linked, or lost: nothing older after it */
     }
     item_unlock(hv);
     count(res < 0 ? &rs.dropped : res == 0 ? &rs.stale : &rs.items);

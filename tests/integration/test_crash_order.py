@@ -601,3 +601,55 @@ def test_a_recovery_under_load_keeps_what_a_quiet_one_keeps(server, tier_files, 
         assert cl.get(b"get %s\r\n" % k) == b"VALUE %s 5 %d\r\n%s\r\nEND\r\n" % (k, len(v), v), k
     print("quiet kept %d keys; under load %d writes (%d samples during the recovery), %d keys checked" % (
         len(kept), len(wrote), during, len(kept)))
+
+
+@pytest.mark.parametrize("no_room", [False, True], ids=["room", "no-room"])
+def test_a_replayed_write_that_finds_no_room_loses_its_key_never_serves_an_older_one(
+        server, tier_files, monkeypatch, no_room):  # noqa: F811
+    """Issue item 5.  With dram_log=on a key's older version lies on the SSD and
+    its newer one only in DRAM and the log when the server is killed.  The
+    crash scan links the older copy (the scan asks the journal nothing here,
+    TAC_DEBUG_SCAN_NO_JOURNAL, as if the record that marks it dead were
+    lost), then the log replay reaches the newer record, unlinks the older
+    copy and links the newer one.  When that link finds no room
+    (TAC_DEBUG_REPLAY_NO_ROOM, as when no tier frees any for 2 s), the key
+    is lost and counted dropped: never served at the older version.  With
+    room, the newer version comes back."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:64m,ssd_page_size=2m,ssd_buf_size=64k,"
+            "dram_log=on,temp_sample_interval=0" % (nvm, ssd)]
+    srv = server(args)
+    c = srv.connect()
+    key = b"a-replay-without-room-loses-the-key:0123456789"
+    old, new = ((b"[%s version %d]" % (key, n)) * 30 for n in (1, 2))
+    assert c.line(b"set %s 3 0 %d\r\n%s\r\n" % (key, len(old), old)) == b"STORED\r\n"
+    i = 0
+    while tier_of(c, key) != "ssd":
+        assert i < 60000, "%s never went to the SSD" % key
+        for j in range(i, i + 200):
+            v = (b"%057d|" % j) * 30     # the key's slab class
+            c.send(b"set fill-%041d 0 0 %d noreply\r\n%s\r\n" % (j, len(v), v))
+        assert c.line(b"mn\r\n") == b"MN\r\n"
+        i += 200
+    time.sleep(1.5)                  # the SSD writer's tick: the journal's table is current
+    assert c.line(b"set %s 4 0 %d\r\n%s\r\n" % (key, len(new), new)) == b"STORED\r\n"
+    assert tier_of(c, key) == "dram"
+    sigkill(srv, SEED, "with the older version on the SSD, the newer in DRAM and the log")
+    with open(ssd, "rb") as f:
+        assert old in f.read(), "the older copy is not in the SSD file"
+
+    monkeypatch.setenv("TAC_DEBUG_SCAN_NO_JOURNAL", "1")
+    if no_room:
+        monkeypatch.setenv("TAC_DEBUG_REPLAY_NO_ROOM", key.decode())
+    srv2 = restart(server, srv, args)
+    monkeypatch.delenv("TAC_DEBUG_SCAN_NO_JOURNAL")
+    monkeypatch.delenv("TAC_DEBUG_REPLAY_NO_ROOM", raising=False)
+    if "the crash scan asks the journal nothing" not in srv2.stderr_text():
+        pytest.skip("needs the test hooks: ./configure --enable-debug-hooks (sanitizer builds have them)")
+    c2, rs = wait_crash_recovered(srv2, SEED, "after the replay")
+    got = c2.get(b"get %s\r\n" % key)
+    if no_room:
+        assert got == b"END\r\n", "the key came back without room for its newer version: %r" % got[:80]
+        assert rs["dropped"] >= 1, rs
+    else:
+        assert got == b"VALUE %s 4 %d\r\n%s\r\nEND\r\n" % (key, len(new), new), got[:80]
