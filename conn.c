@@ -52,6 +52,7 @@
 #include "conn.h"
 #include "watch.h"
 #include "items.h"
+#include "prefix_stats.h"
 #include "stats.h"
 #include "tls.h"
 #include "worker.h"
@@ -935,6 +936,33 @@ void conn_watch_get(conn *c, const char *key, size_t nkey, const item *it,
 {
     watch_item_get(key, nkey, item_miss_name(why, found), found ? clsid : 0, c->sfd,
                    it != NULL && it->nbytes >= 2 ? it->nbytes - 2 : 0);
+}
+
+void conn_count_read(conn *c, const char *key, size_t nkey, const item *it,
+                     bool found, bool touch, enum item_miss why, unsigned int clsid)
+{
+    struct thread_stats *ts = &c->thread->stats;
+    if (why == MISS_EXPIRED)
+        STATS_INCR(ts, get_expired);
+    else if (why == MISS_FLUSHED)
+        STATS_INCR(ts, get_flushed);
+    if (prefix_stats_on())
+        prefix_stats_get(key, nkey, found);
+    if (watch_on(WATCH_FETCHERS))
+        conn_watch_get(c, key, nkey, it, found, why, clsid);
+    if (touch) {
+        STATS_INCR(ts, touch_cmds);
+        if (found)
+            SLAB_STATS_INCR(ts, clsid, touch_hits);
+        else
+            STATS_INCR(ts, touch_misses);
+    } else {
+        STATS_INCR(ts, get_cmds);
+        if (found)
+            SLAB_STATS_INCR(ts, clsid, get_hits);
+        else
+            STATS_INCR(ts, get_misses);
+    }
 }
 
 void conn_watch_store(conn *c, const item *it, enum store_op op, enum store_result ret)

@@ -401,13 +401,19 @@ bool conn_start_tls(conn *c);
 
 /* Bytes of the response objects allocated (`response_obj_bytes`). */
 uint64_t conn_resp_bytes(void);
-/* Formats an address as "tcp:127.0.0.1:11211" (proto given). */
 /* watch: a get's and a store's log lines (watch.h), for this connection. */
 void conn_watch_get(conn *c, const char *key, size_t nkey, const struct item *it,
                     bool found, enum item_miss why, unsigned int clsid);
 void conn_watch_store(conn *c, const struct item *it, enum store_op op,
                       enum store_result ret);
+/* A key read by a get, gat or touch of any protocol (found: a hit, or a
+ * read parked for its value; clsid: the item's class): the worker's
+ * get_expired/get_flushed, get or touch cmds, hits and misses, `stats
+ * detail` and the watch line. */
+void conn_count_read(conn *c, const char *key, size_t nkey, const struct item *it,
+                     bool found, bool touch, enum item_miss why, unsigned int clsid);
 
+/* Formats an address as "tcp:127.0.0.1:11211" (proto given). */
 void conn_format_addr(const struct sockaddr_storage *ss, const char *proto,
                       char *out, size_t outlen);
 /* Records a listening socket ("tcp:127.0.0.1:11211") for `stats conns`. */

@@ -15,6 +15,7 @@
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"
+#include "watch.h"
 #include "worker.h"
 
 void pt_out_buf(conn *c, const char *buf, size_t len, bool skip)
@@ -60,6 +61,36 @@ enum store_result pt_store(conn *c, item *it, enum store_op op,
     }
     return item_store_wait(it, op, req_cas, cas_out, c->thread->partition,
                            c->prior);
+}
+
+enum pt_store_next pt_store_after(conn *c, item *it, enum store_op op,
+                                  enum store_result *ret)
+{
+    if (*ret == STORE_NEED_VALUE) {
+        conn_retry_nread(c);            /* append/prepend to an SSD value */
+        return PT_STORE_LATER;
+    }
+    if (conn_wait_room(c, ret))
+        return PT_STORE_LATER;          /* answered once a tier has room */
+    if (watch_on(WATCH_MUTATIONS))
+        conn_watch_store(c, it, op, *ret);
+    if (op == STORE_CAS) {
+        if (*ret == STORE_STORED)
+            SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, cas_hits);
+        else if (*ret == STORE_EXISTS)
+            SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, cas_badval);
+        else if (*ret == STORE_NOT_FOUND)
+            STATS_INCR(PT_STATS(c), cas_misses);
+    }
+    if ((*ret == STORE_NO_MEMORY || *ret == STORE_WAIT_TIMEOUT) &&
+        op != STORE_APPEND && op != STORE_PREPEND) {
+        if (*ret == STORE_NO_MEMORY)
+            STATS_INCR(PT_STATS(c), store_no_memory);
+        if (op == STORE_SET)
+            item_delete(ITEM_key(it), it->nkey, 0, NULL);
+        return PT_STORE_OOM;
+    }
+    return PT_STORE_ANSWER;
 }
 
 void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)

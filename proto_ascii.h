@@ -52,6 +52,23 @@ char *pt_put_key(char *p, const char *key, size_t nkey, bool binary);
 enum store_result pt_store(conn *c, item *it, enum store_op op,
                            uint64_t req_cas, uint64_t *cas_out);
 
+/* What follows a store, in both halves of the text protocol. */
+enum pt_store_next {
+    PT_STORE_ANSWER,    /* answer *ret */
+    PT_STORE_LATER,     /* a retry or a wait for room took the request over */
+    PT_STORE_OOM,       /* answer SERVER_ERROR out of memory storing object */
+};
+
+/* After pt_store (or item_store_meta) of it by op: hands an append or
+ * prepend to an SSD value back for its value (STORE_NEED_VALUE), parks a
+ * store that waits for room, writes the watch line and the CAS counters,
+ * and turns a set, add, replace or cas that found every tier full, or
+ * waited store_wait_ms in vain, into PT_STORE_OOM (counted; a failed set
+ * deletes the old value, as memcached's failed allocation does).  An
+ * append or prepend that fails so is answered as not stored. */
+enum pt_store_next pt_store_after(conn *c, item *it, enum store_op op,
+                                  enum store_result *ret);
+
 /* Counts a successful incr/decr (incr_hits/decr_hits) for its class. */
 void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr);
 

@@ -214,7 +214,6 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
                  op == OP_GATK || op == OP_GATKQ;
     bool with_key = op == OP_GETK || op == OP_GETKQ || op == OP_GATK || op == OP_GATKQ;
     bool with_value = op != OP_TOUCH;
-    struct thread_stats *ts = &c->thread->stats;
     enum item_miss why = MISS_NONE;
     unsigned int clsid = 0;
     item *it = NULL;
@@ -227,31 +226,11 @@ static void bin_get(conn *c, const char *key, uint16_t nkey,
     memcpy(g.key, key, nkey);
     bool parked = conn_read_item(c, &rq, bin_get_fill, &g, sizeof(g), &it,
                                  &why, &clsid) == ITEM_PENDING;
-    if (touch)
-        STATS_INCR(ts, touch_cmds);
-    else
-        STATS_INCR(ts, get_cmds);
-    if (prefix_stats_on())
-        prefix_stats_get(key, nkey, it != NULL || parked);
-    if (watch_on(WATCH_FETCHERS))
-        conn_watch_get(c, key, nkey, it, it != NULL || parked, why, clsid);
+    conn_count_read(c, key, nkey, it, it != NULL || parked, touch, why, clsid);
     if (it == NULL && !parked) {
-        if (touch) {
-            STATS_INCR(ts, touch_misses);
-        } else {
-            STATS_INCR(ts, get_misses);
-            if (why == MISS_EXPIRED)
-                STATS_INCR(ts, get_expired);
-            else if (why == MISS_FLUSHED)
-                STATS_INCR(ts, get_flushed);
-        }
         bin_send_miss(c, key, nkey, with_key);
         return;
     }
-    if (touch)
-        SLAB_STATS_INCR(ts, clsid, touch_hits);
-    else
-        SLAB_STATS_INCR(ts, clsid, get_hits);
     if (!parked)
         bin_send_hit(c, it, with_key, with_value);
 }

@@ -437,19 +437,10 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     g.quiet = false;
     enum item_answer a = conn_read_item(c, &rq, mg_fill, &g, sizeof(g), &it,
                                         &why, &clsid);
-    if (why == MISS_EXPIRED)
-        STATS_INCR(PT_STATS(c), get_expired);
-    else if (why == MISS_FLUSHED)
-        STATS_INCR(PT_STATS(c), get_flushed);
-
-    if (prefix_stats_on())
-        prefix_stats_get(key, nkey, !(a == ITEM_MISS && clsid == 0));
-    if (watch_on(WATCH_FETCHERS))
-        conn_watch_get(c, key, nkey, it, !(a == ITEM_MISS && clsid == 0), why, clsid);
+    bool found = !(a == ITEM_MISS && clsid == 0);
+    conn_count_read(c, key, nkey, it, found, found && mg.ttl_set, why, clsid);
     struct meta_line m;
-    if (a == ITEM_MISS && clsid == 0) {
-        STATS_INCR(PT_STATS(c), get_cmds);
-        STATS_INCR(PT_STATS(c), get_misses);
+    if (!found) {
         mg_miss_line(&m, tok, ntok, key, nkey, &of);
         pt_out_buf(c, m.buf, ml_len(&m), c->noreply);
         return;
@@ -469,13 +460,6 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
         ml_flag(&m, 'W');
     ml_end(&m);
 
-    if (mg.ttl_set) {
-        STATS_INCR(PT_STATS(c), touch_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), clsid, touch_hits);
-    } else {
-        STATS_INCR(PT_STATS(c), get_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
-    }
     if (a == ITEM_PENDING) {
         /* Both possible answers go with the placeholder. */
         struct mg_park *p = conn_read_item_ctx(c);
@@ -644,33 +628,14 @@ void proto_meta_complete_set(conn *c)
                               (uint64_t)c->nr.meta_arg[1], c->prior);
     else
         ret = pt_store(c, it, op, c->nr.req_cas, &cas);
-    if (ret == STORE_NEED_VALUE) {
-        conn_retry_nread(c);        /* append/prepend to an SSD value */
+    switch (pt_store_after(c, it, op, &ret)) {
+    case PT_STORE_LATER:
         return;
-    }
-    if (conn_wait_room(c, &ret))
-        return;                     /* answered once a tier has room */
-    if (watch_on(WATCH_MUTATIONS))
-        conn_watch_store(c, it, op, ret);
-    if (op == STORE_CAS) {
-        if (ret == STORE_STORED)
-            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
-        else if (ret == STORE_EXISTS)
-            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_badval);
-        else if (ret == STORE_NOT_FOUND)
-            STATS_INCR(ts, cas_misses);
-    }
-
-    if ((ret == STORE_NO_MEMORY || ret == STORE_WAIT_TIMEOUT) &&
-        op != STORE_APPEND && op != STORE_PREPEND) {
-        /* Every tier was full, or the store waited store_wait_ms for
-         * room (counted apart): answered like a failed allocation. */
-        if (ret == STORE_NO_MEMORY)
-            STATS_INCR(ts, store_no_memory);
-        if (op == STORE_SET)
-            item_delete(ITEM_key(it), it->nkey, 0, NULL);
+    case PT_STORE_OOM:
         out_errstring(c, "SERVER_ERROR out of memory storing object");
         return;
+    case PT_STORE_ANSWER:
+        break;
     }
     struct meta_line m;
     switch (ret) {

@@ -146,28 +146,9 @@ static bool pt_get_one(conn *c, const char *key, size_t nkey,
     struct pt_get_ctx g = { .return_cas = return_cas };
     bool parked = conn_read_item(c, &rq, pt_get_fill, &g, sizeof(g), &it,
                                  &why, &clsid) == ITEM_PENDING;
-    pt_count_miss_reason(c, why);
-    if (prefix_stats_on())
-        prefix_stats_get(key, nkey, it != NULL || parked);
-    if (watch_on(WATCH_FETCHERS))
-        conn_watch_get(c, key, nkey, it, it != NULL || parked, why, clsid);
-    if (it == NULL && !parked) {
-        if (touch) {
-            STATS_INCR(PT_STATS(c), touch_cmds);
-            STATS_INCR(PT_STATS(c), touch_misses);
-        } else {
-            STATS_INCR(PT_STATS(c), get_cmds);
-            STATS_INCR(PT_STATS(c), get_misses);
-        }
+    conn_count_read(c, key, nkey, it, it != NULL || parked, touch, why, clsid);
+    if (it == NULL && !parked)
         return true;
-    }
-    if (touch) {
-        STATS_INCR(PT_STATS(c), touch_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), clsid, touch_hits);
-    } else {
-        STATS_INCR(PT_STATS(c), get_cmds);
-        SLAB_STATS_INCR(PT_STATS(c), clsid, get_hits);
-    }
     if (parked) {
         *cur = NULL;            /* END must not join the placeholder */
         return true;
@@ -402,21 +383,14 @@ static void pt_complete_classic(conn *c, item *it)
     if (c->redo_tries == 0 && watch_on(WATCH_FETCHERS))
         pt_watch_store_lookup(c, it);
     enum store_result ret = pt_store(c, it, op, c->nr.req_cas, NULL);
-    if (ret == STORE_NEED_VALUE) {
-        conn_retry_nread(c);        /* append/prepend to an SSD value */
+    switch (pt_store_after(c, it, op, &ret)) {
+    case PT_STORE_LATER:
         return;
-    }
-    if (conn_wait_room(c, &ret))
-        return;                     /* answered once a tier has room */
-    if (watch_on(WATCH_MUTATIONS))
-        conn_watch_store(c, it, op, ret);
-    if (op == STORE_CAS) {
-        if (ret == STORE_STORED)
-            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_hits);
-        else if (ret == STORE_EXISTS)
-            SLAB_STATS_INCR(ts, it->slabs_clsid, cas_badval);
-        else if (ret == STORE_NOT_FOUND)
-            STATS_INCR(ts, cas_misses);
+    case PT_STORE_OOM:
+        out_string(c, "SERVER_ERROR out of memory storing object");
+        return;
+    case PT_STORE_ANSWER:
+        break;
     }
     switch (ret) {
     case STORE_STORED:
@@ -428,21 +402,6 @@ static void pt_complete_classic(conn *c, item *it)
     case STORE_NOT_FOUND:
         out_string(c, "NOT_FOUND");
         break;
-    case STORE_NO_MEMORY:
-    case STORE_WAIT_TIMEOUT:
-        if (op != STORE_APPEND && op != STORE_PREPEND) {
-            /* Every tier was full (the value was taken, then could not
-             * be placed), or it waited store_wait_ms for room in vain
-             * (counted apart).  Like a failed allocation, a failed set
-             * must not leave the old value readable. */
-            if (ret == STORE_NO_MEMORY)
-                STATS_INCR(ts, store_no_memory);
-            if (op == STORE_SET)
-                item_delete(ITEM_key(it), it->nkey, 0, NULL);
-            out_string(c, "SERVER_ERROR out of memory storing object");
-            break;
-        }
-        /* fall through */
     default:
         /* memcached answers NOT_STORED when append/prepend cannot
          * allocate or would exceed the item size limit. */
