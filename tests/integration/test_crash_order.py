@@ -50,6 +50,44 @@ def wait_recovered(srv):
     return c
 
 
+def small_tiers(server, tier_files, nvm_mb, ssd_mb, extra=""):  # noqa: F811
+    """A server at -m 8 with small NVM and SSD files (2 MB pages of 64 KB
+    bufs): (server, connection, nvm path, ssd path, args)."""
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:%dm,ssd_path=%s:%dm,ssd_page_size=2m,ssd_buf_size=64k%s"
+            % (nvm, nvm_mb, ssd, ssd_mb, extra)]
+    srv = server(args)
+    return srv, srv.connect(), nvm, ssd, args
+
+
+def two_versions(key):
+    """An older and a newer value of key, 1,740 bytes each."""
+    return [(b"[%s version %d]" % (key, n)) * 30 for n in (1, 2)]
+
+
+# The fill of fill_until shares a 46-byte key's slab class with two_versions.
+def fill_key(j):
+    return b"fill-%041d" % j
+
+
+def fill_value(j):
+    return (b"%057d|" % j) * 30
+
+
+def fill_until(c, key, where, start=0):
+    """Sets fill keys from start on, 200 at a time, until key is in tier
+    where; returns the next fill number."""
+    i = start
+    while tier_of(c, key) != where:
+        assert i < start + 60000, "%s never went to %s: %s, %r" % (key, where, tier_of(c, key), c.stats(b"tiers"))
+        for j in range(i, i + 200):
+            v = fill_value(j)
+            c.send(b"set %s 0 0 %d noreply\r\n%s\r\n" % (fill_key(j), len(v), v))
+        assert c.line(b"mn\r\n") == b"MN\r\n"
+        i += 200
+    return i
+
+
 def test_a_key_fetched_up_then_deleted_after_a_graceful_restart_stays_gone(server, tier_files):  # noqa: F811
     """An SSD item read until it moves up to DRAM keeps a copy on the SSD.  A
     graceful restart must remember that (ITEM_WAS_LOWER), or a delete after it
@@ -399,11 +437,7 @@ def test_a_crash_scan_never_drops_what_it_recovered_while_the_ssd_has_room(serve
     None may be dropped while the scan runs: every key present before the
     crash is back afterwards.  The scan is slowed by a test hook
     (TAC_DEBUG_SCAN_DELAY_MS)."""
-    nvm, ssd = tier_files()
-    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:16m,ssd_page_size=2m,ssd_buf_size=64k,"
-            "temp_sample_interval=0" % (nvm, ssd)]
-    srv = server(args)
-    c = srv.connect()
+    srv, c, nvm, ssd, args = small_tiers(server, tier_files, 4, 16, ",temp_sample_interval=0")
     n = 4000
 
     def val(i, ver):
@@ -460,39 +494,13 @@ def test_an_older_copy_never_takes_the_place_of_a_newer_one_gone_during_the_scan
     scan here asks the journal nothing (TAC_DEBUG_SCAN_NO_JOURNAL, the test
     hooks), as if its record had been lost; SSD pages wait 1.5 s each before
     they are read (TAC_DEBUG_SCAN_DELAY_MS), so the read comes between."""
-    nvm, ssd = tier_files()
-    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:64m,ssd_page_size=2m,ssd_buf_size=64k,"
-            "temp_sample_interval=0" % (nvm, ssd)]
-    srv = server(args)
-    c = srv.connect()
+    srv, c, nvm, ssd, args = small_tiers(server, tier_files, 4, 64, ",temp_sample_interval=0")
     key = b"an-older-copy-must-not-return:0123456789abcdef"
-
-    def version(n):
-        return (b"[%s version %d]" % (key, n)) * 30
-
-    # The fill shares the key's slab class: key and value of the same lengths.
-    def fill_key(j):
-        return b"fill-%041d" % j
-
-    def fill_value(j):
-        return (b"%057d|" % j) * 30
-
-    def fill_until(where, start):
-        i = start
-        while tier_of(c, key) != where:
-            assert i < start + 60000, "%s never went to %s: %s, %r" % (key, where, tier_of(c, key), c.stats(b"tiers"))
-            for j in range(i, i + 200):
-                v = fill_value(j)
-                c.send(b"set %s 0 0 %d noreply\r\n%s\r\n" % (fill_key(j), len(v), v))
-            assert c.line(b"mn\r\n") == b"MN\r\n"
-            i += 200
-        return i
-
-    old, new = version(1), version(2)
+    old, new = two_versions(key)
     assert c.line(b"set %s 3 0 %d\r\n%s\r\n" % (key, len(old), old)) == b"STORED\r\n"
-    n = fill_until("ssd", 0)
+    n = fill_until(c, key, "ssd")
     assert c.line(b"set %s 4 0 %d\r\n%s\r\n" % (key, len(new), new)) == b"STORED\r\n"
-    n = fill_until("nvm", n)
+    n = fill_until(c, key, "nvm", n)
     time.sleep(1.5)                  # the SSD writer's tick: the journal's table is current
     sigkill(srv, SEED, "with the older version on the SSD, the newer in NVM")
     with open(ssd, "rb") as f:
@@ -539,11 +547,7 @@ def test_a_recovery_under_load_keeps_what_a_quiet_one_keeps(server, tier_files, 
     back the same under load, and every write of the writer is there.  With
     the test hooks each SSD page of the scan is held back 300 ms, so that the
     writes land while it runs."""
-    nvm, ssd = tier_files()
-    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:8m,ssd_path=%s:48m,ssd_page_size=2m,ssd_buf_size=64k,"
-            "dram_log=on" % (nvm, ssd)]
-    srv = server(args)
-    c = srv.connect()
+    srv, c, nvm, ssd, args = small_tiers(server, tier_files, 8, 48, ",dram_log=on")
     n = 7500
 
     def val(i, ver):
@@ -630,22 +634,11 @@ def test_a_replayed_write_that_finds_no_room_loses_its_key_never_serves_an_older
     (TAC_DEBUG_REPLAY_NO_ROOM, as when no tier frees any for 2 s), the key
     is lost and counted dropped: never served at the older version.  With
     room, the newer version comes back."""
-    nvm, ssd = tier_files()
-    args = ["-t", "2", "-m", "8", "-o", "nvm_path=%s:4m,ssd_path=%s:64m,ssd_page_size=2m,ssd_buf_size=64k,"
-            "dram_log=on,temp_sample_interval=0" % (nvm, ssd)]
-    srv = server(args)
-    c = srv.connect()
+    srv, c, nvm, ssd, args = small_tiers(server, tier_files, 4, 64, ",dram_log=on,temp_sample_interval=0")
     key = b"a-replay-without-room-loses-the-key:0123456789"
-    old, new = ((b"[%s version %d]" % (key, n)) * 30 for n in (1, 2))
+    old, new = two_versions(key)
     assert c.line(b"set %s 3 0 %d\r\n%s\r\n" % (key, len(old), old)) == b"STORED\r\n"
-    i = 0
-    while tier_of(c, key) != "ssd":
-        assert i < 60000, "%s never went to the SSD" % key
-        for j in range(i, i + 200):
-            v = (b"%057d|" % j) * 30     # the key's slab class
-            c.send(b"set fill-%041d 0 0 %d noreply\r\n%s\r\n" % (j, len(v), v))
-        assert c.line(b"mn\r\n") == b"MN\r\n"
-        i += 200
+    fill_until(c, key, "ssd")
     time.sleep(1.5)                  # the SSD writer's tick: the journal's table is current
     assert c.line(b"set %s 4 0 %d\r\n%s\r\n" % (key, len(new), new)) == b"STORED\r\n"
     assert tier_of(c, key) == "dram"
