@@ -251,7 +251,7 @@ void out_string(conn *c, const char *str);
 void out_errstring(conn *c, const char *str);
 
 /*
- * Parked responses (DESIGN.md 4).  A request that needs the value of an
+ * Parked responses (doc/design.md, "Workers never wait for the SSD").  A request that needs the value of an
  * SSD-resident item queues a placeholder in request order and goes on; the
  * read completes later on this worker, which then calls fill(c, value,
  * ctx): fill builds the request's response with the usual resp_new/out_*

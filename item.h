@@ -37,7 +37,7 @@
                                    than it has: the tier policy recorded the
                                    shorter one (items.c, set_exptime) */
 
-/* Tier of the item's value (DESIGN.md 3).  A TIER_DRAM item holds its
+/* Tier of the item's value (doc/design.md, "The data model").  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same
  * header and key, then an 8-byte reference to the tuple in that tier.  Its
  * nbytes, flags, exptime and CAS describe the value, so every check that

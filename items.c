@@ -1650,8 +1650,9 @@ static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
     /* A value DRAM had no room for, that no lower tier could take either:
      * its tail is moving down, defrag is compacting, or the page mover has
      * yet to refill the meta tuples' reserve.  The evictors are woken; a
-     * caller that can wait tries again (DESIGN.md 7: back-pressure, not
-     * errors), unless every tier is full for good. */
+     * caller that can wait tries again, unless every tier is full for good:
+     * back-pressure, not errors (doc/design.md, "Back-pressure: a store
+     * waits for room, parked"). */
     if (res == STORE_NO_MEMORY && (it->it_flags & ITEM_STAGING) &&
         tier_ops != NULL && op != STORE_APPEND && op != STORE_PREPEND) {
         tier_ops->dram_pressure(it->slabs_clsid, part_index(partition));

@@ -1,5 +1,5 @@
 /*
- * lazy_lru.h - Lazy LRU access records and temperatures (DESIGN.md 3, 4).
+ * lazy_lru.h - Lazy LRU access records and temperatures (doc/design.md, "The data model").
  *
  * Each item carries a 32-bit `access` field: bits 31..8 are `time` (the
  * low 24 bits of the server clock, seconds; wraps every ~194 days) and bits
@@ -52,7 +52,7 @@ unsigned int llru_read_count(const item *it);
 uint32_t llru_access_time(const item *it);
 enum llru_temp llru_temperature(const item *it);
 
-/* ---- Replacement rule (DESIGN.md 4, TaC 4.3) ---------------------------
+/* ---- Replacement rule (TaC 4.3; doc/design.md, "The data model") ---------------------------
  * Pure functions of the access field, `now` and the thresholds: no locks,
  * no other state.  The server's LRU threads and bench/lru-sim share them.
  *
@@ -94,7 +94,7 @@ enum llru_temp llru_temperature_at(const item *it, rel_time_t now);
  * changed.  Caller holds the LRU lock; the item lock is not needed. */
 bool llru_second_chance(item *it);
 
-/* ---- Bump rings and LRU threads (DESIGN.md 4) --------------------------
+/* ---- Bump rings and LRU threads (doc/design.md, "The data model") --------------------------
  * A worker never takes an LRU lock.  When llru_access() says an item
  * should move to its LRU head, the worker takes a reference on it and
  * pushes it onto its own ring for the item's lane (DRAM items, NVM meta

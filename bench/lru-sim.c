@@ -12,7 +12,7 @@
  *
  * Policies:
  *   strict   every hit moves the item to the LRU head; evict the tail.
- *   lazy     Lazy LRU (DESIGN.md 4) with the server's own functions from
+ *   lazy     Lazy LRU (doc/design.md, "The data model") with the server's own functions from
  *            lazy_lru.c: a hit calls llru_access() on the item's real
  *            access field and moves the item only when that says so (the
  *            move goes through a ring of -b entries drained in one batch,

@@ -73,7 +73,7 @@ struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
 };
 
-/* -o tier_policy (DESIGN.md 5). */
+/* -o tier_policy (doc/design.md, "The data model"). */
 enum tac_policy {
     POLICY_TAC = 0,     /* temperatures decide; SSD fetches whole bufs */
     POLICY_ANTI2,       /* DRAM and NVM are one memory: no temperatures */
@@ -112,7 +112,7 @@ bool tac_demote(item *it, uint32_t hv);
  * that long to SSD.  Returns the number moved. */
 int tac_age_round(int evictor, int nevictors);
 
-/* anti2 (DESIGN.md 5) treats DRAM and NVM as one memory: an item entering
+/* anti2 (doc/design.md, "The data model") treats DRAM and NVM as one memory: an item entering
  * it, a set or a tuple read up from SSD, lands in NVM with probability
  * NVM / (DRAM + NVM) by configured size, in DRAM otherwise, whatever its
  * temperature.  True when this one goes to NVM; always false under the

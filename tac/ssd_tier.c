@@ -2,9 +2,9 @@
  * tac/ssd_tier.c - the SSD tier as the cache sees it: writing tuples into bufs,
  * asynchronous reads for the workers, page reclaim and defrag.
  *
- * Design (DESIGN.md 3 and 4, TaC 5.3 and 5.6).  An SSD-resident item is a
- * DRAM meta tuple on no LRU whose reference is {page version, page id,
- * offset} (ssd/ssd.h).  Writers pack tuples into bufs: each evictor has its
+ * Design: doc/design.md, "The data model" and "Workers never wait for the
+ * SSD"; TaC 5.3 and 5.6.  An SSD-resident item is a DRAM meta tuple on no
+ * LRU whose reference is {page version, page id, offset} (ssd/ssd.h).  Writers pack tuples into bufs: each evictor has its
  * own buf, the workers share one (a set while DRAM and NVM are full) and
  * defrag has one; a full buf goes to disk with one write, and until then
  * reads are served from it.  A buf whose write fails stays in memory, still
