@@ -241,6 +241,7 @@ bool tac_dramlog_open(void)
         return false;
     }
     size_t n = strlen(info.path) + sizeof(".dramlog");
+    free(dl.path);
     dl.path = malloc(n);
     if (dl.path == NULL)
         return false;
@@ -409,6 +410,8 @@ void tac_dramlog_close(void)
     pmem_unmap(dl.map, dl.map_len);
     dl.map = NULL;
     dl.on = false;
+    free(dl.path);
+    dl.path = NULL;
 }
 
 uint64_t tac_dramlog_head(void)

@@ -205,6 +205,7 @@ bool tac_journal_open(const char *state_path)
     if (state_path == NULL || (tac.nvm == NULL && tac.ssd == NULL))
         return false;
     size_t n = strlen(state_path) + sizeof(".journal");
+    free(jr.path);
     jr.path = malloc(n);
     if (jr.path == NULL)
         return false;
@@ -370,6 +371,8 @@ void tac_journal_close(void)
     (void)msync(jr.map, jr.size, MS_SYNC);
     munmap(jr.map, jr.size);
     close(jr.fd);
+    free(jr.path);
+    jr.path = NULL;
     jr.map = NULL;
     jr.hdr = NULL;
     jr.fd = -1;
