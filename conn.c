@@ -1622,10 +1622,186 @@ static void conn_after_write(conn *c)
         conn_set_state(c, conn_new_cmd);
 }
 
+/* One turn of conn_drive: the requests this turn may still parse, and
+ * whether the parser waits for bytes not yet read. */
+struct conn_turn {
+    int nreqs;
+    bool need_read;
+};
+
+/* Each step handles the state its name gives, and answers false when the
+ * turn ends there (the connection waits for an event, or is closed). */
+
+static bool conn_step_new_cmd(conn *c, struct conn_turn *t)
+{
+    c->noreply = false;
+    bool can_parse = c->rbytes > 0 && !t->need_read &&
+                     c->npending < CONN_PARK_MAX &&
+                     c->barriers == 0 && !c->close_after_write &&
+                     c->stream_more == NULL;
+    if (can_parse && --t->nreqs >= 0) {
+        conn_set_state(c, conn_parse_cmd);
+    } else if ((c->resp_head && !c->resp_head->pending) ||
+               (c->stream_more != NULL && c->resp_head == NULL)) {
+        conn_set_state(c, conn_write);
+    } else if (c->resp_head && (c->close_after_write ||
+                                c->stream_more != NULL ||
+                                c->barriers > 0 ||
+                                c->npending >= CONN_PARK_MAX)) {
+        /* Only pending responses are queued and no request may be read
+         * now: wait for the reads (conn_run_ready). */
+        conn_set_state(c, conn_parked);
+    } else if (can_parse) {
+        /* Budget spent: let other connections run, come back as soon as
+         * the socket is writable. */
+        STATS_INCR(&c->thread->stats, conn_yields);
+        if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+            conn_set_state(c, conn_closing);
+        return false;
+    } else {
+        /* As memcached counts it: the turn ends with the request budget
+         * spent, though nothing more is buffered. */
+        if (--t->nreqs < 0)
+            STATS_INCR(&c->thread->stats, conn_yields);
+        conn_set_state(c, conn_waiting);
+    }
+    return true;
+}
+
+static bool conn_step_waiting(conn *c)
+{
+    /* Bytes a TLS session decrypted already: the socket may never wake us
+     * for them. */
+    if (c->tls != NULL && tls_pending(c->tls)) {
+        conn_set_state(c, conn_read);
+        return true;
+    }
+    if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
+        conn_set_state(c, conn_closing);
+        return true;
+    }
+    conn_set_state(c, conn_read);
+    return false;
+}
+
+static void conn_step_read(conn *c, struct conn_turn *t)
+{
+    switch (conn_read_network(c)) {
+    case READ_DATA:
+        t->need_read = false;
+        conn_set_state(c, conn_parse_cmd);
+        break;
+    case READ_NO_DATA:
+        conn_set_state(c, conn_waiting);
+        break;
+    case READ_MEMORY:
+        out_errstring(c, "SERVER_ERROR out of memory reading request");
+        c->close_after_write = true;
+        c->rbytes = 0;
+        conn_set_state(c, conn_write);
+        break;
+    case READ_ERROR:
+        conn_set_state(c, conn_closing);
+        break;
+    }
+}
+
+static bool conn_step_parse(conn *c, struct conn_turn *t)
+{
+    if (c->protocol == PROTO_NEGOTIATING)
+        c->protocol = (unsigned char)c->rcurr[0] == 0x80 ? PROTO_BINARY : PROTO_TEXT;
+    __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED);
+    enum proto_result pr = conn_try_command(c);
+    conn_mem_sync(c);           /* the responses it queued */
+    if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+        conn_close_for_memory(c);
+        return false;
+    }
+    if (pr == PROTO_NEED_MORE) {
+        t->need_read = true;
+        conn_set_state(c, c->resp_head ? conn_write : conn_waiting);
+    } else if (c->state == conn_parse_cmd) {
+        conn_set_state(c, conn_new_cmd);
+    }
+    return true;
+}
+
+static bool conn_step_swallow(conn *c)
+{
+    if (c->sbytes == 0) {
+        conn_set_state(c, conn_new_cmd);
+        return true;
+    }
+    /* Send the refusal before waiting for the rest of the refused value: a
+     * client that announced 4 GB may never send it all.  A full socket
+     * leaves the answer queued until the swallow ends. */
+    if (c->rbytes == 0 && c->resp_head && !c->resp_head->pending &&
+        conn_transmit_tcp(c) == WRITE_HARD_ERROR) {
+        conn_set_state(c, conn_closing);
+        return true;
+    }
+    return conn_read_value(c, true);
+}
+
+/* The queue is out and a get streams on: its next piece, unless this
+ * turn's budget is spent. */
+static bool conn_step_stream(conn *c, struct conn_turn *t)
+{
+    if (--t->nreqs < 0) {
+        /* A piece per request's worth of turn: let other connections run,
+         * back when writable. */
+        STATS_INCR(&c->thread->stats, conn_yields);
+        if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+            conn_set_state(c, conn_closing);
+        return false;
+    }
+    enum conn_stream_step step = conn_stream_next(c);
+    conn_mem_sync(c);
+    if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
+        conn_close_for_memory(c);
+        return false;
+    }
+    if (step != STREAM_IDLE)
+        return true;
+    if (!conn_stream_idle(c)) {
+        conn_set_state(c, conn_closing);
+        return true;
+    }
+    return false;               /* the timer or a read wakes it */
+}
+
+static bool conn_step_write(conn *c, struct conn_turn *t)
+{
+    switch (conn_transmit_tcp(c)) {
+    case WRITE_COMPLETE:
+        if (c->stream_more != NULL)
+            return conn_step_stream(c, t);
+        if (t->need_read && !c->close_after_write)
+            conn_set_state(c, conn_waiting);
+        else
+            conn_after_write(c);
+        break;
+    case WRITE_INCOMPLETE:
+        break;
+    case WRITE_PARKED:
+        /* Everything up to a pending response is out: go on reading
+         * requests meanwhile. */
+        conn_set_state(c, conn_new_cmd);
+        break;
+    case WRITE_SOFT_ERROR:
+        if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
+            conn_set_state(c, conn_closing);
+        return false;
+    case WRITE_HARD_ERROR:
+        conn_set_state(c, conn_closing);
+        break;
+    }
+    return true;
+}
+
 void conn_drive(conn *c)
 {
-    int nreqs = settings.reqs_per_event;
-    bool need_read = false;   /* the parser wants bytes we do not have */
+    struct conn_turn t = { .nreqs = settings.reqs_per_event, .need_read = false };
 
     if (c->transport == TRANSPORT_UDP) {
         conn_drive_udp(c);
@@ -1638,43 +1814,11 @@ void conn_drive(conn *c)
         conn_close_for_memory(c);
         return;
     }
-    for (;;) {
+    for (bool more = true; more;) {
         switch (c->state) {
-        case conn_new_cmd: {
-            c->noreply = false;
-            bool can_parse = c->rbytes > 0 && !need_read &&
-                             c->npending < CONN_PARK_MAX &&
-                             c->barriers == 0 && !c->close_after_write &&
-                             c->stream_more == NULL;
-            if (can_parse && --nreqs >= 0) {
-                conn_set_state(c, conn_parse_cmd);
-            } else if ((c->resp_head && !c->resp_head->pending) ||
-                       (c->stream_more != NULL && c->resp_head == NULL)) {
-                conn_set_state(c, conn_write);
-            } else if (c->resp_head && (c->close_after_write ||
-                                        c->stream_more != NULL ||
-                                        c->barriers > 0 ||
-                                        c->npending >= CONN_PARK_MAX)) {
-                /* Only pending responses are queued and no request may be
-                 * read now: wait for the reads (conn_run_ready). */
-                conn_set_state(c, conn_parked);
-            } else if (can_parse) {
-                /* Budget spent: let other connections run, come back
-                 * as soon as the socket is writable. */
-                STATS_INCR(&c->thread->stats, conn_yields);
-                if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
-                    conn_set_state(c, conn_closing);
-                return;
-            } else {
-                /* As memcached counts it: the turn ends with the request
-                 * budget spent, though nothing more is buffered. */
-                if (--nreqs < 0)
-                    STATS_INCR(&c->thread->stats, conn_yields);
-                conn_set_state(c, conn_waiting);
-            }
+        case conn_new_cmd:
+            more = conn_step_new_cmd(c, &t);
             break;
-        }
-
         case conn_parked:
             /* No socket events until a parked response is filled. */
             if (c->ev_flags != 0) {
@@ -1682,142 +1826,31 @@ void conn_drive(conn *c)
                 c->ev_flags = 0;
             }
             return;
-
         case conn_waiting:
-            /* Bytes a TLS session decrypted already: the socket may never
-             * wake us for them. */
-            if (c->tls != NULL && tls_pending(c->tls)) {
-                conn_set_state(c, conn_read);
-                break;
-            }
-            if (!conn_update_event(c, EV_READ | EV_PERSIST)) {
-                conn_set_state(c, conn_closing);
-                break;
-            }
-            conn_set_state(c, conn_read);
-            return;
-
+            more = conn_step_waiting(c);
+            break;
         case conn_read:
-            switch (conn_read_network(c)) {
-            case READ_DATA:
-                need_read = false;
-                conn_set_state(c, conn_parse_cmd);
-                break;
-            case READ_NO_DATA:
-                conn_set_state(c, conn_waiting);
-                break;
-            case READ_MEMORY:
-                out_errstring(c, "SERVER_ERROR out of memory reading request");
-                c->close_after_write = true;
-                c->rbytes = 0;
-                conn_set_state(c, conn_write);
-                break;
-            case READ_ERROR:
-                conn_set_state(c, conn_closing);
-                break;
-            }
+            conn_step_read(c, &t);
             break;
-
         case conn_parse_cmd:
-            if (c->protocol == PROTO_NEGOTIATING)
-                c->protocol = (unsigned char)c->rcurr[0] == 0x80 ?
-                              PROTO_BINARY : PROTO_TEXT;
-            __atomic_store_n(&c->last_cmd_time, mc_now(), __ATOMIC_RELAXED);
-            enum proto_result pr = conn_try_command(c);
-            conn_mem_sync(c);           /* the responses it queued */
-            if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
-                conn_close_for_memory(c);
-                return;
-            }
-            if (pr == PROTO_NEED_MORE) {
-                need_read = true;
-                conn_set_state(c, c->resp_head ? conn_write : conn_waiting);
-            } else if (c->state == conn_parse_cmd) {
-                conn_set_state(c, conn_new_cmd);
-            }
+            more = conn_step_parse(c, &t);
             break;
-
         case conn_nread:
             if (c->rlbytes == 0) {
                 conn_complete_nread(c, c->protocol);
                 if (c->state == conn_nread)
                     conn_set_state(c, conn_new_cmd);
-                break;
+            } else {
+                more = conn_read_value(c, false);
             }
-            if (!conn_read_value(c, false))
-                return;
             break;
-
         case conn_swallow:
-            if (c->sbytes == 0) {
-                conn_set_state(c, conn_new_cmd);
-                break;
-            }
-            /* Send the refusal before waiting for the rest of the refused
-             * value: a client that announced 4 GB may never send it all.
-             * A full socket leaves the answer queued until the swallow
-             * ends. */
-            if (c->rbytes == 0 && c->resp_head && !c->resp_head->pending &&
-                conn_transmit_tcp(c) == WRITE_HARD_ERROR) {
-                conn_set_state(c, conn_closing);
-                break;
-            }
-            if (!conn_read_value(c, true))
-                return;
+            more = conn_step_swallow(c);
             break;
-
         case conn_write:
-            switch (conn_transmit_tcp(c)) {
-            case WRITE_COMPLETE:
-                if (c->stream_more != NULL) {
-                    if (--nreqs < 0) {
-                        /* A piece per request's worth of turn: let other
-                         * connections run, back when writable. */
-                        STATS_INCR(&c->thread->stats, conn_yields);
-                        if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
-                            conn_set_state(c, conn_closing);
-                        return;
-                    }
-                    enum conn_stream_step step = conn_stream_next(c);
-                    conn_mem_sync(c);
-                    if (__atomic_load_n(&c->mem_close, __ATOMIC_RELAXED)) {
-                        conn_close_for_memory(c);
-                        return;
-                    }
-                    if (step != STREAM_IDLE)
-                        break;
-                    if (!conn_stream_idle(c)) {
-                        conn_set_state(c, conn_closing);
-                        break;
-                    }
-                    return;             /* the timer or a read wakes it */
-                }
-                if (need_read && !c->close_after_write)
-                    conn_set_state(c, conn_waiting);
-                else
-                    conn_after_write(c);
-                break;
-            case WRITE_INCOMPLETE:
-                break;
-            case WRITE_PARKED:
-                /* Everything up to a pending response is out: go on
-                 * reading requests meanwhile. */
-                conn_set_state(c, conn_new_cmd);
-                break;
-            case WRITE_SOFT_ERROR:
-                if (!conn_update_event(c, EV_WRITE | EV_PERSIST))
-                    conn_set_state(c, conn_closing);
-                return;
-            case WRITE_HARD_ERROR:
-                conn_set_state(c, conn_closing);
-                break;
-            }
+            more = conn_step_write(c, &t);
             break;
-
         case conn_closing:
-            conn_close(c);
-            return;
-
         default:
             conn_close(c);
             return;
