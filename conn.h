@@ -296,6 +296,9 @@ typedef void (*conn_retry_fn)(conn *c, void *args);
 void conn_retry(conn *c, const char *key, size_t nkey, conn_retry_fn fn,
                 void (*cleanup)(void *args), const void *args, size_t argslen);
 void conn_retry_nread(conn *c);
+/* The protocol's complete_nread hook for c's value just read (conn_park.c
+ * runs it again for a store retried or resumed). */
+void conn_complete_nread(conn *c, enum conn_protocol p);
 
 /*
  * A store found no room in any tier, and a lower tier will make some
