@@ -227,6 +227,9 @@ bool resp_add_owned(struct resp *r, void *buf, size_t len);
  * once sent).  On failure buf is freed, nothing is queued, and false is
  * returned: the caller answers an error or closes. */
 bool resp_give(conn *c, void *buf, size_t len);
+/* Releases what a sent or dropped resp holds and returns it to the
+ * worker's cache (conn.c's writer). */
+void resp_free(struct worker *w, struct resp *r);
 
 /*
  * A response too long to build at once (a key dump), or without end (a
