@@ -339,8 +339,16 @@ void conn_run_ready(struct worker *w);
  * at most about this much per connection. */
 #define CONN_REPLY_PIECE (256 * 1024)
 
-/* conn.c: brings c's memory share up to date. */
+/* The read buffer a connection starts with: part of its fixed cost. */
+#define CONN_RBUF_INITIAL (16 * 1024)
+
+/* conn_registry.c: brings c's memory share up to date (and marks the
+ * biggest holders for closing when the sum passes conn_mem_limit). */
 void conn_mem_sync(conn *c);
+/* conn_registry.c: c opened, closing (for `stats conns` and the memory
+ * bound's victim search). */
+void conn_registry_add(conn *c);
+void conn_registry_remove(conn *c);
 
 /* True if c's item counts in its memory share while being read. */
 static inline bool conn_value_counted(const conn *c)
