@@ -51,7 +51,6 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "conn_park.h"
 #include "watch.h"
 #include "items.h"
 #include "prefix_stats.h"
@@ -384,7 +383,9 @@ void conn_close(conn *c)
     for (size_t i = 0; i < sizeof(protocols) / sizeof(protocols[0]); i++)
         if (protocols[i] != NULL && protocols[i]->cleanup != NULL)
             protocols[i]->cleanup(c);
-    conn_park_orphan(c);        /* reads in flight complete into nothing */
+    /* Reads still in flight complete into nothing (conn_park.c). */
+    for (struct parked *p = c->parked; p != NULL; p = p->next)
+        p->c = NULL;
     if (c->ready) {
         for (conn **pp = &w->ready; *pp != NULL; pp = &(*pp)->ready_next)
             if (*pp == c) {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
+#include "conn_registry.h"
 #include "items.h"
 #include "settings.h"
 #include "stats.h"

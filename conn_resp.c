@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
+#include "conn_resp.h"
 #include "items.h"
 #include "settings.h"
 #include "stats.h"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn_park.h"
 #include "proto_ascii.h"
 #include "settings.h"
 #include "slabs.h"

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "conn_park.h"
 #include "items.h"
 #include "prefix_stats.h"
 #include "proto_bin.h"

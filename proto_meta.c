@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "conn_park.h"
 #include "items.h"
 #include "settings.h"
 #include "prefix_stats.h"

@@ -35,6 +35,7 @@
 #include "assoc.h"
 #include "bg.h"
 #include "conn.h"
+#include "conn_park.h"
 #include "items.h"
 #include "lazy_lru.h"
 #include "slabs.h"
