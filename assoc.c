@@ -55,7 +55,7 @@
 
 #include "assoc.h"
 #include "hash.h"
-#include "item.h"
+#include "item_layout.h"
 #include "item_lock.h"
 #include "stats.h"
 

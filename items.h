@@ -129,7 +129,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "item.h"
+#include "item_layout.h"
 #include "item_lock.h"
 #include "settings.h"
 

@@ -28,7 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "item.h"
+#include "item_layout.h"
 
 #define LLRU_TIME_BITS 24
 #define LLRU_TIME_MASK ((1u << LLRU_TIME_BITS) - 1)

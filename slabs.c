@@ -76,7 +76,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "item.h"
+#include "item_layout.h"
 #include "settings.h"
 #include "slabs.h"
 #include "stats.h"

@@ -1,12 +1,12 @@
 /*
- * item.h - the layout of an item: the struct, its flags and tiers, and the
+ * item_layout.h - the layout of an item: the struct, its flags and tiers, and the
  * inline accessors of key, value and lower-tier reference.  Only layout:
  * what an item is.  What happens to one (alloc, link, reads, stores) is
  * items.h; slabs.c, assoc.c and lazy_lru.c, which sit below items.c, need
  * only this.
  */
-#ifndef ITEM_H
-#define ITEM_H
+#ifndef ITEM_LAYOUT_H
+#define ITEM_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
