@@ -19,7 +19,7 @@
 #include "watch.h"
 #include "worker.h"
 
-void pt_out_buf(conn *c, const char *buf, size_t len, bool skip)
+void ascii_out_buf(conn *c, const char *buf, size_t len, bool skip)
 {
     struct resp *r = resp_new(c);
     if (r == NULL) {
@@ -40,7 +40,7 @@ void pt_out_buf(conn *c, const char *buf, size_t len, bool skip)
 }
 
 
-char *pt_put_key(char *p, const char *key, size_t nkey, bool binary)
+char *ascii_put_key(char *p, const char *key, size_t nkey, bool binary)
 {
     if (!binary) {
         memcpy(p, key, nkey);
@@ -51,7 +51,7 @@ char *pt_put_key(char *p, const char *key, size_t nkey, bool binary)
 }
 
 
-enum store_result pt_store(conn *c, item *it, enum store_op op,
+enum store_result ascii_store(conn *c, item *it, enum store_op op,
                            uint64_t req_cas, uint64_t *cas_out)
 {
     /* memcached: a cas whose unique is 0 (always, with -C) never matches;
@@ -64,43 +64,43 @@ enum store_result pt_store(conn *c, item *it, enum store_op op,
                            c->prior);
 }
 
-enum pt_store_next pt_store_after(conn *c, item *it, enum store_op op,
+enum ascii_store_next ascii_store_after(conn *c, item *it, enum store_op op,
                                   enum store_result *ret)
 {
     if (*ret == STORE_NEED_VALUE) {
         conn_retry_nread(c);            /* append/prepend to an SSD value */
-        return PT_STORE_LATER;
+        return ASCII_STORE_LATER;
     }
     if (conn_wait_room(c, ret))
-        return PT_STORE_LATER;          /* answered once a tier has room */
+        return ASCII_STORE_LATER;          /* answered once a tier has room */
     if (watch_on(WATCH_MUTATIONS))
         conn_watch_store(c, it, op, *ret);
     if (op == STORE_CAS) {
         if (*ret == STORE_STORED)
-            SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, cas_hits);
+            SLAB_STATS_INCR(ASCII_STATS(c), it->slabs_clsid, cas_hits);
         else if (*ret == STORE_EXISTS)
-            SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, cas_badval);
+            SLAB_STATS_INCR(ASCII_STATS(c), it->slabs_clsid, cas_badval);
         else if (*ret == STORE_NOT_FOUND)
-            STATS_INCR(PT_STATS(c), cas_misses);
+            STATS_INCR(ASCII_STATS(c), cas_misses);
     }
     if ((*ret == STORE_NO_MEMORY || *ret == STORE_WAIT_TIMEOUT) &&
         op != STORE_APPEND && op != STORE_PREPEND) {
         if (*ret == STORE_NO_MEMORY)
-            STATS_INCR(PT_STATS(c), store_no_memory);
+            STATS_INCR(ASCII_STATS(c), store_no_memory);
         if (op == STORE_SET)
             item_delete(ITEM_key(it), it->nkey, 0, NULL);
-        return PT_STORE_OOM;
+        return ASCII_STORE_OOM;
     }
-    return PT_STORE_ANSWER;
+    return ASCII_STORE_ANSWER;
 }
 
-void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)
+void ascii_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr)
 {
     /* item_add_delta does not report the item's class; it is the class
      * of an item holding the value just written. */
     unsigned int cls = slabs_clsid(item_make_size(nkey, strlen(num) + 2));
     if (incr)
-        SLAB_STATS_INCR(PT_STATS(c), cls, incr_hits);
+        SLAB_STATS_INCR(ASCII_STATS(c), cls, incr_hits);
     else
-        SLAB_STATS_INCR(PT_STATS(c), cls, decr_hits);
+        SLAB_STATS_INCR(ASCII_STATS(c), cls, decr_hits);
 }

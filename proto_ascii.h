@@ -18,61 +18,61 @@
 #include "util.h"
 
 /* Tokens per tokenizer pass (util_tokenize); memcached's MAX_TOKENS - 1. */
-#define PT_MAX_TOKENS 23
+#define ASCII_MAX_TOKENS 23
 
 /* What a pending value (conn_nread) is for: c->nr.cmd. */
-enum pt_nread_cmd {
-    PT_NREAD_CLASSIC = 0x100,   /* | enum store_op */
-    PT_NREAD_META    = 0x200,   /* | enum store_op */
+enum ascii_nread_cmd {
+    ASCII_NREAD_CLASSIC = 0x100,   /* | enum store_op */
+    ASCII_NREAD_META    = 0x200,   /* | enum store_op */
 };
-#define PT_NREAD_OP(cmd) ((enum store_op)((cmd) & 0xff))
+#define ASCII_NREAD_OP(cmd) ((enum store_op)((cmd) & 0xff))
 
 /* Bits in c->nr.meta_flags for a pending ms. */
-#define PT_MS_NOREPLY   0x01    /* q */
-#define PT_MS_BINKEY    0x02    /* b: return the key base64-encoded */
-#define PT_MS_STALE     0x04    /* I with C: may store a stale value */
-#define PT_MS_EXPLICIT  0x08    /* E: explicit CAS in meta_arg[1] */
+#define ASCII_MS_NOREPLY   0x01    /* q */
+#define ASCII_MS_BINKEY    0x02    /* b: return the key base64-encoded */
+#define ASCII_MS_STALE     0x04    /* I with C: may store a stale value */
+#define ASCII_MS_EXPLICIT  0x08    /* E: explicit CAS in meta_arg[1] */
 /* c->nr.meta_arg[0] holds the return flags 'O','k','c' in request order,
  * one per byte from the low end. */
 
 /* Meta opaque limit: the O token including its 'O'. */
-#define PT_OPAQUE_MAX 32
+#define ASCII_OPAQUE_MAX 32
 
 /* Worker stats of the connection. */
-#define PT_STATS(c) (&(c)->thread->stats)
+#define ASCII_STATS(c) (&(c)->thread->stats)
 
 /* Queues a copy of buf[0..len) as one response; errors close the conn. */
-void pt_out_buf(conn *c, const char *buf, size_t len, bool skip);
+void ascii_out_buf(conn *c, const char *buf, size_t len, bool skip);
 
 /* Appends base64 or raw key to p, returns the new end. */
-char *pt_put_key(char *p, const char *key, size_t nkey, bool binary);
+char *ascii_put_key(char *p, const char *key, size_t nkey, bool binary);
 
 /* item_store with memcached's rule that a zero or disabled CAS never
  * matches (EXISTS / NOT_FOUND). */
-enum store_result pt_store(conn *c, item *it, enum store_op op,
+enum store_result ascii_store(conn *c, item *it, enum store_op op,
                            uint64_t req_cas, uint64_t *cas_out);
 
 /* What follows a store, in both halves of the text protocol. */
-enum pt_store_next {
-    PT_STORE_ANSWER,    /* answer *ret */
-    PT_STORE_LATER,     /* a retry or a wait for room took the request over */
-    PT_STORE_OOM,       /* answer SERVER_ERROR out of memory storing object */
+enum ascii_store_next {
+    ASCII_STORE_ANSWER,    /* answer *ret */
+    ASCII_STORE_LATER,     /* a retry or a wait for room took the request over */
+    ASCII_STORE_OOM,       /* answer SERVER_ERROR out of memory storing object */
 };
 
-/* After pt_store (or item_store_meta) of it by op: hands an append or
+/* After ascii_store (or item_store_meta) of it by op: hands an append or
  * prepend to an SSD value back for its value (STORE_NEED_VALUE), parks a
  * store that waits for room, writes the watch line and the CAS counters,
  * and turns a set, add, replace or cas that found every tier full, or
- * waited store_wait_ms in vain, into PT_STORE_OOM (counted; a failed set
+ * waited store_wait_ms in vain, into ASCII_STORE_OOM (counted; a failed set
  * deletes the old value, as memcached's failed allocation does).  An
  * append or prepend that fails so is answered as not stored. */
-enum pt_store_next pt_store_after(conn *c, item *it, enum store_op op,
+enum ascii_store_next ascii_store_after(conn *c, item *it, enum store_op op,
                                   enum store_result *ret);
 
 /* Counts a successful incr/decr (incr_hits/decr_hits) for its class. */
-void pt_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr);
+void ascii_count_delta_hit(conn *c, size_t nkey, const char *num, bool incr);
 
 /* Debug-level gate for the "verbosity" setting. */
-#define PT_MAX_VERBOSITY 2
+#define ASCII_MAX_VERBOSITY 2
 
 #endif

@@ -102,7 +102,7 @@ static void ml_key(struct meta_line *m, const char *key, size_t nkey,
                    bool binary)
 {
     ml_flag(m, 'k');
-    m->p = pt_put_key(m->p, key, nkey, binary);
+    m->p = ascii_put_key(m->p, key, nkey, binary);
     if (binary)
         ml_flag(m, 'b');
 }
@@ -266,14 +266,14 @@ static bool meta_opaque_ok(const struct util_token *tok, size_t start,
                            size_t ntok)
 {
     for (size_t i = start; i < ntok; i++)
-        if (tok[i].value[0] == 'O' && tok[i].length > PT_OPAQUE_MAX)
+        if (tok[i].value[0] == 'O' && tok[i].length > ASCII_OPAQUE_MAX)
             return false;
     return true;
 }
 
 static size_t meta_effective_ntok(size_t ntok, const char *rest)
 {
-    return rest != NULL ? PT_MAX_TOKENS + 1 : ntok;
+    return rest != NULL ? ASCII_MAX_TOKENS + 1 : ntok;
 }
 
 /* Sends text + optional zero-copy value as one response. */
@@ -281,7 +281,7 @@ static void meta_send(conn *c, struct meta_line *m, item *value_it,
                       bool skip)
 {
     if (value_it == NULL) {
-        pt_out_buf(c, m->buf, ml_len(m), skip);
+        ascii_out_buf(c, m->buf, ml_len(m), skip);
         return;
     }
     struct resp *r = resp_new(c);
@@ -388,7 +388,7 @@ static void mg_fill(conn *c, item *value, void *ctx)
 {
     const struct mg_park *g = ctx;
     if (value == NULL) {
-        pt_out_buf(c, g->miss, g->miss_len, g->quiet);
+        ascii_out_buf(c, g->miss, g->miss_len, g->quiet);
         return;
     }
     struct meta_line m;
@@ -443,7 +443,7 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
     struct meta_line m;
     if (!found) {
         mg_miss_line(&m, tok, ntok, key, nkey, &of);
-        pt_out_buf(c, m.buf, ml_len(&m), c->noreply);
+        ascii_out_buf(c, m.buf, ml_len(&m), c->noreply);
         return;
     }
     if (of.value) {
@@ -481,7 +481,7 @@ static void meta_get(conn *c, struct util_token *tok, size_t ntok, char *rest)
         meta_send(c, &m, it, false);
     } else {
         item_release(it);
-        pt_out_buf(c, m.buf, ml_len(&m), false);
+        ascii_out_buf(c, m.buf, ml_len(&m), false);
     }
 }
 
@@ -512,12 +512,12 @@ static void ms_stash(conn *c, struct util_token *tok, size_t ntok,
                      const struct meta_req *of, enum store_op op)
 {
     memset(&c->nr, 0, sizeof(c->nr));
-    c->nr.cmd = PT_NREAD_META | op;
+    c->nr.cmd = ASCII_NREAD_META | op;
     c->nr.req_cas = of->req_cas;
-    c->nr.meta_flags = (of->no_reply ? PT_MS_NOREPLY : 0) |
-                       (of->key_binary ? PT_MS_BINKEY : 0) |
-                       (of->set_stale && op == STORE_CAS ? PT_MS_STALE : 0) |
-                       (of->has_explicit ? PT_MS_EXPLICIT : 0);
+    c->nr.meta_flags = (of->no_reply ? ASCII_MS_NOREPLY : 0) |
+                       (of->key_binary ? ASCII_MS_BINKEY : 0) |
+                       (of->set_stale && op == STORE_CAS ? ASCII_MS_STALE : 0) |
+                       (of->has_explicit ? ASCII_MS_EXPLICIT : 0);
     c->nr.meta_arg[1] = (int64_t)of->explicit_cas;
     uint64_t order = 0;
     int shift = 0;
@@ -605,11 +605,11 @@ static void meta_set(conn *c, struct util_token *tok, size_t ntok, char *rest)
 void proto_meta_complete_set(conn *c)
 {
     item *it = c->item;
-    enum store_op op = PT_NREAD_OP(c->nr.cmd);
-    struct thread_stats *ts = PT_STATS(c);
+    enum store_op op = ASCII_NREAD_OP(c->nr.cmd);
+    struct thread_stats *ts = ASCII_STATS(c);
     uint64_t cas = 0;
 
-    c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
+    c->noreply = (c->nr.meta_flags & ASCII_MS_NOREPLY) != 0;
     if (c->redo_tries == 0) {
         SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
         if (prefix_stats_on())
@@ -622,20 +622,20 @@ void proto_meta_complete_set(conn *c)
     enum store_result ret;
     bool cas_never = op == STORE_CAS &&
                      (c->nr.req_cas == 0 || !settings.use_cas);
-    if ((c->nr.meta_flags & (PT_MS_STALE | PT_MS_EXPLICIT)) && !cas_never)
+    if ((c->nr.meta_flags & (ASCII_MS_STALE | ASCII_MS_EXPLICIT)) && !cas_never)
         ret = item_store_meta(it, op, c->nr.req_cas, &cas, c->thread->partition,
-                              (c->nr.meta_flags & PT_MS_STALE) != 0,
-                              (c->nr.meta_flags & PT_MS_EXPLICIT) != 0,
+                              (c->nr.meta_flags & ASCII_MS_STALE) != 0,
+                              (c->nr.meta_flags & ASCII_MS_EXPLICIT) != 0,
                               (uint64_t)c->nr.meta_arg[1], c->prior);
     else
-        ret = pt_store(c, it, op, c->nr.req_cas, &cas);
-    switch (pt_store_after(c, it, op, &ret)) {
-    case PT_STORE_LATER:
+        ret = ascii_store(c, it, op, c->nr.req_cas, &cas);
+    switch (ascii_store_after(c, it, op, &ret)) {
+    case ASCII_STORE_LATER:
         return;
-    case PT_STORE_OOM:
+    case ASCII_STORE_OOM:
         out_errstring(c, "SERVER_ERROR out of memory storing object");
         return;
-    case PT_STORE_ANSWER:
+    case ASCII_STORE_ANSWER:
         break;
     }
     struct meta_line m;
@@ -655,13 +655,13 @@ void proto_meta_complete_set(conn *c)
             m.p += c->nr.opaque_len;
         } else if (f == 'k') {
             ml_key(&m, ITEM_key(it), it->nkey,
-                   (c->nr.meta_flags & PT_MS_BINKEY) != 0);
+                   (c->nr.meta_flags & ASCII_MS_BINKEY) != 0);
         } else if (f == 'c') {
             ml_flag_u64(&m, 'c', cas);
         }
     }
     ml_end(&m);
-    pt_out_buf(c, m.buf, ml_len(&m), ret == STORE_STORED && c->noreply);
+    ascii_out_buf(c, m.buf, ml_len(&m), ret == STORE_STORED && c->noreply);
 }
 
 /* ---- md --------------------------------------------------------------- */
@@ -726,14 +726,14 @@ static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
         prefix_stats_delete(key, nkey);
     switch (item_delete_meta(key, nkey, &md, &clsid)) {
     case DELETE_NOT_FOUND:
-        STATS_INCR(PT_STATS(c), delete_misses);
+        STATS_INCR(ASCII_STATS(c), delete_misses);
         break;
     case DELETE_EXISTS:
-        STATS_INCR(PT_STATS(c), delete_misses);
+        STATS_INCR(ASCII_STATS(c), delete_misses);
         code = "EX";
         break;
     case DELETE_OK:
-        SLAB_STATS_INCR(PT_STATS(c), clsid, delete_hits);
+        SLAB_STATS_INCR(ASCII_STATS(c), clsid, delete_hits);
         /* fall through */
     case DELETE_STALE:
         code = "HD";
@@ -745,7 +745,7 @@ static void meta_delete(conn *c, struct util_token *tok, size_t ntok,
     ml_init(&m, code);
     meta_echo_flags(&m, tok, ntok, &of);
     ml_end(&m);
-    pt_out_buf(c, m.buf, ml_len(&m), skip);
+    ascii_out_buf(c, m.buf, ml_len(&m), skip);
 }
 
 /* ---- ma --------------------------------------------------------------- */
@@ -827,14 +827,14 @@ static void ma_reply(conn *c, struct util_token *tok, size_t ntok,
         m.p += vlen;
     }
     ml_end(&m);
-    pt_out_buf(c, m.buf, ml_len(&m), skip);
+    ascii_out_buf(c, m.buf, ml_len(&m), skip);
 }
 
 /* An ma whose old value is on SSD: the request line, run again once the
  * value is read. */
 struct ma_retry_args {
     size_t len;
-    char line[PT_MAX_TOKENS * (KEY_MAX_LENGTH * 2 + 8)];
+    char line[ASCII_MAX_TOKENS * (KEY_MAX_LENGTH * 2 + 8)];
 };
 
 static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
@@ -843,10 +843,10 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
 static void ma_retry(conn *c, void *args)
 {
     struct ma_retry_args *a = args;
-    struct util_token tok[PT_MAX_TOKENS];
+    struct util_token tok[ASCII_MAX_TOKENS];
     char *rest = NULL;
     a->line[a->len] = '\0';
-    size_t ntok = util_tokenize(a->line, tok, PT_MAX_TOKENS, &rest);
+    size_t ntok = util_tokenize(a->line, tok, ASCII_MAX_TOKENS, &rest);
     meta_arith(c, tok, ntok, rest);
 }
 
@@ -910,7 +910,7 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
         ma_park(c, tok, ntok, of.key_binary);
         return;
     case DELTA_OK:
-        pt_count_delta_hit(c, nkey, num, incr);
+        ascii_count_delta_hit(c, nkey, num, incr);
         ma_reply(c, tok, ntok, &of, num, false, c->noreply);
         return;
     case DELTA_NON_NUMERIC:
@@ -941,9 +941,9 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
             break;
         }
         if (incr)
-            STATS_INCR(PT_STATS(c), incr_misses);
+            STATS_INCR(ASCII_STATS(c), incr_misses);
         else
-            STATS_INCR(PT_STATS(c), decr_misses);
+            STATS_INCR(ASCII_STATS(c), decr_misses);
         code = "NF";
         break;
     }
@@ -951,7 +951,7 @@ static void meta_arith(conn *c, struct util_token *tok, size_t ntok,
     ml_init(&m, code);
     meta_echo_flags(&m, tok, ntok, &of);
     ml_end(&m);
-    pt_out_buf(c, m.buf, ml_len(&m), false);
+    ascii_out_buf(c, m.buf, ml_len(&m), false);
 }
 
 /* ---- me, mn, dispatch -------------------------------------------------- */
@@ -973,7 +973,7 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
             return;
         }
     }
-    STATS_INCR(PT_STATS(c), meta_cmds);
+    STATS_INCR(ASCII_STATS(c), meta_cmds);
     /* The item itself, not its value: me reports where it is. */
     struct item_mg mg = { .nops = 3, .op = { MG_LAST_ACCESS, MG_CAS, MG_FETCHED } };
     struct item_read rq = { .key = key, .nkey = nkey, .mg = &mg };
@@ -989,7 +989,7 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
     const char *tier = mg.tier < 3 ? tier_names[mg.tier] : "?";
     struct meta_line m;
     ml_init(&m, "ME ");
-    m.p = pt_put_key(m.p, key, nkey, binary);
+    m.p = ascii_put_key(m.p, key, nkey, binary);
     /* memcached prints now - exptime here (negative while alive). */
     int exp = mg.exptime == 0 ? -1 : (int)(mc_now() - mg.exptime);
     m.p += snprintf(m.p, sizeof(m.buf) - ml_len(&m),
@@ -998,7 +998,7 @@ static void meta_debug(conn *c, struct util_token *tok, size_t ntok)
                     exp, (unsigned long long)mg.val[0],
                     (unsigned long long)mg.val[1], mg.val[2] ? "yes" : "no",
                     clsid, (size_t)item_make_size(nkey, mg.nbytes), tier);
-    pt_out_buf(c, m.buf, ml_len(&m), false);
+    ascii_out_buf(c, m.buf, ml_len(&m), false);
 }
 
 void proto_meta_process(conn *c, struct util_token *tok, size_t ntok,

@@ -77,9 +77,9 @@ static void pt_noreply_maybe(conn *c, struct util_token *tok, size_t ntok)
 static void pt_count_miss_reason(conn *c, enum item_miss why)
 {
     if (why == MISS_EXPIRED)
-        STATS_INCR(PT_STATS(c), get_expired);
+        STATS_INCR(ASCII_STATS(c), get_expired);
     else if (why == MISS_FLUSHED)
-        STATS_INCR(PT_STATS(c), get_flushed);
+        STATS_INCR(ASCII_STATS(c), get_flushed);
 }
 
 /* ---- Retrieval ------------------------------------------------------ */
@@ -295,7 +295,7 @@ static void pt_process_get(conn *c, struct util_token *tok, size_t ntok,
         }
         if (rest == NULL)
             break;
-        ntok = util_tokenize(rest, tok, PT_MAX_TOKENS, &rest);
+        ntok = util_tokenize(rest, tok, ASCII_MAX_TOKENS, &rest);
         i = 0;
     }
     if (pt_add_static(c, &cur, "END\r\n", 5))
@@ -346,9 +346,9 @@ static void pt_process_update(conn *c, struct util_token *tok, size_t ntok,
     c->ritem = ITEM_data(it);
     c->rlbytes = nbytes;
     memset(&c->nr, 0, sizeof(c->nr));
-    c->nr.cmd = PT_NREAD_CLASSIC | op;
+    c->nr.cmd = ASCII_NREAD_CLASSIC | op;
     c->nr.req_cas = req_cas;
-    c->nr.meta_flags = c->noreply ? PT_MS_NOREPLY : 0;
+    c->nr.meta_flags = c->noreply ? ASCII_MS_NOREPLY : 0;
     conn_set_state(c, conn_nread);
 }
 
@@ -368,10 +368,10 @@ static void pt_watch_store_lookup(conn *c, const item *it)
 
 static void pt_complete_classic(conn *c, item *it)
 {
-    enum store_op op = PT_NREAD_OP(c->nr.cmd);
-    struct thread_stats *ts = PT_STATS(c);
+    enum store_op op = ASCII_NREAD_OP(c->nr.cmd);
+    struct thread_stats *ts = ASCII_STATS(c);
 
-    c->noreply = (c->nr.meta_flags & PT_MS_NOREPLY) != 0;
+    c->noreply = (c->nr.meta_flags & ASCII_MS_NOREPLY) != 0;
     if (c->redo_tries == 0) {
         SLAB_STATS_INCR(ts, it->slabs_clsid, set_cmds);
         if (prefix_stats_on())
@@ -383,14 +383,14 @@ static void pt_complete_classic(conn *c, item *it)
     }
     if (c->redo_tries == 0 && watch_on(WATCH_FETCHERS))
         pt_watch_store_lookup(c, it);
-    enum store_result ret = pt_store(c, it, op, c->nr.req_cas, NULL);
-    switch (pt_store_after(c, it, op, &ret)) {
-    case PT_STORE_LATER:
+    enum store_result ret = ascii_store(c, it, op, c->nr.req_cas, NULL);
+    switch (ascii_store_after(c, it, op, &ret)) {
+    case ASCII_STORE_LATER:
         return;
-    case PT_STORE_OOM:
+    case ASCII_STORE_OOM:
         out_string(c, "SERVER_ERROR out of memory storing object");
         return;
-    case PT_STORE_ANSWER:
+    case ASCII_STORE_ANSWER:
         break;
     }
     switch (ret) {
@@ -418,7 +418,7 @@ static void proto_text_complete_nread(conn *c)
         conn_set_state(c, conn_new_cmd);
         return;
     }
-    if (c->nr.cmd & PT_NREAD_META)
+    if (c->nr.cmd & ASCII_NREAD_META)
         proto_meta_complete_set(c);
     else
         pt_complete_classic(c, it);
@@ -464,7 +464,7 @@ static void pt_arith_apply(conn *c, const struct pt_arith_args *a)
         conn_retry(c, a->key, a->nkey, pt_arith_retry, NULL, a, sizeof(*a));
         break;
     case DELTA_OK:
-        pt_count_delta_hit(c, a->nkey, out, incr);
+        ascii_count_delta_hit(c, a->nkey, out, incr);
         out_string(c, out);
         break;
     case DELTA_NON_NUMERIC:
@@ -477,9 +477,9 @@ static void pt_arith_apply(conn *c, const struct pt_arith_args *a)
     case DELTA_NOT_FOUND:
     default:
         if (incr)
-            STATS_INCR(PT_STATS(c), incr_misses);
+            STATS_INCR(ASCII_STATS(c), incr_misses);
         else
-            STATS_INCR(PT_STATS(c), decr_misses);
+            STATS_INCR(ASCII_STATS(c), decr_misses);
         out_string(c, "NOT_FOUND");
         break;
     }
@@ -530,9 +530,9 @@ static void pt_process_delete(conn *c, struct util_token *tok, size_t ntok)
     if (prefix_stats_on())
         prefix_stats_delete(key, nkey);
     if (found)
-        SLAB_STATS_INCR(PT_STATS(c), clsid, delete_hits);
+        SLAB_STATS_INCR(ASCII_STATS(c), clsid, delete_hits);
     else
-        STATS_INCR(PT_STATS(c), delete_misses);
+        STATS_INCR(ASCII_STATS(c), delete_misses);
     out_string(c, found ? "DELETED" : "NOT_FOUND");
 }
 
@@ -553,13 +553,13 @@ static void pt_process_touch(conn *c, struct util_token *tok, size_t ntok)
     item *it = item_get_and_touch(tok[1].value, tok[1].length,
                                   realtime(exptime), &why);
     pt_count_miss_reason(c, why);
-    STATS_INCR(PT_STATS(c), touch_cmds);
+    STATS_INCR(ASCII_STATS(c), touch_cmds);
     if (it != NULL) {
-        SLAB_STATS_INCR(PT_STATS(c), it->slabs_clsid, touch_hits);
+        SLAB_STATS_INCR(ASCII_STATS(c), it->slabs_clsid, touch_hits);
         item_release(it);
         out_string(c, "TOUCHED");
     } else {
-        STATS_INCR(PT_STATS(c), touch_misses);
+        STATS_INCR(ASCII_STATS(c), touch_misses);
         out_string(c, "NOT_FOUND");
     }
 }
@@ -571,7 +571,7 @@ static void pt_process_flush_all(conn *c, struct util_token *tok, size_t ntok)
     int32_t exptime = 0;
 
     pt_noreply_maybe(c, tok, ntok);
-    STATS_INCR(PT_STATS(c), flush_cmds);
+    STATS_INCR(ASCII_STATS(c), flush_cmds);
     if (!settings.flush_enabled) {
         out_string(c, "CLIENT_ERROR flush_all not allowed");
         return;
@@ -595,7 +595,7 @@ static void pt_process_verbosity(conn *c, struct util_token *tok, size_t ntok)
         out_string(c, "CLIENT_ERROR bad command line format");
         return;
     }
-    int v = level > PT_MAX_VERBOSITY ? PT_MAX_VERBOSITY : (int)level;
+    int v = level > ASCII_MAX_VERBOSITY ? ASCII_MAX_VERBOSITY : (int)level;
     __atomic_store_n(&settings.verbose, v, __ATOMIC_RELAXED);
     out_string(c, "OK");
 }
@@ -891,9 +891,9 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
 /* Handles one NUL-terminated command line. */
 static void pt_process_line(conn *c, char *line)
 {
-    struct util_token tok[PT_MAX_TOKENS];
+    struct util_token tok[ASCII_MAX_TOKENS];
     char *rest;
-    size_t ntok = util_tokenize(line, tok, PT_MAX_TOKENS, &rest);
+    size_t ntok = util_tokenize(line, tok, ASCII_MAX_TOKENS, &rest);
 
     /* No command is shorter than two bytes. */
     if (ntok == 0 || tok[0].length < 2) {
@@ -912,7 +912,7 @@ static void pt_process_line(conn *c, char *line)
             continue;
         c->last_cmd = d->name;
         /* More tokens than one tokenizer pass holds: memcached's count. */
-        size_t n = rest != NULL ? PT_MAX_TOKENS + 1 : ntok;
+        size_t n = rest != NULL ? ASCII_MAX_TOKENS + 1 : ntok;
         if (n < d->min || n > d->max)
             out_string(c, "ERROR");
         else
@@ -1013,9 +1013,9 @@ static enum proto_result pt_authenticate(conn *c)
     if (n > 0 && line[n - 1] == '\r')
         n--;
     line[n] = '\0';
-    struct util_token tok[PT_MAX_TOKENS];
+    struct util_token tok[ASCII_MAX_TOKENS];
     char *rest;
-    size_t ntok = util_tokenize(line, tok, PT_MAX_TOKENS, &rest);
+    size_t ntok = util_tokenize(line, tok, ASCII_MAX_TOKENS, &rest);
     if (ntok == 0 || strcmp(tok[0].value, "set") != 0)
         return pt_auth_refuse(c, "CLIENT_ERROR unauthenticated", linelen, false, false);
     uint32_t nbytes = 0;
