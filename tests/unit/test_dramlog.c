@@ -22,11 +22,11 @@
 
 #include "item_lock.h"
 #include "items.h"
-#include "nvm/nvm.h"
 #include "settings.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
+#include "unit_nvm.h"
 
 #define MB (1024u * 1024u)
 #define NKEYS 2000
@@ -38,17 +38,7 @@ static uint32_t value_len[NKEYS][4];    /* by version % 4, from the seed */
 
 static struct nvm_region *nvm_up(void)
 {
-    struct nvm_config c;
-    memset(&c, 0, sizeof(c));
-    c.path = nvm_path;
-    c.size = 8 * MB;
-    c.partitions = 1;
-    c.slot_max = 64 * 1024;
-    c.factor = 1.25;
-    c.page_size = 256 * 1024;
-    struct nvm_region *r = NULL;
-    CHECK_EQ(nvm_open(&c, &r), NVM_OK);
-    return r;
+    return unit_nvm_up(nvm_path);
 }
 
 static void setup(void)

@@ -20,30 +20,19 @@
 #include "config.h"
 
 #include "items.h"
-#include "nvm/nvm.h"
 #include "settings.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
+#include "unit_nvm.h"
 
-#define MB (1024u * 1024u)
 
 static char nvm_path[128], state_path[128];
 static char keys[11][48];               /* test_overflow's, one bucket */
 
 static struct nvm_region *nvm_up(void)
 {
-    struct nvm_config c;
-    memset(&c, 0, sizeof(c));
-    c.path = nvm_path;
-    c.size = 8 * MB;
-    c.partitions = 1;
-    c.slot_max = 64 * 1024;
-    c.factor = 1.25;
-    c.page_size = 256 * 1024;
-    struct nvm_region *r = NULL;
-    CHECK_EQ(nvm_open(&c, &r), NVM_OK);
-    return r;
+    return unit_nvm_up(nvm_path);
 }
 
 /* The journal of a run on region r: opened, then attached (as a start
