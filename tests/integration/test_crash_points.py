@@ -425,11 +425,12 @@ def store_batch(c, m, vals, what):
         m.write(k, v, fl)
 
 
-def run_point(server, tier_files, point, seed, config, n_at=None, max_ops=MAX_OPS):
+def run_point(server, tier_files, point, seed, config, n_at=None, max_ops=MAX_OPS, variant=0):
     """One run (see the module's text).  Returns a dict of counts.  n_at
-    overrides the pass drawn from the seed, max_ops the mixed load's length
-    (a retry's, run_until_reached)."""
-    rng = random.Random("%d/%s/%s" % (seed, point, config))
+    overrides the pass drawn from the seed, max_ops the mixed load's length,
+    and a variant above 0 draws another load from the same seed (a retry's,
+    run_until_reached)."""
+    rng = random.Random("%d/%s/%s" % (seed, point, config) + ("/%d" % variant if variant else ""))
     drawn = max(1, int(round(PASSES[point] ** rng.random())))
     n_at = n_at or drawn
     if os.environ.get("TAC_CP_N"):
@@ -663,19 +664,21 @@ def test_stale_mark_never_fresh_after_crash(server, tier_files, dram_mb, log, gr
 
 
 BAD_KINDS = ("wrong", "stale", "resurrected", "stale-marked fresh", "lost")
-RETRIES = 3
+RETRIES = 4
 
 
 def run_until_reached(server, tier_files, point, seed, config):
     """run_point, and while the point was not reached, again (up to RETRIES
     more times) with a smaller N: half the passes the last run counted,
-    or, at a recovery point or with none counted, a quarter of its N and a
-    mixed load twice as long.  Every run's keys are checked; the result is
-    the last run's, with the bad keys of all of them and the Ns tried."""
+    or, at a recovery point or with none counted, a quarter of its N, a
+    mixed load twice as long, and where a load passed the point not at all
+    another load drawn from the seed.  Every run's keys are checked; the
+    result is the last run's, with the bad keys of all of them and the Ns
+    tried."""
     if os.environ.get("TAC_CP_N"):
         return run_point(server, tier_files, point, seed, config)
     r = run_point(server, tier_files, point, seed, config)
-    tried, bad, ops = [r["n"]], collections.Counter(), MAX_OPS
+    tried, bad, ops, variant = [r["n"]], collections.Counter(), MAX_OPS, 0
     while r.get("not reached") and len(tried) <= RETRIES:
         for k in BAD_KINDS:
             bad[k] += r.get(k, 0)
@@ -684,7 +687,9 @@ def run_until_reached(server, tier_files, point, seed, config):
             n = max(1, min(passes, r["n"]) // 2)
         else:
             n, ops = max(1, r["n"] // 4), ops * 2
-        r = run_point(server, tier_files, point, seed, config, n_at=n, max_ops=ops)
+            if "passes" in r:
+                variant += 1
+        r = run_point(server, tier_files, point, seed, config, n_at=n, max_ops=ops, variant=variant)
         tried.append(r["n"])
     for k in BAD_KINDS:
         r[k] = r.get(k, 0) + bad[k]
