@@ -234,7 +234,7 @@ static const struct option_def options[] = {
     /* With a lower tier settings_finalize lowers it unless given. */
     { OPT('n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
       "chunk_size", "<bytes>", "min space used for key+value+flags; unless "
-      "given, 24 with NVM and 8 with SSD, to fit meta tuples closely"),
+      "given, 24 with NVM and 8 with SSD (ssd_path), to fit meta tuples closely"),
       .def = "48" },
     { OPT('L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start") },
@@ -1140,11 +1140,16 @@ bool settings_finalize(void)
     }
     /* Lower tiers keep meta tuples in DRAM: small first classes.  With
      * SSD the first holds a compact meta tuple with an 8-byte key.  An
-     * NVM path counts even under twotier, which drops it below. */
-    if (!opt_given("slab-min-size") && settings.ssd_path != NULL)
-        settings.chunk_size = 8;
-    else if (!opt_given("slab-min-size") && settings.nvm_path != NULL)
-        settings.chunk_size = 24;
+     * NVM path counts even under twotier, which drops it below.  An SSD
+     * tier named with memcached's -o ext_path keeps memcached's classes
+     * (its -n 48, no fine steps: slabs.c), so that a small item sits in
+     * the class memcached would give it. */
+    if (!opt_given("slab-min-size") && settings.ext_path == NULL) {
+        if (settings.ssd_path != NULL)
+            settings.chunk_size = 8;
+        else if (settings.nvm_path != NULL)
+            settings.chunk_size = 24;
+    }
     if (settings.tier_policy == TIER_POLICY_TWOTIER && settings.nvm_path != NULL) {
         fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "
                 "used\n", settings.nvm_path);
