@@ -395,17 +395,20 @@ def test_ssd_defaults_and_repeated_o(server, ssd_dir):
 def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     """memcached's extstore command line starts the SSD tier: ext_path is its
     file, ext_page_size and ext_wbuf_size (megabytes) its page and buf,
-    ext_item_size its smallest value, and the other ext_* options start the
-    server with a note naming each.  Four times -m of 2-8 KB values comes
-    back byte-exact, much of it from SSD."""
+    ext_item_size its smallest value, ext_max_frag and ext_recache_rate its
+    defrag and recache settings, and the ext_* options with no meaning here
+    start the server with a note naming each.  Four times -m of 2-8 KB values
+    comes back byte-exact, much of it from SSD."""
     path = os.path.join(ssd_dir, "extstore")
-    ignored = ["ext_low_ttl=0", "ext_max_frag=0.8"]
+    ignored = ["ext_low_ttl=0", "ext_drop_under=1"]
     s = server(["-m", "16", "-t", "2", "-o", ",".join(
         ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1",
-         "ext_item_size=512", "ext_item_age=0"] + ignored)])
+         "ext_item_size=512", "ext_item_age=0", "ext_max_frag=0.8",
+         "ext_recache_rate=100"] + ignored)])
     c = s.connect()
     st = c.stats(b"settings")
     assert st.get("ext_item_size") == "512", st
+    assert st.get("ext_max_frag") == "0.80" and st.get("ext_recache_rate") == "100", st
     assert st.get("ssd_path") == path + ":256m", st
     assert st.get("ssd_page_size") == str(4 * MB) and st.get("ssd_buf_size") == str(1 * MB), st
     notes = set(ln for ln in s.stderr_text().splitlines() if "no effect" in ln)
