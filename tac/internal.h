@@ -197,7 +197,7 @@ struct tac_iobuf {
     size_t cap;
 };
 /* Moves the SSD tuple at ref (len bytes) of the key, if still there, up
- * (fetcher); with recache, to DRAM even when it is cold. */
+ * (fetcher); with recache, to DRAM whatever its temperature. */
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
                        uint64_t ref, size_t len, bool recache,
                        struct tac_iobuf *io);

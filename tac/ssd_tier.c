@@ -1003,8 +1003,8 @@ size_t tac_ssd_buf_size(void)
 
 /* Moves the tuple at tref (a copy at data, whose key reads as `key`:
  * tac_tuple_key_hint) up if it is valid and warm or hot, or with recache
- * (-o ext_recache_rate) to DRAM even when cold.  Caller holds the key's
- * item lock. */
+ * (-o ext_recache_rate) to DRAM whatever its temperature.  Caller holds
+ * the key's item lock. */
 static void fetch_tuple(uint64_t tref, const char *data, const char *key,
                         uint32_t hv, bool recache)
 {
@@ -1016,8 +1016,9 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
     if (meta == NULL)
         return;
     enum llru_temp temp = llru_temperature(meta);
-    if (tac.policy == POLICY_ANTI2 || (recache && temp == LLRU_COLD))
-        temp = LLRU_HOT;            /* no distinction: up to DRAM */
+    /* anti2: no distinction; a recache (memcached's) goes to DRAM. */
+    if (tac.policy == POLICY_ANTI2 || recache)
+        temp = LLRU_HOT;
     item *t = NULL;
     if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
         temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
