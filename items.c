@@ -536,6 +536,8 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
         rec_mark(ITEM_key(it), it->nkey, hv);
+        if (tier_ops != NULL && tier_ops->key_stored != NULL)
+            tier_ops->key_stored(hv);
         /* A new version; a tier move (keep_cas) keeps time and CAS.  A
          * staged store's meta tuple got its CAS before its tuple was
          * written (store_ready). */
@@ -1380,6 +1382,9 @@ enum item_answer item_read(const struct item_read *rq, item **out,
     *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {
         a = ITEM_MISS;
+        if (rq->value && (why == NULL || (*why != MISS_EXPIRED && *why != MISS_FLUSHED)) &&
+            tier_ops != NULL && tier_ops->read_missed != NULL)
+            tier_ops->read_missed(hv);
     } else {
         if (rq->touch)
             set_exptime(it, rq->exptime);

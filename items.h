@@ -562,6 +562,14 @@ struct item_tier_ops {
     /* Optional (-o dram_log): whether logged(it) will return true for a
      * DRAM item about to be linked with a new CAS. */
     bool (*log_ordered)(const item *it);
+    /* Optional: a client's read of a value found no item for the key
+     * (hash hv), neither expired nor flushed: a lower tier that dropped
+     * the key for room counts the miss as its own (miss_from_extstore).
+     * Item lock held. */
+    void (*read_missed)(uint32_t hv);
+    /* Optional: a new version of the key (hash hv) is being linked: a
+     * drop remembered for it no longer explains a miss.  Item lock held. */
+    void (*key_stored)(uint32_t hv);
 };
 
 /* Registers the tier policy; NULL (the default) means DRAM only.  Called

@@ -21,6 +21,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "items.h"
 #include "settings.h"
 #include "prefix_stats.h"
+#include "tac/tac.h"
 #include "proto_ascii.h"
 #include "proto_dump.h"
 #include "proto_meta.h"
@@ -709,6 +711,7 @@ enum pt_cmd {
     CMD_INCR, CMD_DECR, CMD_DELETE, CMD_TOUCH,
     CMD_FLUSH_ALL, CMD_VERSION, CMD_QUIT, CMD_SHUTDOWN, CMD_STATS,
     CMD_VERBOSITY, CMD_MEMLIMIT, CMD_SLABS, CMD_LRU_CRAWLER, CMD_LRU,
+    CMD_EXTSTORE,
     CMD_WATCH,
     CMD_REFRESH_CERTS,
     CMD_DEBUG_CRASH_AT, CMD_DEBUG_CRASH_PASSES,
@@ -775,6 +778,63 @@ static void pt_process_lru(conn *c, struct util_token *tok, size_t ntok)
         out_string(c, "ERROR");
 }
 
+/* extstore <setting> <value> [noreply]: memcached's run-time tuning of its
+ * flash store, for the SSD tier's settings that have a meaning here
+ * (settings.c's -o ext_* rows say which); the others are refused with the
+ * reason.  Without an SSD tier there is no such command, as in a memcached
+ * built without extstore. */
+static void pt_process_extstore(conn *c, struct util_token *tok, size_t ntok)
+{
+    pt_noreply_maybe(c, tok, ntok);
+    if (settings.ssd_path == NULL) {
+        out_string(c, "ERROR");
+        return;
+    }
+    const char *sub = tok[1].value, *arg = tok[2].value;
+    char *end;
+    errno = 0;
+    if (strcmp(sub, "max_frag") == 0) {
+        double v = strtod(arg, &end);
+        if (errno != 0 || end == arg || *end != '\0' || !(v >= 0.0 && v <= 1.0)) {
+            out_string(c, "ERROR");
+            return;
+        }
+        __atomic_store(&settings.ext_max_frag, &v, __ATOMIC_RELAXED);
+        out_string(c, "OK");
+        return;
+    }
+    bool compact = strcmp(sub, "compact_under") == 0;
+    int *field = strcmp(sub, "item_size") == 0 ? &settings.ext_item_size
+               : strcmp(sub, "item_age") == 0 ? &settings.ext_item_age
+               : strcmp(sub, "recache_rate") == 0 ? &settings.ext_recache_rate
+               : NULL;
+    bool unread = strcmp(sub, "drop_unread") == 0;
+    if (field == NULL && !unread && !compact) {
+        if (strcmp(sub, "drop_under") == 0 || strcmp(sub, "low_ttl") == 0 ||
+            strcmp(sub, "max_sleep") == 0 || strcmp(sub, "free_memchunks") == 0)
+            out_string(c, "ERROR extstore setting has no meaning here: there are no "
+                          "page buckets or write thread sleeps to tune, and a full "
+                          "SSD drops its oldest page (see drop_unread)");
+        else
+            out_string(c, "ERROR");
+        return;
+    }
+    unsigned long v = strtoul(arg, &end, 10);
+    if (errno != 0 || end == arg || *end != '\0' || arg[0] == '-' || v > (1UL << 30)) {
+        out_string(c, "ERROR");
+        return;
+    }
+    if (unread)
+        __atomic_store_n(&settings.ext_drop_unread, v != 0, __ATOMIC_RELAXED);
+    else if (compact) {
+        __atomic_store_n(&settings.ext_compact_under, (int)v, __ATOMIC_RELAXED);
+        tac_ssd_set_compact_under((unsigned)v);
+    }
+    else
+        __atomic_store_n(field, (int)v, __ATOMIC_RELAXED);
+    out_string(c, "OK");
+}
+
 /* refresh_certs: -Z's certificate, key and CA files read again for new
  * connections, as memcached's. */
 static void pt_refresh_certs(conn *c)
@@ -828,6 +888,7 @@ static const struct pt_cmd_def {
     PT_CMD("slabs",          CMD_SLABS,     3, 4),
     PT_CMD("lru_crawler",    CMD_LRU_CRAWLER, 2, 3),
     PT_CMD("lru",            CMD_LRU,       2, PT_ANY),
+    PT_CMD("extstore",       CMD_EXTSTORE,  3, 4),
     PT_CMD("watch",          CMD_WATCH,     1, PT_ANY),
     PT_CMD("refresh_certs",  CMD_REFRESH_CERTS, 1, 1),
 #ifdef TAC_DEBUG_HOOKS
@@ -868,6 +929,7 @@ static void pt_run(conn *c, enum pt_cmd cmd, struct util_token *tok,
     case CMD_SLABS: pt_process_slabs(c, tok, ntok); break;
     case CMD_LRU_CRAWLER: pt_lru_crawler(c, tok, ntok); break;
     case CMD_LRU: pt_process_lru(c, tok, ntok); break;
+    case CMD_EXTSTORE: pt_process_extstore(c, tok, ntok); break;
     case CMD_REFRESH_CERTS: pt_refresh_certs(c); break;
     case CMD_DEBUG_CRASH_AT:
 #ifdef TAC_DEBUG_HOOKS

@@ -234,7 +234,7 @@ static const struct option_def options[] = {
     /* With a lower tier settings_finalize lowers it unless given. */
     { OPT('n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
       "chunk_size", "<bytes>", "min space used for key+value+flags; unless "
-      "given, 24 with NVM and 8 with SSD, to fit meta tuples closely"),
+      "given, 24 with NVM and 8 with SSD (ssd_path), to fit meta tuples closely"),
       .def = "48" },
     { OPT('L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start") },
@@ -373,6 +373,24 @@ static const struct option_def options[] = {
       "<secs>", "move DRAM items not read for this many seconds to the SSD tier "
       "even while DRAM has room, as memcached's extstore does (0: off, items "
       "move down only when DRAM runs short)"), .def = "0" },
+    { OPT(0, "ext_recache_rate", OPT_INT, S(ext_recache_rate), 0, 1 << 30, true,
+      NULL, "<num>", "besides moving warm and hot SSD items up, every "
+      "Nth read of an SSD item read before moves it to DRAM, as memcached's "
+      "extstore recaches (0: off; `extstore recache_rate` at run time)"),
+      .def = "2000" },
+    { OPT(0, "ext_max_frag", OPT_DOUBLE, S(ext_max_frag), 0, 1, true,
+      NULL, "<ratio>", "defrag re-packs an SSD page less live than "
+      "this; when every page is at least this live and space is needed, the "
+      "oldest page is dropped instead (`extstore max_frag` at run time)"),
+      .def = "0.9" },
+    { OPT(0, "ext_compact_under", OPT_INT, S(ext_compact_under), 0, 65535, true,
+      NULL, "<pages>", "defrag works while this many SSD pages or fewer are "
+      "free: ssd_free_pages one more, within its bounds (`extstore "
+      "compact_under` at run time)") },
+    { OPT(0, "ext_drop_unread", OPT_SET, S(ext_drop_unread), 0, 0, true,
+      NULL, NULL, "when a full SSD drops its oldest page, move the items "
+      "on it read again after their first read, and drop only the others "
+      "(`extstore drop_unread 0|1` at run time)") },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -485,11 +503,7 @@ static const struct option_def options[] = {
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
     IGNORED("ext_low_ttl"),
-    IGNORED("ext_drop_unread"),
-    IGNORED("ext_recache_rate"),
-    IGNORED("ext_compact_under"),
     IGNORED("ext_drop_under"),
-    IGNORED("ext_max_frag"),
     IGNORED("ext_max_sleep"),
     IGNORED("ext_io_depth"),
     IGNORED("slab_sizes"),
@@ -1097,6 +1111,11 @@ bool settings_finalize(void)
                 "file; give one\n");
         return false;
     }
+    if (opt_given("ext_compact_under") && opt_given("ssd_free_pages")) {
+        fprintf(stderr, "-o ext_compact_under and -o ssd_free_pages both set the "
+                "free SSD pages defrag keeps; give one\n");
+        return false;
+    }
     if ((opt_given("ext_page_size") && opt_given("ssd_page_size")) ||
         (opt_given("ext_wbuf_size") && opt_given("ssd_buf_size"))) {
         fprintf(stderr, "-o ext_page_size / ext_wbuf_size and ssd_page_size / "
@@ -1177,11 +1196,16 @@ bool settings_finalize(void)
     }
     /* Lower tiers keep meta tuples in DRAM: small first classes.  With
      * SSD the first holds a compact meta tuple with an 8-byte key.  An
-     * NVM path counts even under twotier, which drops it below. */
-    if (!opt_given("slab-min-size") && settings.ssd_path != NULL)
-        settings.chunk_size = 8;
-    else if (!opt_given("slab-min-size") && settings.nvm_path != NULL)
-        settings.chunk_size = 24;
+     * NVM path counts even under twotier, which drops it below.  An SSD
+     * tier named with memcached's -o ext_path keeps memcached's classes
+     * (its -n 48, no fine steps: slabs.c), so that a small item sits in
+     * the class memcached would give it. */
+    if (!opt_given("slab-min-size") && settings.ext_path == NULL) {
+        if (settings.ssd_path != NULL)
+            settings.chunk_size = 8;
+        else if (settings.nvm_path != NULL)
+            settings.chunk_size = 24;
+    }
     if (settings.tier_policy == TIER_POLICY_TWOTIER && settings.nvm_path != NULL) {
         fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "
                 "used\n", settings.nvm_path);
@@ -1278,12 +1302,8 @@ static const struct {
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
     { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
-    { "ext_recache_rate", "ext_recache_rate", "2000", 0, true },
-    { "ext_compact_under", "ext_compact_under", "0", 0, true },
     { "ext_drop_under", "ext_drop_under", "0", 0, true },
     { "ext_max_sleep", "ext_max_sleep", "1000000", 0, true },
-    { "ext_max_frag", "ext_max_frag", "0.80", 0, true },
-    { "ext_drop_unread", "ext_drop_unread", "no", 0, true },
     { "slab_automove_freeratio", "slab_automove_freeratio", "0.010", 0, false },
     { "num_napi_ids", NULL, "(null)", 0, false },
 };
@@ -1308,6 +1328,18 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         snprintf(v, sizeof(v), "%u", settings.ext_item_age > 0
                  ? (unsigned)settings.ext_item_age : 4294967295u);
         out(ctx, "ext_item_age", v);
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED));
+        out(ctx, "ext_recache_rate", v);
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_compact_under, __ATOMIC_RELAXED));
+        out(ctx, "ext_compact_under", v);
+        double frag;
+        __atomic_load(&settings.ext_max_frag, &frag, __ATOMIC_RELAXED);
+        snprintf(v, sizeof(v), "%.2f", frag);
+        out(ctx, "ext_max_frag", v);
+        out(ctx, "ext_drop_unread",
+            __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) ? "yes" : "no");
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;

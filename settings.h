@@ -141,6 +141,15 @@ struct settings {
     int ext_item_age;       /* -o ext_item_age: seconds unread before a DRAM
                                item moves to SSD regardless of room; 0 off */
     int ext_threads;        /* -o ext_threads: SSD thread pool size, 0 = default */
+    int ext_compact_under;  /* -o ext_compact_under: ssd_free_pages - 1 */
+    int ext_recache_rate;   /* -o ext_recache_rate: every Nth SSD read moves
+                               its item to DRAM; 0 off (atomic: `extstore
+                               recache_rate`) */
+    double ext_max_frag;    /* -o ext_max_frag: share of a page live at which
+                               defrag drops the oldest page instead of
+                               re-packing (atomic: `extstore max_frag`) */
+    bool ext_drop_unread;   /* -o ext_drop_unread: that drop moves the items
+                               read again after their first read (atomic) */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
     char *tier_key;         /* -o tier_key: key file sealing NVM and SSD */

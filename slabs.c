@@ -376,8 +376,11 @@ static void build_classes(void)
     /* With an SSD tier most of DRAM may hold meta tuples of
      * ITEM_COMPACT_HDR + key bytes: classes step by CHUNK_ALIGN up to
      * META_FINE_MAX, so that one costs at most CHUNK_ALIGN - 1 bytes of
-     * rounding for keys up to META_FINE_MAX - ITEM_COMPACT_HDR bytes. */
-    size_t fine_max = settings.ssd_path != NULL ? META_FINE_MAX : 0;
+     * rounding for keys up to META_FINE_MAX - ITEM_COMPACT_HDR bytes.
+     * Named with memcached's -o ext_path, the SSD tier keeps memcached's
+     * classes instead (settings_finalize leaves -n at memcached's 48). */
+    size_t fine_max = settings.ssd_path != NULL && settings.ext_path == NULL
+                      ? META_FINE_MAX : 0;
 
     nclasses = 0;
     while (nclasses < MAX_SLAB_CLASSES - 2 && size < max &&

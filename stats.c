@@ -479,18 +479,24 @@ static const struct stat_row general_stats[] = {
         "SSD items moved up to DRAM or NVM (`fetch_ssd_to_dram` + "
         "`fetch_ssd_to_nvm`) (only with an SSD tier)"),
     ROW("miss_from_extstore", COUNTER, MODULE,
-        "SSD reads whose tuple was gone by then, answered as a miss "
-        "(`ssd_read_misses`) (only with an SSD tier)"),
+        "gets that missed because the SSD had dropped the value: a key it "
+        "dropped for room asked for again (`ssd_dropped_misses`), or a read "
+        "whose tuple was gone by the time it ran (`ssd_read_misses`) (only "
+        "with an SSD tier)"),
     ROW("badcrc_from_extstore", COUNTER, MODULE,
         "damaged tuples found on read (`tuple_checksum_failures`: NVM and SSD "
         "together) (only with an SSD tier)"),
     ROW("extstore_compact_lost", CONST, MODULE,
-        "always 0: defrag moves every live tuple or, on a full SSD, drops "
-        "whole pages (`extstore_page_evictions`) (only with an SSD tier)"),
+        "always 0: defrag moves every live tuple it keeps or, on a full SSD, "
+        "drops whole pages (`extstore_page_evictions`) or unread items "
+        "(`extstore_compact_skipped`) (only with an SSD tier)"),
     ROW("extstore_compact_rescues", COUNTER, MODULE,
         "tuples defrag re-packed (`ssd_defrag_moved`) (only with an SSD tier)"),
-    ROW("extstore_compact_skipped", CONST, MODULE,
-        "always 0: defrag skips no live tuple (only with an SSD tier)"),
+    ROW("extstore_compact_skipped", COUNTER, MODULE,
+        "items a full SSD dropped from its oldest page with `ext_drop_unread` "
+        "because they were not read again after their first read, while "
+        "those that were moved on (`ssd_defrag_skipped`) (only with an SSD "
+        "tier)"),
     ROW("extstore_page_allocs", COUNTER, MODULE,
         "SSD pages taken off the free list (`ssd_page_allocs`) (only with an "
         "SSD tier); not cleared by `stats reset`"),

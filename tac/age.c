@@ -18,6 +18,8 @@
  * SSD meta tuples.  A round that moved nothing waits for the clock's next
  * second before the next walk.  Moves count in `evict_dram_to_ssd`.
  *
+ * `extstore item_age N` changes the age at run time (0 stops the moves).
+ *
  * Threads: the evictor threads (tac/evict.c); each touches only its own
  * partitions and its own slot of last_walk.
  */
@@ -38,8 +40,9 @@ static bool age_demote(item *it, uint32_t hv)
 {
     rel_time_t now = mc_now();
     rel_time_t t = item_time(it);
+    int age = __atomic_load_n(&settings.ext_item_age, __ATOMIC_RELAXED);
     if ((it->it_flags & (ITEM_META | ITEM_TRANSIENT)) != 0 || t > now ||
-        now - t < (rel_time_t)settings.ext_item_age ||
+        age <= 0 || now - t < (rel_time_t)age ||
         !tac_ssd_takes(it->nbytes))
         return false;
     item *meta = tac_ssd_store_copy(it, it->partition, true);
@@ -53,7 +56,8 @@ static bool age_demote(item *it, uint32_t hv)
 
 int tac_age_round(int evictor, int nevictors)
 {
-    if (settings.ext_item_age <= 0 || tac.ssd == NULL || evictor < 0 ||
+    if (__atomic_load_n(&settings.ext_item_age, __ATOMIC_RELAXED) <= 0 ||
+        tac.ssd == NULL || evictor < 0 ||
         evictor >= AGE_MAX_EVICTORS || nevictors <= 0)
         return 0;
     rel_time_t now = mc_now();

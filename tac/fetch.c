@@ -59,6 +59,7 @@ struct fetch_req {
     uint64_t cas;                /* NVM: the version queued */
     uint64_t ref;                /* SSD: a tuple (of the buf) */
     size_t len;                  /* SSD tuple: its length */
+    bool recache;                /* SSD tuple: to DRAM even when cold */
     uint8_t nkey;
     char key[KEY_MAX_LENGTH];
 };
@@ -152,6 +153,7 @@ void tac_fetch_nvm(const item *meta)
 static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
 {
     r->kind = kind;
+    r->recache = false;
     r->len = tac_tuple_size(meta->nkey, meta->nbytes);
     r->nkey = meta->nkey;
     memcpy(r->key, ITEM_key(meta), meta->nkey);
@@ -168,6 +170,15 @@ void tac_fetch_ssd_tuple(const item *meta)
     struct fetch_req r;
     if (ssd_req(&r, FETCH_SSD_TUPLE, meta))
         fetch_push(&r);
+}
+
+void tac_fetch_ssd_recache(const item *meta)
+{
+    struct fetch_req r;
+    if (ssd_req(&r, FETCH_SSD_TUPLE, meta)) {
+        r.recache = true;
+        fetch_push(&r);
+    }
 }
 
 void tac_fetch_ssd_buf(const item *meta)
@@ -226,7 +237,7 @@ static void fetcher_main(struct bg *g, unsigned idx, void *arg)
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
         } else if (r.kind == FETCH_SSD_TUPLE) {
-            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, &io);
+            tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, r.recache, &io);
         } else {
             TAC_INCR(fetch_ssd_bufs);
             tac_ssd_fetch_buf(r.ref, &io);

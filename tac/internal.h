@@ -40,6 +40,7 @@ struct tac_tuple_hdr;
     X(ssd_large_bufs)        \
     X(ssd_read_retries)      \
     X(ssd_read_misses)       \
+    X(ssd_dropped_misses)    \
     X(ssd_reads_nomem)       \
     X(ssd_reads_unparked)    \
     X(ssd_write_retries)     \
@@ -47,6 +48,7 @@ struct tac_tuple_hdr;
     X(ssd_failed_bufs_dropped) \
     X(ssd_defrag_runs)       \
     X(ssd_defrag_moved)      \
+    X(ssd_defrag_skipped)    \
     X(ssd_items_dropped)     \
     X(ssd_bytes_dropped)     \
     X(ssd_pages_dropped)     \
@@ -186,15 +188,19 @@ void tac_fetch_nvm(const item *meta);
 void tac_fetch_ssd_buf(const item *meta);
 /* Queues SSD meta tuple meta's own tuple (antituple, anti2). */
 void tac_fetch_ssd_tuple(const item *meta);
+/* Queues SSD meta tuple meta's own tuple for DRAM whatever its
+ * temperature: -o ext_recache_rate's every Nth SSD read. */
+void tac_fetch_ssd_recache(const item *meta);
 /* A fetcher's read buffer: grown to the largest tuple or buf it reads. */
 struct tac_iobuf {
     char *mem;
     size_t cap;
 };
 /* Moves the SSD tuple at ref (len bytes) of the key, if still there, up
- * (fetcher). */
+ * (fetcher); with recache, to DRAM whatever its temperature. */
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, size_t len, struct tac_iobuf *io);
+                       uint64_t ref, size_t len, bool recache,
+                       struct tac_iobuf *io);
 /* Fetches the buf holding ref (fetcher thread): valid hot tuples go to
  * DRAM, warm ones to NVM, cold ones stay. */
 void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io);
@@ -228,8 +234,9 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved);
  * -o ext_item_size. */
 static inline bool tac_ssd_takes(uint32_t nbytes)
 {
-    return nbytes >= (uint32_t)settings.ext_item_size + 2 ||
-           settings.ext_item_size == 0;
+    /* atomic: `extstore item_size` sets it at run time */
+    int min = __atomic_load_n(&settings.ext_item_size, __ATOMIC_RELAXED);
+    return min == 0 || nbytes >= (uint32_t)min + 2;
 }
 /* Moves the NVM tuple of NVM meta tuple `meta` to SSD (demote hook for NVM
  * LRU tails).  Item lock held, meta pinned. */
@@ -249,6 +256,10 @@ unsigned long long tac_ssd_items(void);
  * defrag cannot win one, or writes fail and their bound is reached (-M).
  * True without an SSD tier. */
 bool tac_ssd_full(void);
+/* item_tier_ops.read_missed / key_stored: the keys the SSD dropped for
+ * room, remembered by hash, explain later misses (ssd_dropped_misses). */
+void tac_ssd_read_missed(uint32_t hv);
+void tac_ssd_key_stored(uint32_t hv);
 void tac_ssd_stats_tiers(struct stat_sink *s);
 void tac_ssd_stats_settings(struct stat_sink *s);
 /* The SSD tier's lines under memcached's extstore names: plain `stats`

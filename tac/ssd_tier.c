@@ -84,9 +84,6 @@
 
 /* Re-reads that follow a tuple moved while it was being read. */
 #define READ_MAX_TRIES 4
-/* A page at least this full (per mille) gains too little from a move:
- * when space is needed, its items are dropped instead. */
-#define DEFRAG_FULL_PERMILLE 900
 #define DEFRAG_IDLE_MS 20
 #define IDLE_BUF_MS 1000
 #define WRITE_RETRY_MIN_MS 10
@@ -111,7 +108,8 @@ struct writer {
 
 static struct {
     struct ssd_info info;
-    unsigned free_wm;           /* free pages defrag keeps */
+    unsigned free_wm;           /* free pages defrag keeps (atomic:
+                                   tac_ssd_set_compact_under) */
     struct writer *writers;     /* evictors, then shared, then defrag */
     int nwriters;
     struct bg defrag;           /* the defrag thread */
@@ -130,6 +128,60 @@ static struct {
 } sd;
 
 static unsigned long long ssd_items;    /* atomic: SSD meta tuples */
+
+/* Keys the SSD dropped for room (a full SSD's oldest page, a drop_unread
+ * pass, failed bufs past their bound), remembered by item hash so that a
+ * later get of one counts in ssd_dropped_misses: memcached's
+ * miss_from_extstore, the misses a larger SSD would have served.  A
+ * direct-mapped table of hashes: a newer drop in a slot forgets the older
+ * one, a new version of the key clears its slot, a miss it explains
+ * clears it too.  A hash is 32 bits, so another key counts only if it
+ * shares all of them.  Slot value: hv | 1 (0 is empty).  Relaxed atomics:
+ * the defrag thread writes, workers read and clear. */
+#define GHOST_MIN (1u << 16)
+#define GHOST_MAX (1u << 22)
+#define GHOST_BYTES_PER_SLOT 16384     /* one slot per 16 KiB of SSD */
+static uint32_t *ghosts;
+static uint32_t ghost_mask;
+
+static void ghost_init(uint64_t ssd_bytes)
+{
+    uint64_t want = ssd_bytes / GHOST_BYTES_PER_SLOT;
+    uint32_t n = GHOST_MIN;
+    while (n < want && n < GHOST_MAX)
+        n <<= 1;
+    ghosts = calloc(n, sizeof(*ghosts));
+    ghost_mask = ghosts != NULL ? n - 1 : 0;
+}
+
+static void ghost_add(uint32_t hv)
+{
+    if (ghosts != NULL)
+        __atomic_store_n(&ghosts[hv & ghost_mask], hv | 1, __ATOMIC_RELAXED);
+}
+
+/* Forgets hv's drop; true if it was remembered. */
+static bool ghost_take(uint32_t hv)
+{
+    if (ghosts == NULL)
+        return false;
+    uint32_t want = hv | 1;
+    return __atomic_compare_exchange_n(&ghosts[hv & ghost_mask], &want, 0, false,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+void tac_ssd_read_missed(uint32_t hv)
+{
+    if (ghost_take(hv))
+        TAC_INCR(ssd_dropped_misses);
+}
+
+void tac_ssd_key_stored(uint32_t hv)
+{
+    if (ghosts != NULL &&
+        __atomic_load_n(&ghosts[hv & ghost_mask], __ATOMIC_RELAXED) == (hv | 1))
+        ghost_take(hv);
+}
 static __thread int writer_slot = -1;   /* evictor id, or -1 */
 static __thread struct ssd_ring *sync_ring;
 
@@ -138,10 +190,14 @@ static size_t tuple_len(const item *meta)
     return tac_tuple_size(meta->nkey, meta->nbytes);
 }
 
-/* A page this full gains too little from a move (DEFRAG_FULL_PERMILLE). */
+/* A page at least -o ext_max_frag live (default 0.9) gains too little
+ * from a move: when space is needed, the oldest page is dropped instead.
+ * (memcached's compaction likewise re-packs only pages under max_frag.) */
 static bool page_nearly_full(const struct ssd_page_info *pi)
 {
-    return pi->live * 1000 >= (uint64_t)sd.info.page_size * DEFRAG_FULL_PERMILLE;
+    double frag;
+    __atomic_load(&settings.ext_max_frag, &frag, __ATOMIC_RELAXED);
+    return (double)pi->live >= (double)sd.info.page_size * frag;
 }
 
 static void defrag_wake(void)
@@ -701,6 +757,20 @@ static void read_relookup(struct pending_read *pr, bool read_ok)
     read_finish(pr, value);
 }
 
+/* -o ext_recache_rate N (memcached's, default 2000 as there): of the SSD
+ * reads that found their tuple and whose item was read again after its
+ * first read (ITEM_ACTIVE), every Nth moves it up to DRAM, whatever its
+ * temperature (0: never). */
+static bool recache_turn(const item *meta)
+{
+    if ((__atomic_load_n(&meta->it_flags, __ATOMIC_RELAXED) & ITEM_ACTIVE) == 0)
+        return false;
+    static unsigned long long reads;    /* atomic */
+    int rate = __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED);
+    return rate > 0 &&
+           __atomic_add_fetch(&reads, 1, __ATOMIC_RELAXED) % (unsigned)rate == 0;
+}
+
 static void read_done(void *arg, enum ssd_status st, const char *data,
                       size_t len)
 {
@@ -728,6 +798,8 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
             tac_fetch_ssd_buf(pr->meta);
         else if (up)
             tac_fetch_ssd_tuple(pr->meta);
+        else if (recache_turn(pr->meta))
+            tac_fetch_ssd_recache(pr->meta);
         read_finish(pr, pr->t);
         return;
     }
@@ -930,9 +1002,11 @@ size_t tac_ssd_buf_size(void)
 }
 
 /* Moves the tuple at tref (a copy at data, whose key reads as `key`:
- * tac_tuple_key_hint) up if it is valid and warm or hot.  Caller holds the
- * key's item lock. */
-static void fetch_tuple(uint64_t tref, const char *data, const char *key, uint32_t hv)
+ * tac_tuple_key_hint) up if it is valid and warm or hot, or with recache
+ * (-o ext_recache_rate) to DRAM whatever its temperature.  Caller holds
+ * the key's item lock. */
+static void fetch_tuple(uint64_t tref, const char *data, const char *key,
+                        uint32_t hv, bool recache)
 {
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
@@ -942,8 +1016,9 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key, uint32
     if (meta == NULL)
         return;
     enum llru_temp temp = llru_temperature(meta);
-    if (tac.policy == POLICY_ANTI2)
-        temp = LLRU_HOT;            /* no distinction: up to DRAM */
+    /* anti2: no distinction; a recache (memcached's) goes to DRAM. */
+    if (tac.policy == POLICY_ANTI2 || recache)
+        temp = LLRU_HOT;
     item *t = NULL;
     if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
         temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
@@ -992,7 +1067,8 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key, uint32
 }
 
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
-                       uint64_t ref, size_t len, struct tac_iobuf *io)
+                       uint64_t ref, size_t len, bool recache,
+                       struct tac_iobuf *io)
 {
     if (tac.ssd == NULL)
         return;
@@ -1008,7 +1084,7 @@ void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
     if (hdr->nkey != nkey || memcmp(hint, key, nkey) != 0)
         return;
     item_lock(hv);
-    fetch_tuple(ref, io->mem, hint, hv);
+    fetch_tuple(ref, io->mem, hint, hv, recache);
     item_unlock(hv);
 }
 
@@ -1032,18 +1108,30 @@ void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io)
         const char *key = tac_tuple_key_hint(hdr, mem + off + sizeof(*hdr), buf);
         uint32_t hv = item_hash(key, hdr->nkey);
         item_lock(hv);
-        fetch_tuple(base + off, mem + off, key, hv);
+        fetch_tuple(base + off, mem + off, key, hv, false);
         item_unlock(hv);
     }
 }
 
 /* ---- Defrag, reclaim, write retries ------------------------------------- */
 
+/* How defrag empties a page (defrag_page). */
+enum defrag_mode {
+    DEFRAG_MOVE,        /* re-pack: move every live tuple */
+    DEFRAG_DROP,        /* the SSD is full: drop every live tuple's item */
+    DEFRAG_DROP_UNREAD, /* full, -o ext_drop_unread: move the items read
+                           again after their first read (ITEM_ACTIVE, which
+                           the move clears), drop the others
+                           (ssd_defrag_skipped) */
+};
+
 /* Handles the tuple at tref (a copy at data, len bytes) of a page being
- * emptied: if it is live, moves it into the defrag buf (or, with drop, drops
- * its item).  False when it is live but could not be moved. */
-static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
+ * emptied: if it is live, moves it into the defrag buf or drops its item,
+ * as mode says.  False when it is live but could not be moved. */
+static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
+                         enum defrag_mode mode)
 {
+    bool drop = mode == DEFRAG_DROP;
     struct tac_tuple_hdr hdr;
     memcpy(&hdr, data, sizeof(hdr));
     const char *body = data + sizeof(hdr);
@@ -1054,10 +1142,21 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
     item_lock(hv);
     item *it = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (it != NULL && item_value_async(it) && item_meta_ref(it) == tref) {
+        bool unread = mode == DEFRAG_DROP_UNREAD &&
+                      (it->it_flags & ITEM_ACTIVE) == 0;
+        if (unread) {
+            do_item_evict(it, hv);
+            ghost_add(hv);
+            TAC_INCR(ssd_defrag_skipped);
+            item_release(it);
+            item_unlock(hv);
+            return true;
+        }
         /* Checked whole before it is copied on: a damaged tuple, or
          * another key's or an older version put in its place, is not
          * copied: its item is dropped. */
         const char *clear;
+        bool for_room = drop;
         if (!drop && (tac_tuple_open_scratch(&hdr, body, &clear) != TUPLE_OK ||
                       !tac_tuple_owned(it, &hdr, clear))) {
             tac_tuple_refused();
@@ -1065,6 +1164,8 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
         }
         if (drop) {
             do_item_evict(it, hv);
+            if (for_room)
+                ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
             TAC_ADD(ssd_bytes_dropped, len);
         } else {
@@ -1080,6 +1181,10 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
                  * written. */
                 tac_dramlog_tuple(&hdr, iov, 2, hv);
                 item_set_meta_ref(it, nref);
+                /* Kept once for its reads: the next such drop keeps it
+                 * only if it is read again (so it cannot cycle for ever). */
+                if (mode == DEFRAG_DROP_UNREAD)
+                    it->it_flags &= ~ITEM_ACTIVE;
                 ssd_mark_dead(tac.ssd, tref, len);
                 CRASH_POINT(ssd_defrag_tuple);
                 TAC_INCR(ssd_defrag_moved);
@@ -1096,15 +1201,16 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len, bool drop)
  * at reference base.  When a live tuple cannot be moved (no page left for
  * defrag either), the SSD is full: the rest are dropped (*drop), or with
  * -M, or while a restart still indexes pinned pages, defrag gives up. */
-static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
+static bool defrag_buf(uint64_t base, const char *mem, size_t used,
+                       enum defrag_mode *mode)
 {
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
-        if (!defrag_tuple(base + off, mem + off, len, *drop)) {
+        if (!defrag_tuple(base + off, mem + off, len, *mode)) {
             if (!settings.evict_to_free || ssd_any_pinned(tac.ssd))
                 return false;
-            *drop = true;
-            defrag_tuple(base + off, mem + off, len, true);
+            *mode = DEFRAG_DROP;
+            defrag_tuple(base + off, mem + off, len, DEFRAG_DROP);
         }
     }
     return true;
@@ -1112,9 +1218,11 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used, bool *drop)
 
 /* Wins back one page: re-packs the live tuples of the sealed page with the
  * fewest live bytes.  When even that page is nearly all live, the SSD is
- * full: the oldest page's items are dropped (cache semantics), or with -M
- * nothing is done.  Returns false when there was nothing to do or it could
- * not proceed. */
+ * full: the oldest page's items are dropped (cache semantics), or with
+ * -o ext_drop_unread only those not read again after their first read
+ * while the others move on (memcached's compaction with drop_unread), or
+ * with -M nothing is done.  Returns false when there was nothing to do or
+ * it could not proceed. */
 static bool defrag_page(struct tac_iobuf *io)
 {
     struct ssd_page_info pi;
@@ -1131,15 +1239,18 @@ static bool defrag_page(struct tac_iobuf *io)
      * recovered while the SSD has room. */
     if (drop && ssd_any_pinned(tac.ssd))
         return false;
+    enum defrag_mode mode = DEFRAG_MOVE;
     if (drop) {
         page = ssd_page_oldest(tac.ssd, &pi);
-        if (page >= 0)
-            TAC_INCR(ssd_pages_dropped);
-    } else {
-        TAC_INCR(ssd_defrag_runs);
+        mode = __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED)
+               ? DEFRAG_DROP_UNREAD : DEFRAG_DROP;
     }
     if (page < 0)
         return false;
+    if (mode == DEFRAG_DROP)
+        TAC_INCR(ssd_pages_dropped);
+    else
+        TAC_INCR(ssd_defrag_runs);
     for (unsigned slot = 0; slot < sd.info.bufs_per_page; slot++) {
         uint64_t base;
         uint32_t used = ssd_page_buf(tac.ssd, page, slot, &base);
@@ -1153,7 +1264,7 @@ static bool defrag_page(struct tac_iobuf *io)
             return true;
         if (st != SSD_OK)
             return false;           /* counted by ssd/ as an I/O error */
-        if (!defrag_buf(base, io->mem, got, &drop))
+        if (!defrag_buf(base, io->mem, got, &mode))
             return false;
     }
     /* Every tuple found valid was moved or dropped: whatever live bytes
@@ -1207,6 +1318,7 @@ static void drop_failed_buf(struct ssd_buf *b)
         item *it = do_item_get(key, hdr->nkey, hv, NULL, false);
         if (it != NULL && item_value_async(it) && item_meta_ref(it) == base + off) {
             do_item_evict(it, hv);
+            ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
             TAC_ADD(ssd_bytes_dropped, len);
         }
@@ -1305,7 +1417,9 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? sd.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        if (!failing && free_pages_now() < sd.free_wm && defrag_page(&io))
+        if (!failing &&
+            free_pages_now() < __atomic_load_n(&sd.free_wm, __ATOMIC_RELAXED) &&
+            defrag_page(&io))
             continue;
         int wait = DEFRAG_IDLE_MS;
         if (have_failed) {
@@ -1334,6 +1448,34 @@ static bool on_tmpfs(const char *path)
     int rc = statfs(exists ? path : dirname(copy), &fs);
     free(copy);
     return rc == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+/* The defrag watermark wm within its bounds.  Room for the open page, a
+ * page defrag fills, and slack: defrag starts while there is still space
+ * to move tuples into, so at least 3; at most half the pages unless an
+ * operator set it (ssd_free_pages, compact_under), and then at most all
+ * but the defrag reserve. */
+static unsigned free_wm_bounded(unsigned wm, bool set)
+{
+    unsigned max = set ? sd.info.npages - DEFRAG_RESERVE_PAGES : sd.info.npages / 2;
+    if (wm < 3)
+        wm = 3;
+    if (wm > max)
+        wm = max;
+    /* Defrag must start before the writers stop at its reserve. */
+    if (wm <= DEFRAG_RESERVE_PAGES)
+        wm = DEFRAG_RESERVE_PAGES + 1;
+    return wm;
+}
+
+unsigned tac_ssd_set_compact_under(unsigned pages)
+{
+    if (tac.ssd == NULL)
+        return 0;
+    unsigned wm = free_wm_bounded(pages + 1, true);
+    __atomic_store_n(&sd.free_wm, wm, __ATOMIC_RELAXED);
+    defrag_wake();
+    return wm;
 }
 
 /* The options were checked and parsed by settings.c. */
@@ -1417,18 +1559,12 @@ bool tac_ssd_open(void)
     if (cfg.engine == SSD_IO_URING && sd.info.engine == SSD_IO_THREADS)
         fprintf(stderr, "SSD tier: io_uring is unavailable here; using a "
                 "pread/pwrite thread pool\n");
-    /* Room for the open page, a page defrag fills, and slack: defrag
-     * starts while there is still space to move tuples into. */
     unsigned wm = settings.ssd_free_pages > 0 ? (unsigned)settings.ssd_free_pages
-                                             : sd.info.npages / 50;
-    if (wm < 3)
-        wm = 3;
-    if (wm > sd.info.npages / 2)
-        wm = sd.info.npages / 2;
-    /* Defrag must start before the writers stop at its reserve. */
-    if (wm <= DEFRAG_RESERVE_PAGES)
-        wm = DEFRAG_RESERVE_PAGES + 1;
-    sd.free_wm = wm;
+                : settings.ext_compact_under > 0 ? (unsigned)settings.ext_compact_under + 1
+                : sd.info.npages / 50;
+    sd.free_wm = free_wm_bounded(wm, settings.ssd_free_pages > 0 ||
+                                      settings.ext_compact_under > 0);
+    ghost_init((uint64_t)sd.info.npages * sd.info.page_size);
     sd.nwriters = settings.evict_threads + 2;
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));
     if (sd.writers == NULL)
@@ -1485,6 +1621,9 @@ uint64_t tac_ssd_close(void)
     free(sd.writers);
     /* Failed bufs are freed by ssd_close with the rest. */
     free(sd.failed);
+    free(ghosts);
+    ghosts = NULL;
+    ghost_mask = 0;
     uint64_t generation = ssd_close(tac.ssd);
     tac.ssd = NULL;
     memset(&sd, 0, sizeof(sd));
@@ -1554,9 +1693,13 @@ static uint64_t ext_recache(void)
 {
     return TAC_GET(fetch_ssd_to_dram) + TAC_GET(fetch_ssd_to_nvm);
 }
-static uint64_t ext_misses(void) { return TAC_GET(ssd_read_misses); }
+static uint64_t ext_misses(void)
+{
+    return TAC_GET(ssd_read_misses) + TAC_GET(ssd_dropped_misses);
+}
 static uint64_t ext_badcrc(void) { return TAC_GET(tuple_checksum_failures); }
 static uint64_t ext_rescues(void) { return TAC_GET(ssd_defrag_moved); }
+static uint64_t ext_skipped(void) { return TAC_GET(ssd_defrag_skipped); }
 static uint64_t ext_page_evictions(void) { return TAC_GET(ssd_pages_dropped); }
 static uint64_t ext_objects_evicted(void) { return TAC_GET(ssd_items_dropped); }
 static uint64_t ext_bytes_evicted(void) { return TAC_GET(ssd_bytes_dropped); }
@@ -1613,7 +1756,7 @@ void tac_ssd_stats_register(void)
         { "badcrc_from_extstore", ext_badcrc },
         { "extstore_compact_lost", ext_none },
         { "extstore_compact_rescues", ext_rescues },
-        { "extstore_compact_skipped", ext_none },
+        { "extstore_compact_skipped", ext_skipped },
         { "extstore_page_allocs", ext_page_allocs },
         { "extstore_page_evictions", ext_page_evictions },
         { "extstore_objects_evicted", ext_objects_evicted },
@@ -1638,5 +1781,5 @@ void tac_ssd_stats_settings(struct stat_sink *s)
     stat_printf(s, "ssd_buf_size", "%zu", sd.info.buf_size);
     stat_printf(s, "ssd_io_engine", "%s",
                 sd.info.engine == SSD_IO_URING ? "uring" : "threads");
-    stat_printf(s, "ssd_free_pages", "%u", sd.free_wm);
+    stat_printf(s, "ssd_free_pages", "%u", __atomic_load_n(&sd.free_wm, __ATOMIC_RELAXED));
 }

@@ -542,6 +542,8 @@ static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .invalidate = tac_journal_invalidate,
     .shorten = tier_shorten,
     .flush = tac_journal_flush,
+    .read_missed = tac_ssd_read_missed,
+    .key_stored = tac_ssd_key_stored,
 };
 
 /* ---- Set-up ------------------------------------------------------------- */

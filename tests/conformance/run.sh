@@ -71,8 +71,8 @@ make_tree() {
 
 # The core files: memcached's text protocol, the binary protocol's two files.
 # The files doc/design.md ("memcached's test suite") says cannot pass here.
-KNOWN="metaget.t lru-maintainer.t slabs-reassign-chunked.t
-extstore-jbod.t extstore.t binary-extstore.t error-extstore.t chunked-extstore.t
+KNOWN="lru-maintainer.t slabs-reassign-chunked.t
+extstore-jbod.t extstore.t error-extstore.t chunked-extstore.t
 extstore-buckets.t"
 
 # The core files, the slowest (binary, metaget) first.

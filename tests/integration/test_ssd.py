@@ -395,17 +395,20 @@ def test_ssd_defaults_and_repeated_o(server, ssd_dir):
 def test_extstore_options_map_onto_the_ssd_tier(server, ssd_dir):
     """memcached's extstore command line starts the SSD tier: ext_path is its
     file, ext_page_size and ext_wbuf_size (megabytes) its page and buf,
-    ext_item_size its smallest value, and the other ext_* options start the
-    server with a note naming each.  Four times -m of 2-8 KB values comes
-    back byte-exact, much of it from SSD."""
+    ext_item_size its smallest value, ext_max_frag and ext_recache_rate its
+    defrag and recache settings, and the ext_* options with no meaning here
+    start the server with a note naming each.  Four times -m of 2-8 KB values
+    comes back byte-exact, much of it from SSD."""
     path = os.path.join(ssd_dir, "extstore")
-    ignored = ["ext_low_ttl=0", "ext_max_frag=0.8"]
+    ignored = ["ext_low_ttl=0", "ext_drop_under=1"]
     s = server(["-m", "16", "-t", "2", "-o", ",".join(
         ["ext_path=%s:256m" % path, "ext_page_size=4", "ext_wbuf_size=1",
-         "ext_item_size=512", "ext_item_age=0"] + ignored)])
+         "ext_item_size=512", "ext_item_age=0", "ext_max_frag=0.8",
+         "ext_recache_rate=100"] + ignored)])
     c = s.connect()
     st = c.stats(b"settings")
     assert st.get("ext_item_size") == "512", st
+    assert st.get("ext_max_frag") == "0.80" and st.get("ext_recache_rate") == "100", st
     assert st.get("ssd_path") == path + ":256m", st
     assert st.get("ssd_page_size") == str(4 * MB) and st.get("ssd_buf_size") == str(1 * MB), st
     notes = set(ln for ln in s.stderr_text().splitlines() if "no effect" in ln)
@@ -1356,4 +1359,156 @@ def test_ssd_tier_larger_than_the_page_ids_takes_larger_pages(server, ssd_dir):
     assert not failures, fmt_failures(failures, c.stats(b"tiers"))
     assert int(c.stats(b"tiers")["ssd_items"]) > 0
     hits, misses, wrong = read_check(c, keys, lambda k: (0, want[k]))
+    assert not wrong and not misses, (wrong[:3], misses[:3])
+
+
+# ------------------------------------------- memcached's extstore tuning
+
+def get_value(c, key):
+    """The value of a plain get of key, or None on a miss."""
+    r = c.req(b"get " + key + b"\r\n", end=b"END\r\n")
+    if r == b"END\r\n":
+        return None
+    m = re.match(rb"VALUE \S+ \d+ (\d+)\r\n", r)
+    assert m, r[:80]
+    n = int(m.group(1))
+    body = r[m.end():]
+    assert len(body) == n + 7 and body[n:] == b"\r\nEND\r\n", r[:80]
+    return body[:n]
+
+
+def test_ext_path_keeps_memcacheds_slab_classes(server, ssd_dir):
+    """Named by memcached's ext_path the SSD tier keeps memcached's slab classes (class 1
+    holds 96-byte chunks, as with -n 48), so a small item sits where memcached puts it;
+    named by ssd_path the first classes step by 8 bytes from 56 for meta tuples, and the
+    same item sits in class 3 (56, 64, 72)."""
+    for opt, cls, chunk in (("ext_path=%s/ext:64m", 1, 96), ("ssd_path=%s/ssd:64m", 3, 72)):
+        c = server(["-m", "16", "-o", opt % ssd_dir]).connect()
+        assert c.line(b"set foo 0 0 2\r\nhi\r\n") == b"STORED\r\n"
+        sl = c.stats(b"slabs")
+        assert stat_int(sl, "%d:chunk_size" % cls) == chunk, sl
+        assert stat_int(sl, "%d:used_chunks" % cls) == 1, sl
+
+
+def test_extstore_command_tunes_the_ssd_tier(server, ssd_dir):
+    """`extstore <name> <value>` sets the SSD tier's settings that mean something here and
+    `stats settings` shows them; those without a meaning, bad values and unknown names
+    answer ERROR; noreply is honoured; without an SSD tier there is no such command."""
+    s = ssd_server(server, ssd_dir, "128m", opts=["ssd_page_size=4m", "ssd_buf_size=1m"])
+    c = s.connect()
+    for cmd, name, want in ((b"recache_rate 7", "ext_recache_rate", "7"),
+                            (b"max_frag 0.5", "ext_max_frag", "0.50"),
+                            (b"drop_unread 1", "ext_drop_unread", "yes"),
+                            (b"item_size 1000", "ext_item_size", "1000"),
+                            (b"item_age 5", "ext_item_age", "5"),
+                            (b"compact_under 5", "ssd_free_pages", "6")):
+        assert c.line(b"extstore " + cmd + b"\r\n") == b"OK\r\n", cmd
+        assert c.stats(b"settings").get(name) == want, (cmd, c.stats(b"settings").get(name))
+    assert c.stats(b"settings").get("ext_compact_under") == "5"
+    for bad in (b"drop_under 3", b"low_ttl 10", b"max_sleep 10"):
+        r = c.line(b"extstore " + bad + b"\r\n")
+        assert r.startswith(b"ERROR ") and b"no meaning here" in r, (bad, r)
+    for bad in (b"max_frag 1.5", b"max_frag x", b"recache_rate -1", b"recache_rate 1x",
+                b"nothing 1", b"recache_rate"):
+        assert c.line(b"extstore " + bad + b"\r\n") == b"ERROR\r\n", bad
+    assert c.stats(b"settings").get("ext_recache_rate") == "7"
+    c.sock.sendall(b"extstore recache_rate 3 noreply\r\n")
+    assert c.line(b"version\r\n").startswith(b"VERSION ")
+    assert c.stats(b"settings").get("ext_recache_rate") == "3"
+    d = server(["-m", "16"]).connect()
+    assert d.line(b"extstore recache_rate 1\r\n") == b"ERROR\r\n"
+
+
+def fill_past_ssd(c, prefix, ssd_bytes, times=3):
+    """Sets keys of 2-8 KB values totalling `times` SSD sizes; returns {key: value} stored."""
+    keys = keys_totalling(prefix, times * ssd_bytes)
+    want = {k: make_value(k, 1) for k in keys}
+    stored, failures, _ = load(c, want.items())
+    assert not failures, failures
+    return want
+
+
+def test_miss_from_extstore_counts_keys_the_ssd_dropped(server, ssd_dir):
+    """A full SSD drops its oldest pages; a get of a key dropped so counts in
+    miss_from_extstore (ssd_dropped_misses) once, a miss of a key never stored or stored
+    again and deleted does not, and every hit is byte-exact."""
+    s = ssd_server(server, ssd_dir, "32m", mem=8, opts=["ssd_page_size=2m", "ssd_buf_size=256k"])
+    c = s.connect()
+    want = fill_past_ssd(c, b"drop:", 32 * MB)
+    t = c.stats(b"tiers")
+    assert stat_int(t, "ssd_items_dropped") > 0, t
+    before = stat_int(c.stats(), "miss_from_extstore")
+    t0 = c.stats(b"tiers")
+    hits, misses, wrong = read_check(c, list(want), lambda k: (0, want[k]))
+    assert not wrong, wrong[:3]
+    assert hits > 0 and len(misses) > 0, (hits, len(misses))
+    st = c.stats()
+    counted = stat_int(st, "miss_from_extstore") - before
+    # Every miss here is a dropped key; the table may forget a few (a newer drop in
+    # the same slot), never invent one.
+    assert len(misses) * 0.8 <= counted <= len(misses), (counted, len(misses))
+    # The sum of its two causes: keys dropped before the get, and reads whose tuple a
+    # drop took while they ran.
+    t1 = c.stats(b"tiers")
+    assert counted == sum(stat_int(t1, n) - stat_int(t0, n)
+                          for n in ("ssd_dropped_misses", "ssd_read_misses")), (t0, t1)
+    assert stat_int(t1, "ssd_dropped_misses") > stat_int(t0, "ssd_dropped_misses")
+    # Counted once: the same misses again count nothing.
+    hits2, misses2, _ = read_check(c, misses, lambda k: (0, want[k]))
+    assert stat_int(c.stats(), "miss_from_extstore") - before == counted
+    # Stored again, then deleted: its miss is the delete's, not the SSD's.
+    k = misses[0]
+    assert c.line(b"set %s 0 0 1\r\nx\r\n" % k) == b"STORED\r\n"
+    assert c.line(b"delete %s\r\n" % k) == b"DELETED\r\n"
+    assert get_value(c, k) is None
+    assert get_value(c, b"drop:never-stored") is None
+    assert stat_int(c.stats(), "miss_from_extstore") - before == counted
+
+
+def test_drop_unread_keeps_the_items_read_again(server, ssd_dir):
+    """With ext_drop_unread (and ext_max_frag 0: a full SSD always drops), a full SSD's
+    oldest page moves on the items read again after their first read and drops the
+    others: extstore_compact_skipped and extstore_compact_rescues count them, the items
+    read twice outlive the unread ones written with them, and every hit is byte-exact."""
+    s = ssd_server(server, ssd_dir, "32m", mem=8,
+                   opts=["ssd_page_size=2m", "ssd_buf_size=256k", "ext_drop_unread",
+                         "ext_max_frag=0"])
+    c = s.connect()
+    first = fill_past_ssd(c, b"early:", 32 * MB, times=0.5)
+    early = list(first)
+    kept = early[::4]
+    for _ in range(2):
+        hits, misses, wrong = read_check(c, kept, lambda k: (0, first[k]))
+        assert not wrong and not misses, (wrong[:3], misses[:3])
+    fill_past_ssd(c, b"late:", 32 * MB, times=0.9)
+    st = c.stats()
+    assert stat_int(st, "extstore_compact_skipped") > 0, st
+    assert stat_int(st, "extstore_compact_rescues") > 0, st
+    kh, km, kw = read_check(c, kept, lambda k: (0, first[k]))
+    unread = [k for k in early if k not in set(kept)]
+    uh, um, uw = read_check(c, unread, lambda k: (0, first[k]))
+    assert not kw and not uw, (kw[:3], uw[:3])
+    assert kh / len(kept) > uh / len(unread) + 0.3, (kh, len(kept), uh, len(unread))
+
+
+def test_recache_rate_moves_items_read_before_to_dram(server, ssd_dir):
+    """ext_recache_rate 1: an SSD read of an item read before moves it to DRAM
+    (recache_from_extstore), whatever its temperature; the value stays exact."""
+    s = ssd_server(server, ssd_dir, "64m", mem=8, opts=["ext_recache_rate=1"])
+    c = s.connect()
+    want = fill_past_ssd(c, b"rc:", 64 * MB, times=0.5)
+    on_ssd = [k for k in list(want)[:200] if tier_of(c, k) == "ssd"][:20]
+    assert len(on_ssd) >= 10, on_ssd
+    before = stat_int(c.stats(), "recache_from_extstore")
+    # Right after the fill DRAM may still be at its limit (fetch_no_room): read again
+    # until the evictors have made room.
+    deadline = time.time() + 10
+    while time.time() < deadline and stat_int(c.stats(), "recache_from_extstore") == before:
+        for k in on_ssd:
+            assert get_value(c, k) == want[k]
+            assert get_value(c, k) == want[k]
+        time.sleep(0.2)
+    assert stat_int(c.stats(), "recache_from_extstore") > before, {k: v for k, v in c.stats(b"tiers").items() if k.startswith("fetch")}
+    assert any(tier_of(c, k) == "dram" for k in on_ssd)
+    hits, misses, wrong = read_check(c, on_ssd, lambda k: (0, want[k]))
     assert not wrong and not misses, (wrong[:3], misses[:3])
