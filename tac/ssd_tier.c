@@ -1020,7 +1020,13 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
     if (tac.policy == POLICY_ANTI2 || recache)
         temp = LLRU_HOT;
     item *t = NULL;
+    /* A stale-marked item (`md ... I`) stays where it is: a copy written up
+     * would be a new tuple without the mark, served fresh, and its new seq
+     * lies above the invalidation the mark recorded, so a crash would bring
+     * it back fresh too (tac_demote drops such an item for the same
+     * reason). */
     if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
+        (meta->it_flags & ITEM_STALE) ||
         temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
         item_release(meta);
         return;

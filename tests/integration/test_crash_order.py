@@ -16,7 +16,7 @@ import pytest
 
 from mcserver import IS_STOCK
 from test_crash import sigkill, wait_crash_recovered
-from test_restart import graceful_stop, restart, tier_files  # noqa: F401 (fixture)
+from test_restart import Reader, graceful_stop, restart, tier_files  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-memcached's tiers and restart")]
@@ -661,3 +661,40 @@ def test_a_replayed_write_that_finds_no_room_loses_its_key_never_serves_an_older
         assert rs["dropped"] >= 1, rs
     else:
         assert got == b"VALUE %s 4 %d\r\n%s\r\nEND\r\n" % (key, len(new), new), got[:80]
+
+
+def test_a_stale_mark_stays_when_reads_warm_an_ssd_item(server, tier_files):  # noqa: F811
+    """`md <key> I` marks an SSD-resident item stale.  Reads of it then
+    warm it, and a warm SSD item is fetched up to NVM; the copy written up
+    must keep the mark, or the value is served fresh (this lost the mark
+    before a graceful restart in the crash-point matrix).  Here the item
+    is not moved up at all: every read answers it stale (X), and a crash
+    after that does not bring it back fresh."""
+    srv, c, nvm, ssd, args = small_tiers(server, tier_files, 4, 64, ",temp_sample_interval=0")
+    key = b"a-stale-ssd-item-stays-stale:0123456789abcdefgh"
+    old, _new = two_versions(key)
+    assert c.line(b"set %s 3 0 %d\r\n%s\r\n" % (key, len(old), old)) == b"STORED\r\n"
+    fill_until(c, key, "ssd")
+    assert c.line(b"md %s I\r\n" % key) == b"HD\r\n"
+    def read_value(cc):
+        cc.sock.sendall(b"mg %s s v\r\n" % key)
+        rd = Reader(cc.sock)
+        ln = rd.line()
+        if ln.startswith(b"VA "):
+            assert rd.exact(int(ln.split()[1]) + 2)[:-2] == old
+        return ln
+
+    for i in range(12):
+        ln = read_value(c)
+        assert ln.startswith(b"VA") and b"X" in ln.split()[2:], "read %d: %r" % (i, ln)
+        time.sleep(0.05)
+    time.sleep(0.5)                  # the fetchers have had their turn
+    ln = read_value(c)
+    assert ln.startswith(b"VA") and b"X" in ln.split()[2:], "after the fetchers: %r (%s)" % (ln, tier_of(c, key))
+    assert tier_of(c, key) == "ssd"
+    time.sleep(1.5)
+    sigkill(srv, SEED, "with a stale-marked SSD item read warm")
+    srv2 = restart(server, srv, args)
+    c2, _rs = wait_crash_recovered(srv2, SEED, "after the crash")
+    got = read_value(c2)
+    assert got == b"EN" or b"X" in got.split()[2:], "back fresh after a crash: %r" % got
