@@ -33,7 +33,6 @@
 #include "items.h"
 #include "settings.h"
 #include "prefix_stats.h"
-#include "tac/tac.h"
 #include "proto_ascii.h"
 #include "proto_dump.h"
 #include "proto_meta.h"
@@ -827,8 +826,7 @@ static void pt_process_extstore(conn *c, struct util_token *tok, size_t ntok)
     if (unread)
         __atomic_store_n(&settings.ext_drop_unread, v != 0, __ATOMIC_RELAXED);
     else if (compact) {
-        __atomic_store_n(&settings.ext_compact_under, (int)v, __ATOMIC_RELAXED);
-        tac_ssd_set_compact_under((unsigned)v);
+        settings_set_compact_under((int)v);
     }
     else
         __atomic_store_n(field, (int)v, __ATOMIC_RELAXED);

@@ -1358,6 +1358,20 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     }
 }
 
+static void (*compact_under_apply)(unsigned pages);
+
+void settings_on_compact_under(void (*apply)(unsigned pages))
+{
+    compact_under_apply = apply;
+}
+
+void settings_set_compact_under(int pages)
+{
+    __atomic_store_n(&settings.ext_compact_under, pages, __ATOMIC_RELAXED);
+    if (compact_under_apply != NULL)
+        compact_under_apply((unsigned)pages);
+}
+
 void settings_each(void (*out)(void *ctx, const char *name, const char *value),
                    void *ctx)
 {

@@ -206,6 +206,12 @@ void settings_usage(void);
 
 /* `stats settings`: out(ctx, name, value) for each option shown there, in
  * table order, then the fixed lines memcached also prints. */
+/* `extstore compact_under N` at run time: sets ext_compact_under and
+ * calls what the SSD tier registered (settings_on_compact_under) to apply
+ * it, so that the text protocol reaches no tier code. */
+void settings_on_compact_under(void (*apply)(unsigned pages));
+void settings_set_compact_under(int pages);
+
 void settings_each(void (*out)(void *ctx, const char *name, const char *value),
                    void *ctx);
 

@@ -109,7 +109,7 @@ struct writer {
 static struct {
     struct ssd_info info;
     unsigned free_wm;           /* free pages defrag keeps (atomic:
-                                   tac_ssd_set_compact_under) */
+                                   compact_under_apply) */
     struct writer *writers;     /* evictors, then shared, then defrag */
     int nwriters;
     struct bg defrag;           /* the defrag thread */
@@ -1474,14 +1474,16 @@ static unsigned free_wm_bounded(unsigned wm, bool set)
     return wm;
 }
 
-unsigned tac_ssd_set_compact_under(unsigned pages)
+/* `extstore compact_under N` (settings_set_compact_under): defrag works
+ * while N or fewer SSD pages are free, within its bounds (at least 2, at
+ * most all but defrag's reserve). */
+static void compact_under_apply(unsigned pages)
 {
     if (tac.ssd == NULL)
-        return 0;
+        return;
     unsigned wm = free_wm_bounded(pages + 1, true);
     __atomic_store_n(&sd.free_wm, wm, __ATOMIC_RELAXED);
     defrag_wake();
-    return wm;
 }
 
 /* The options were checked and parsed by settings.c. */
@@ -1570,6 +1572,7 @@ bool tac_ssd_open(void)
                 : sd.info.npages / 50;
     sd.free_wm = free_wm_bounded(wm, settings.ssd_free_pages > 0 ||
                                       settings.ext_compact_under > 0);
+    settings_on_compact_under(compact_under_apply);
     ghost_init((uint64_t)sd.info.npages * sd.info.page_size);
     sd.nwriters = settings.evict_threads + 2;
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));

@@ -40,11 +40,6 @@ bool tac_active(void);
 bool tac_has_nvm(void);
 /* "dram", "dram,nvm", "dram,ssd" or "dram,nvm,ssd". */
 const char *tac_tiers_name(void);
-/* `extstore compact_under N`: defrag works while N or fewer SSD pages are
- * free (within its bounds: at least 2, at most all but defrag's reserve).
- * Returns the free-page watermark now in force (ssd_free_pages), 0 without
- * an SSD tier. */
-unsigned tac_ssd_set_compact_under(unsigned pages);
 
 /* ---- Asynchronous reads of SSD-resident values (one reader per worker) */
 
