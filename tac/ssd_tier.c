@@ -757,14 +757,13 @@ static void read_relookup(struct pending_read *pr, bool read_ok)
     read_finish(pr, value);
 }
 
-/* -o ext_recache_rate N (memcached's, default 2000 as there): of the SSD
- * reads that found their tuple and whose item was read again after its
- * first read (ITEM_ACTIVE), every Nth moves it up to DRAM, whatever its
- * temperature (0: never). */
-static bool recache_turn(const item *meta)
+/* -o ext_recache_rate N (memcached's, default 2000 as there): every Nth
+ * SSD read that found its tuple asks the fetcher to move the item up to
+ * DRAM, whatever its temperature (0: never); the fetcher does it only if
+ * the item was read again after its first read (ITEM_ACTIVE, checked
+ * there under the item lock: the flags are not read without it). */
+static bool recache_turn(void)
 {
-    if ((__atomic_load_n(&meta->it_flags, __ATOMIC_RELAXED) & ITEM_ACTIVE) == 0)
-        return false;
     static unsigned long long reads;    /* atomic */
     int rate = __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED);
     return rate > 0 &&
@@ -798,7 +797,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
             tac_fetch_ssd_buf(pr->meta);
         else if (up)
             tac_fetch_ssd_tuple(pr->meta);
-        else if (recache_turn(pr->meta))
+        else if (recache_turn())
             tac_fetch_ssd_recache(pr->meta);
         read_finish(pr, pr->t);
         return;
@@ -1027,6 +1026,7 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
      * reason). */
     if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
         (meta->it_flags & ITEM_STALE) ||
+        (recache && !(meta->it_flags & ITEM_ACTIVE)) ||
         temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
         item_release(meta);
         return;
