@@ -27,7 +27,9 @@
 
 #include "settings.h"
 #include "slabs.h"
+#include "tac/evict.h"
 #include "tac/internal.h"
+#include "tac/ssd_tier.h"
 
 #define AGE_BATCH 64
 #define AGE_MAX_EVICTORS 64

@@ -73,7 +73,9 @@
 #include "nvm/nvm.h"
 #include "settings.h"
 #include "stats.h"
+#include "tac/durable.h"
 #include "tac/internal.h"
+#include "tac/ssd_tier.h"
 #include "tac/tuple.h"
 #include "util.h"
 
@@ -317,6 +319,7 @@ bool tac_dramlog_open(void)
     dl.replayable = fits && info.prev_state == NVM_PREV_DIRTY &&
                     dl.hdr->owner == info.prev_open_count;
     dl.on = true;
+    tac_journal_set_log(tac_dramlog_head, tac_dramlog_clear);
     return true;
 }
 
@@ -410,6 +413,7 @@ void tac_dramlog_close(void)
     pmem_unmap(dl.map, dl.map_len);
     dl.map = NULL;
     dl.on = false;
+    tac_journal_set_log(NULL, NULL);
     free(dl.path);
     dl.path = NULL;
 }

@@ -38,7 +38,12 @@
 #include "bg.h"
 #include "settings.h"
 #include "slabs.h"
+#include "tac/evict.h"
 #include "tac/internal.h"
+#include "tac/mover.h"
+#include "tac/nvm_tier.h"
+#include "tac/place.h"
+#include "tac/ssd_tier.h"
 #include "util.h"
 
 #define EVICT_BATCH 64
@@ -190,7 +195,8 @@ static void evictor_main(struct bg *g, unsigned idx, void *arg)
     }
 }
 
-void tac_evictors_wake(int partition)
+/* tac.wake_evictors while they run (core.c: tac_evictors_wake). */
+static void evictors_wake(int partition)
 {
     if (nevictors == 0)
         return;
@@ -232,10 +238,12 @@ void tac_evictors_start(void)
             exit(EXIT_FAILURE);
         }
     }
+    __atomic_store_n(&tac.wake_evictors, evictors_wake, __ATOMIC_RELEASE);
 }
 
 void tac_evictors_stop(void)
 {
+    __atomic_store_n(&tac.wake_evictors, NULL, __ATOMIC_RELEASE);
     for (int i = 0; i < nevictors; i++)
         bg_stop(&evictors[i].bg);
     nevictors = 0;

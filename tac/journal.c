@@ -67,6 +67,7 @@
 #include "ssd/ssd.h"
 #include "stats.h"
 #include "tac/crypt.h"
+#include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "util.h"
@@ -353,6 +354,7 @@ void tac_journal_attach(void)
         __atomic_store_n(&jr.hdr->ssd_generation, info.generation, __ATOMIC_RELAXED);
         __atomic_store_n(&jr.clock_floor, ssd_oldest_page_seq(tac.ssd), __ATOMIC_RELAXED);
     }
+    tac_tuple_set_seq_reserve(tac_journal_reserve_seq);
     tac_journal_reserve_seq(tac_tuple_last_seq());
     items_set_cas_reserve(reserve_cas);
     reserve_cas(item_last_cas());
@@ -380,6 +382,16 @@ void tac_journal_close(void)
 
 /* ---- Invalidations ------------------------------------------------------- */
 
+/* The DRAM log's positions, while it is on (dramlog.c registers them). */
+static uint64_t (*log_head)(void);
+static uint64_t (*log_clear)(void);
+
+void tac_journal_set_log(uint64_t (*head)(void), uint64_t (*clear)(void))
+{
+    log_head = head;
+    log_clear = clear;
+}
+
 static uint64_t clock_now(void)
 {
     return tac.ssd != NULL ? ssd_page_clock(tac.ssd) : 0;
@@ -397,7 +409,7 @@ static bool entry_free(const struct jr_entry *e, uint64_t floor, uint64_t logtai
     /* A shorter life holds until its version ends (invalidated). */
     if (__atomic_load_n(&jr.hold, __ATOMIC_RELAXED) || e->cap_seq > e->seq)
         return false;
-    bool log = tac_dramlog_on();
+    bool log = log_head != NULL;
     if (tac.ssd == NULL && !log)
         return false;
     return (tac.ssd == NULL || e->clock < floor) && (!log || e->logpos <= logtail);
@@ -419,8 +431,8 @@ static struct jr_entry *entry_take(uint64_t h)
     uint64_t floor = __atomic_load_n(&jr.clock_floor, __ATOMIC_RELAXED);
     /* Every record of this key's versions is below the log's head: each
      * was written under the key's item lock, which the caller holds. */
-    uint64_t logpos = tac_dramlog_head();
-    uint64_t logtail = tac_dramlog_clear();
+    uint64_t logpos = log_head != NULL ? log_head() : 0;
+    uint64_t logtail = log_clear != NULL ? log_clear() : 0;
     struct jr_entry *b = bucket_of(h);
     struct jr_entry *slot = NULL, *oldest = &b[0];
     for (unsigned i = 0; i < JR_WAYS; i++) {

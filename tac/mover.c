@@ -9,7 +9,7 @@
  * yet that class could only push its own tuples down to SSD or, without an
  * SSD, drop them.
  *
- * How.  nvm_place (tier.c) finds no slot and no page: without an SSD it
+ * How.  nvm_place (nvm_tier.c) finds no slot and no page: without an SSD it
  * calls tac_nvm_mover_want, which wakes evictor 0, and fails for now (a
  * store parks and tries again, a demotion is retried by the next round)
  * rather than drop a tuple.  With an SSD it does so when the class has no
@@ -26,13 +26,9 @@
  * page qualifies, the mover idles MOVER_IDLE_MS and nvm_place falls back to
  * dropping the class's coldest tuple (not with -M).
  *
- * Reading a slot before knowing its key.  A slot of the draining page may
- * have been allocated just before the drain began, its tuple still being
- * written under a lock the mover cannot know.  Every NVM insertion
- * therefore registers in the current epoch (tac_nvm_write_begin/end); the
- * drain flips the epoch and reads no slot until the writers of the older
- * one are done.  Afterwards a slot changes only when it is rewritten, and
- * no slot of a draining page is handed out again.
+ * A slot of the draining page is read only once the NVM writers that
+ * began before the drain are done (nvm_tier.c, "Reading a slot before
+ * knowing its key").
  *
  * Threads: tac_nvm_mover_step on evictor 0 only; the rest from any thread.
  */
@@ -47,6 +43,9 @@
 #include "settings.h"
 #include "nvm/nvm.h"
 #include "tac/internal.h"
+#include "tac/mover.h"
+#include "tac/nvm_tier.h"
+#include "tac/ssd_tier.h"
 #include "tac/tuple.h"
 #include "util.h"
 
@@ -54,19 +53,8 @@
 #define MOVER_STUCK_ROUNDS 200
 #define MOVER_SPILL_BATCH 16
 
-/* Held by the mover while it reads a slot of the draining page before it
- * knows the slot's key, and by whoever forgets and frees a slot of that
- * page (tac_nvm_release_slot): the read never sees a half-written header,
- * and the page cannot be handed to another class under it.  A leaf: only
- * the NVM allocator's partition locks are taken under it. */
-static pthread_mutex_t read_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* Evictor 0 only. */
 static struct {
-    unsigned want;          /* atomic: a class that found no page; 0 = none */
-    uint64_t idle_until;    /* atomic: ns; no new drain before */
-    unsigned epoch;         /* atomic */
-    unsigned writers[2];    /* atomic: NVM insertions in flight per parity */
-    /* Evictor 0 only. */
     unsigned old_epoch;     /* the parity to wait out */
     bool settled;           /* its writers are done */
     unsigned stuck;         /* rounds without a tuple moved */
@@ -74,91 +62,13 @@ static struct {
     size_t cap;
 } mv;
 
-unsigned tac_nvm_write_begin(void)
-{
-    for (;;) {
-        unsigned e = __atomic_load_n(&mv.epoch, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&mv.writers[e & 1], 1, __ATOMIC_SEQ_CST);
-        /* Unchanged: a drain that flips it later sees this writer. */
-        if (__atomic_load_n(&mv.epoch, __ATOMIC_SEQ_CST) == e)
-            return e & 1;
-        __atomic_sub_fetch(&mv.writers[e & 1], 1, __ATOMIC_SEQ_CST);
-    }
-}
-
-void tac_nvm_write_end(unsigned token)
-{
-    __atomic_sub_fetch(&mv.writers[token], 1, __ATOMIC_RELEASE);
-}
-
-bool tac_nvm_mover_want(unsigned cls)
-{
-    if (tac.nvm == NULL || mv.refs == NULL)
-        return false;
-    TAC_INCR(nvm_mover_wants);
-    if (!nvm_draining(tac.nvm) &&
-        util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
-        return false;
-    if (__atomic_load_n(&mv.want, __ATOMIC_RELAXED) == 0) {
-        __atomic_store_n(&mv.want, cls, __ATOMIC_RELAXED);
-        tac_evictors_wake(0);
-    }
-    return true;
-}
-
 /* Copies the live tuple at ref (of the draining page) into a free slot of
  * its class and repoints its meta tuple.  1 if moved. */
-/* Reads the header and clear key of the tuple at ref, a slot of the
- * draining page; false when the slot was freed meanwhile (the page may be
- * done) or holds no tuple that checks. */
-static bool read_slot_key(uint64_t ref, struct tac_tuple_hdr *hdr, char *key)
-{
-    bool ok = false;
-    pthread_mutex_lock(&read_lock);
-    if (!nvm_in_drain(tac.nvm, ref))
-        goto out;
-    nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
-    if (!tac_tuple_sane(hdr, nvm_slot_size(tac.nvm, ref)))
-        goto out;                   /* a freed slot: never a tuple */
-    if (tac_tuple_sealed()) {
-        /* The key is read only from a tuple whose tag holds; one that
-         * fails stays, for the read that finds it to drop. */
-        const char *clear;
-        size_t body = tac_tuple_size(hdr->nkey, hdr->nbytes) - sizeof(*hdr);
-        nvm_charge_read(tac.nvm, ref, sizeof(*hdr), body);
-        if (tac_tuple_open_scratch(hdr, (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr),
-                                   &clear) != TUPLE_OK)
-            goto out;
-        memcpy(key, clear, hdr->nkey);
-    } else {
-        nvm_read(tac.nvm, ref, sizeof(*hdr), key, hdr->nkey);
-    }
-    ok = true;
-out:
-    pthread_mutex_unlock(&read_lock);
-    return ok;
-}
-
-void tac_nvm_release_slot(uint64_t ref)
-{
-    /* Registered as a writer: a drain that begins meanwhile waits for
-     * this one; one that began before is seen by nvm_in_drain. */
-    unsigned epoch = tac_nvm_write_begin();
-    bool locked = nvm_in_drain(tac.nvm, ref);
-    if (locked)
-        pthread_mutex_lock(&read_lock);
-    tac_nvm_forget(ref);
-    nvm_free(tac.nvm, ref);
-    if (locked)
-        pthread_mutex_unlock(&read_lock);
-    tac_nvm_write_end(epoch);
-}
-
 static int move_one(uint64_t ref)
 {
     struct tac_tuple_hdr hdr;
     char key[KEY_MAX_LENGTH];
-    if (!read_slot_key(ref, &hdr, key))
+    if (!tac_nvm_read_slot_key(ref, &hdr, key))
         return 0;
     uint32_t hv = item_hash(key, hdr.nkey);
     int moved = 0;
@@ -199,9 +109,7 @@ static int move_one(uint64_t ref)
 /* No drain for a while: none qualifies, or this one is stuck. */
 static void mover_idle(void)
 {
-    __atomic_store_n(&mv.idle_until, util_now_ns() + MOVER_IDLE_MS * 1000000ull,
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+    tac_nvm_mover_idle_for(MOVER_IDLE_MS);
 }
 
 /* With an SSD: moves the coldest tuples of the class (other than need)
@@ -232,8 +140,8 @@ int tac_nvm_mover_step(void)
     if (mv.refs == NULL)
         return 0;
     if (!nvm_draining(tac.nvm)) {
-        unsigned need = __atomic_load_n(&mv.want, __ATOMIC_RELAXED);
-        if (need == 0 || util_now_ns() < __atomic_load_n(&mv.idle_until, __ATOMIC_RELAXED))
+        unsigned need = tac_nvm_wanted();
+        if (need == 0 || tac_nvm_mover_idle())
             return 0;
         if (!nvm_drain_begin(tac.nvm, need, tac.ssd != NULL)) {
             /* An emptied page still waits for its taker, or none fits.
@@ -246,15 +154,15 @@ int tac_nvm_mover_step(void)
             if (nvm_free_pages(tac.nvm) == 0)
                 mover_idle();
             else
-                __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+                tac_nvm_want_clear();
             return 0;
         }
-        mv.old_epoch = __atomic_fetch_add(&mv.epoch, 1, __ATOMIC_SEQ_CST) & 1;
+        mv.old_epoch = tac_nvm_epoch_flip();
         mv.settled = false;
         mv.stuck = 0;
     }
     if (!mv.settled) {
-        if (__atomic_load_n(&mv.writers[mv.old_epoch], __ATOMIC_SEQ_CST) != 0)
+        if (!tac_nvm_writers_done(mv.old_epoch))
             return 0;
         mv.settled = true;
     }
@@ -264,7 +172,7 @@ int tac_nvm_mover_step(void)
         moved += move_one(mv.refs[i]);
     STATS_ADD(&tac.stats, nvm_tuples_moved, moved);
     if (!nvm_draining(tac.nvm)) {
-        __atomic_store_n(&mv.want, 0, __ATOMIC_RELAXED);
+        tac_nvm_want_clear();
         return moved + 1;
     }
     if (moved > 0) {
@@ -284,11 +192,13 @@ bool tac_nvm_mover_init(void)
     nvm_get_info(tac.nvm, &info);
     mv.cap = info.page_size / NVM_SLOT_ALIGN;
     mv.refs = calloc(mv.cap, sizeof(*mv.refs));
+    tac_nvm_mover_enable(mv.refs != NULL);
     return mv.refs != NULL;
 }
 
 void tac_nvm_mover_free(void)
 {
+    tac_nvm_mover_enable(false);
     free(mv.refs);
     mv.refs = NULL;
     mv.cap = 0;

@@ -60,7 +60,10 @@
 #include "ssd/ssd.h"
 #include "stats.h"
 #include "tac/crypt.h"
+#include "tac/durable.h"
 #include "tac/internal.h"
+#include "tac/nvm_tier.h"
+#include "tac/ssd_tier.h"
 #include "tac/tuple.h"
 #include "util.h"
 

@@ -77,7 +77,11 @@
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
 #include "tac/crypt.h"
+#include "tac/fetch.h"
 #include "tac/internal.h"
+#include "tac/nvm_tier.h"
+#include "tac/policy.h"
+#include "tac/ssd_tier.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
 #include "util.h"
@@ -128,6 +132,14 @@ static struct {
 } sd;
 
 static unsigned long long ssd_items;    /* atomic: SSD meta tuples */
+
+/* The durability files' view of the tier (set at start, tier.c). */
+static struct tac_ssd_observer observer;
+
+void tac_ssd_set_observer(const struct tac_ssd_observer *o)
+{
+    observer = *o;
+}
 
 /* Keys the SSD dropped for room (a full SSD's oldest page, a drop_unread
  * pass, failed bufs past their bound), remembered by item hash so that a
@@ -417,7 +429,8 @@ static bool put_tuple(item *meta, const struct tac_tuple_hdr *hdr,
     if (!writer_put(w, iov, n, &ref))
         return false;
     /* Until its buf is written. */
-    tac_dramlog_tuple(hdr, iov, n, item_hash(ITEM_key(meta), meta->nkey));
+    if (observer.tuple_put != NULL)
+        observer.tuple_put(hdr, iov, n, item_hash(ITEM_key(meta), meta->nkey));
     item_set_meta_ref(meta, ref);
     item_set_meta_seq(meta, hdr->seq);
     __atomic_add_fetch(&ssd_items, 1, __ATOMIC_RELAXED);
@@ -757,19 +770,6 @@ static void read_relookup(struct pending_read *pr, bool read_ok)
     read_finish(pr, value);
 }
 
-/* -o ext_recache_rate N (memcached's, default 2000 as there): every Nth
- * SSD read that found its tuple asks the fetcher to move the item up to
- * DRAM, whatever its temperature (0: never); the fetcher does it only if
- * the item was read again after its first read (ITEM_ACTIVE, checked
- * there under the item lock: the flags are not read without it). */
-static bool recache_turn(void)
-{
-    static unsigned long long reads;    /* atomic */
-    int rate = __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED);
-    return rate > 0 &&
-           __atomic_add_fetch(&reads, 1, __ATOMIC_RELAXED) % (unsigned)rate == 0;
-}
-
 static void read_done(void *arg, enum ssd_status st, const char *data,
                       size_t len)
 {
@@ -788,17 +788,19 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
     }
     if (fill == FILL_OK) {
         TAC_INCR(get_hits_ssd);
-        /* A warm or hot SSD item brings its whole buf up (TaC 4.2);
-         * the comparison policies move only the item itself. */
-        enum llru_temp temp = llru_temperature(pr->meta);
-        bool up = tac.policy == POLICY_ANTI2 || temp == LLRU_HOT ||
-                  (temp == LLRU_WARM && tac.nvm != NULL);
-        if (up && (tac.policy == POLICY_TAC || tac.policy == POLICY_TWOTIER))
+        switch (tac_policy_ssd_hit(pr->meta)) {
+        case SSD_UP_BUF:
             tac_fetch_ssd_buf(pr->meta);
-        else if (up)
+            break;
+        case SSD_UP_TUPLE:
             tac_fetch_ssd_tuple(pr->meta);
-        else if (recache_turn())
+            break;
+        case SSD_UP_RECACHE:
             tac_fetch_ssd_recache(pr->meta);
+            break;
+        case SSD_UP_NONE:
+            break;
+        }
         read_finish(pr, pr->t);
         return;
     }
@@ -1014,10 +1016,9 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
     item *meta = do_item_get(key, hdr.nkey, hv, NULL, false);
     if (meta == NULL)
         return;
-    enum llru_temp temp = llru_temperature(meta);
-    /* anti2: no distinction; a recache (memcached's) goes to DRAM. */
-    if (tac.policy == POLICY_ANTI2 || recache)
-        temp = LLRU_HOT;
+    enum llru_temp temp;
+    enum item_tier place[2];
+    tac_policy_fetch_place(meta, recache, &temp, place);
     item *t = NULL;
     /* A stale-marked item (`md ... I`) stays where it is: a copy written up
      * would be a new tuple without the mark, served fresh, and its new seq
@@ -1040,25 +1041,17 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
         return;
     }
     item *up = NULL;
-    if (temp == LLRU_WARM) {
-        /* Warm items go to NVM; when it is full, its coldest tuple moves
-         * down to SSD to make room (nvm_place). */
-        if (tac.nvm != NULL)
-            up = tac_nvm_store_copy(t, meta->partition, false);
-        if (up != NULL)
-            TAC_INCR(fetch_ssd_to_nvm);
-    } else {
-        /* anti2: the tuple comes into memory, DRAM or NVM by chance. */
-        if (!tac_anti2_to_nvm())
-            up = item_alloc_promote(meta, meta->partition);
-        if (up != NULL) {
-            memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
-            TAC_INCR(fetch_ssd_to_dram);
-        } else if (tac.policy == POLICY_ANTI2 && tac.nvm != NULL) {
-            /* anti2: NVM is memory too. */
+    for (int i = 0; i < 2 && up == NULL; i++) {
+        if (place[i] == TIER_NVM) {
             up = tac_nvm_store_copy(t, meta->partition, false);
             if (up != NULL)
                 TAC_INCR(fetch_ssd_to_nvm);
+        } else if (place[i] == TIER_DRAM) {
+            up = item_alloc_promote(meta, meta->partition);
+            if (up != NULL) {
+                memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
+                TAC_INCR(fetch_ssd_to_dram);
+            }
         }
     }
     item_release(t);
@@ -1185,7 +1178,8 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
             if (ok) {
                 /* The old page may be reused before the new buf is
                  * written. */
-                tac_dramlog_tuple(&hdr, iov, 2, hv);
+                if (observer.tuple_put != NULL)
+                    observer.tuple_put(&hdr, iov, 2, hv);
                 item_set_meta_ref(it, nref);
                 /* Kept once for its reads: the next such drop keeps it
                  * only if it is read again (so it cannot cycle for ever). */
@@ -1412,7 +1406,8 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
         int64_t now = now_ms();
         if (now >= next_tick) {
             flush_idle_bufs(now);
-            tac_journal_tick();
+            if (observer.tick != NULL)
+                observer.tick();
             next_tick = now + IDLE_BUF_MS / 4;
         }
         if (have_failed && now >= next_retry) {
@@ -1551,6 +1546,7 @@ bool tac_ssd_open(void)
         return false;
     }
     ssd_get_info(tac.ssd, &sd.info);
+    tac.ssd_buf_size = sd.info.buf_size;
     if (sd.info.npages == SSD_MAX_PAGES &&
         (uint64_t)sd.info.npages * sd.info.page_size + 2 * sd.info.page_size < sd.info.size)
         fprintf(stderr, "SSD tier: only %u pages of %zu bytes of its %llu bytes are "

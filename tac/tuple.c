@@ -49,6 +49,14 @@ bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
 
 static uint64_t tuple_seq;
 static uint64_t seq_limit = UINT64_MAX;     /* atomic: see tac_journal */
+/* Reserves sequences from seq on (the journal's tac_journal_reserve_seq);
+ * called when a fill reaches seq_limit. */
+static void (*seq_reserve)(uint64_t seq);
+
+void tac_tuple_set_seq_reserve(void (*fn)(uint64_t seq))
+{
+    seq_reserve = fn;
+}
 
 void tac_tuple_set_seq_limit(uint64_t limit)
 {
@@ -69,8 +77,9 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
 {
     memset(hdr, 0, sizeof(*hdr));
     hdr->seq = __atomic_add_fetch(&tuple_seq, 1, __ATOMIC_RELAXED);
-    if (__builtin_expect(hdr->seq >= __atomic_load_n(&seq_limit, __ATOMIC_RELAXED), 0))
-        tac_journal_reserve_seq(hdr->seq);
+    if (__builtin_expect(hdr->seq >= __atomic_load_n(&seq_limit, __ATOMIC_RELAXED), 0) &&
+        seq_reserve != NULL)
+        seq_reserve(hdr->seq);
     hdr->cas = it->cas;
     hdr->nbytes = it->nbytes;
     hdr->flags = it->flags;
@@ -201,4 +210,19 @@ enum tac_tuple_check tac_tuple_open_scratch(const struct tac_tuple_hdr *hdr,
     enum tac_tuple_check c = tac_tuple_open(hdr, body, out, out + hdr->nkey);
     *clear = c == TUPLE_OK ? out : NULL;
     return c;
+}
+
+void tac_tuple_refused(void)
+{
+    if (tac_tuple_sealed())
+        TAC_INCR(tuple_auth_failures);
+    else
+        TAC_INCR(tuple_checksum_failures);
+}
+
+bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
+                     const char *key)
+{
+    return memcmp(key, ITEM_key(meta), hdr->nkey) == 0 &&
+           (!tac_tuple_sealed() || hdr->seq == item_meta_seq(meta));
 }

@@ -125,8 +125,11 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
  * next ones larger than seq (a restart continues above the saved one). */
 uint64_t tac_tuple_last_seq(void);
 void tac_tuple_seq_floor(uint64_t seq);
-/* Once a seq reaches limit, tac_journal_reserve_seq() reserves more. */
+/* Once a seq reaches limit, the function registered with
+ * tac_tuple_set_seq_reserve (the journal's) reserves more, as
+ * items_set_cas_reserve does for CAS. */
 void tac_tuple_set_seq_limit(uint64_t limit);
+void tac_tuple_set_seq_reserve(void (*fn)(uint64_t seq));
 
 /* CRC32C of header (checksum as 0), key and value. */
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
@@ -139,5 +142,15 @@ uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
  * than `room`, the bytes the slot, buf image or read holds from the header
  * on.  Only then may tac_tuple_size() of its lengths be trusted. */
 bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room);
+
+/* Whether a checked tuple (header hdr, clear key) is the one meta tuple
+ * meta names: its key and, with a tier key, its write sequence. */
+bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
+                     const char *key);
+/* Counts a tuple refused on read: tuple_auth_failures with a tier key
+ * (its header, tag, key or sequence did not check), else
+ * tuple_checksum_failures. */
+void tac_tuple_refused(void);
+
 
 #endif

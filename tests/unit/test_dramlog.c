@@ -23,6 +23,7 @@
 #include "item_lock.h"
 #include "items.h"
 #include "settings.h"
+#include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
