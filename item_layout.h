@@ -32,10 +32,10 @@
                                    version may still lie there (restart) */
 #define ITEM_LOG_ORDERED 0x0800 /* -o dram_log: every record of this version
                                    in the log lies below its successor's
-                                   first record (items.c, replace_version) */
+                                   first record (items_core.c, replace_version) */
 #define ITEM_CAPPED     0x1000  /* its lower-tier copies carry a longer life
                                    than it has: the tier policy recorded the
-                                   shorter one (items.c, set_exptime) */
+                                   shorter one (items_core.c, set_exptime) */
 
 /* Tier of the item's value (doc/design.md, "The data model").  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same

@@ -12,6 +12,7 @@
 #include "items.h"
 #include "settings.h"
 #include "tac/crypt.h"
+#include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
