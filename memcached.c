@@ -11,7 +11,7 @@
  * SIGHUP is ignored, as in memcached, but for reloading the -Y file.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,22 +35,22 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "auth.h"
-#include "sasl_auth.h"
-#include "conn.h"
-#include "items.h"
-#include "metrics.h"
-#include "prefix_stats.h"
-#include "proto_bin.h"
-#include "proto_text.h"
-#include "settings.h"
-#include "slabs.h"
-#include "stats.h"
+#include "engine/assoc.h"
+#include "net/auth.h"
+#include "net/sasl_auth.h"
+#include "net/conn.h"
+#include "engine/items.h"
+#include "net/metrics.h"
+#include "base/prefix_stats.h"
+#include "proto/proto_bin.h"
+#include "proto/proto_text.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
+#include "base/stats.h"
 #include "tac/tac.h"
-#include "thread.h"
-#include "tls.h"
-#include "watch.h"
+#include "net/thread.h"
+#include "net/tls.h"
+#include "base/watch.h"
 
 #define MAX_LISTENERS 16
 #define CLOCK_TICK_MS 100

@@ -58,8 +58,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "items.h"
-#include "lazy_lru.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
 
 #define MAX_LIST 16
 #define T0 1000u                    /* seconds on the server clock at i = 0 */

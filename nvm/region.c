@@ -39,7 +39,7 @@
 #include <sys/statfs.h>
 
 #include "nvm/internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #define NVM_NUMA_MAX_NODE 1023
 #define TMPFS_MAGIC_VALUE 0x01021994

@@ -5,8 +5,9 @@ For each .o of libtaccore.a (plus memcached.o and metrics.o) it runs `nm` and
 records what the object defines and what it takes from the others. An edge
 A -> B means A uses a symbol B defines. It then reports:
 
-  * circles between subsystems (a subsystem is a folder, or for files in the
-    root the layer doc/design.md names in its layer map: see SUBSYSTEM below);
+  * circles between subsystems (a subsystem is a folder; the root holds
+    only main, memcached.c), and every arrow that runs up the layer map of
+    doc/design.md ("The layers"): LAYERS below, top first;
   * inside tac/ (and its subfolders), every pair of files that use each other
     and every longer circle.
 
@@ -20,6 +21,12 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+
+
+# doc/design.md's layer map, top first: a file may call only files of its
+# own folder or of a folder ranked below it.
+LAYERS = {"root": 7, "proto": 6, "net": 5, "tac": 4, "engine": 3, "nvm": 2,
+          "ssd": 2, "base": 1}
 
 
 def subsystem(path):
@@ -147,6 +154,13 @@ def main():
                     if subsystem(src[d]) in comp and subsystem(src[d]) != a:
                         print(f"   {src[o]} -> {src[d]}: {' '.join(sorted(syms)[:6])}")
 
+    for o, ds in edges.items():
+        for d, syms in ds.items():
+            a, b = subsystem(src[o]), subsystem(src[d])
+            if a != b and LAYERS.get(b, 0) >= LAYERS.get(a, 0):
+                bad += 1
+                print(f"arrow up: {src[o]} -> {src[d]}: {' '.join(sorted(syms)[:6])}")
+
     tac = {o for o in objs if src[o].startswith("tac/")}
     tac_edges = {o: {d for d in edges.get(o, {}) if d in tac} for o in tac}
     for comp in cycles(tac, tac_edges):
@@ -157,7 +171,8 @@ def main():
                 if d in comp:
                     print(f"   {src[o]} -> {src[d]}: {' '.join(sorted(edges[o][d])[:6])}")
     if bad == 0:
-        print(f"{len(objs)} objects: no circle between subsystems, none inside tac/")
+        print(f"{len(objs)} objects: no circle between subsystems, no arrow up "
+              "the layers, no circle inside tac/")
     return 1 if bad else 0
 
 

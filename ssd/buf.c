@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "ssd/internal.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 

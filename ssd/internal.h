@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "bg.h"
+#include "base/bg.h"
 #include "ssd/ssd.h"
 
 #define SSD_MAGIC "TACSSD\x00\x01"

@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "ssd/internal.h"
-#include "util.h"
+#include "base/util.h"
 
 #define REAP_BATCH 32u
 #define WRITE_STOP_TAG 1u        /* user_data of the reaper's stop NOP */

@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "ssd/internal.h"
-#include "util.h"
+#include "base/util.h"
 
 const char *ssd_strerror(enum ssd_status st)
 {

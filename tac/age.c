@@ -25,8 +25,8 @@
  */
 #include "config.h"
 
-#include "settings.h"
-#include "slabs.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
 #include "tac/evict.h"
 #include "tac/internal.h"
 #include "tac/ssd_tier.h"

@@ -17,14 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "crashpoint.h"
-#include "items.h"
-#include "lazy_lru.h"
+#include "engine/assoc.h"
+#include "base/crashpoint.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
 #include "nvm/nvm.h"
-#include "settings.h"
+#include "base/settings.h"
 #include "ssd/ssd.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "tac/crypt.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
@@ -32,7 +32,7 @@
 #include "tac/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 
 /* The crash path: with a journal that describes the tier files, every NVM

@@ -54,7 +54,7 @@
  * holds.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,17 +67,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "item_lock.h"
-#include "items.h"
+#include "engine/assoc.h"
+#include "engine/item_lock.h"
+#include "engine/items.h"
 #include "nvm/nvm.h"
-#include "settings.h"
-#include "stats.h"
+#include "base/settings.h"
+#include "base/stats.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 #define DL_MAGIC "TACDLOG\n"
 #define DL_VERSION 2u                   /* 2: struct dl_rec gained hint */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "items.h"
+#include "engine/items.h"
 
 struct stat_sink;
 struct tac_tuple_hdr;

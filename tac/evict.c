@@ -35,16 +35,16 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "bg.h"
-#include "settings.h"
-#include "slabs.h"
+#include "base/bg.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
 #include "tac/evict.h"
 #include "tac/internal.h"
 #include "tac/mover.h"
 #include "tac/nvm_tier.h"
 #include "tac/place.h"
 #include "tac/ssd_tier.h"
-#include "util.h"
+#include "base/util.h"
 
 #define EVICT_BATCH 64
 #define EVICT_IDLE_MS 10

@@ -38,8 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bg.h"
-#include "settings.h"
+#include "base/bg.h"
+#include "base/settings.h"
 #include "tac/fetch.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"

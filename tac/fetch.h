@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "items.h"
+#include "engine/items.h"
 
 struct bg;
 

@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "bg.h"
+#include "base/bg.h"
 #include "ssd/ssd.h"
 #include "tac/fetch.h"
 #include "tac/internal.h"

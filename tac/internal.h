@@ -13,9 +13,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "items.h"
-#include "settings.h"
-#include "stats.h"
+#include "engine/items.h"
+#include "base/settings.h"
+#include "base/stats.h"
 
 struct nvm_region;
 struct ssd_store;

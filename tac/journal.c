@@ -47,7 +47,7 @@
  * last shorter one, never a longer one than a client set.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,17 +60,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "item_lock.h"
-#include "items.h"
+#include "engine/assoc.h"
+#include "engine/item_lock.h"
+#include "engine/items.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "tac/crypt.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 #define JR_MAGIC "TACJRNL\n"
 #define JR_VERSION 4u                  /* 2: entries keep a dram_log position;

@@ -33,21 +33,21 @@
  * Threads: tac_nvm_mover_step on evictor 0 only; the rest from any thread.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "settings.h"
+#include "base/settings.h"
 #include "nvm/nvm.h"
 #include "tac/internal.h"
 #include "tac/mover.h"
 #include "tac/nvm_tier.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MOVER_IDLE_MS 100
 #define MOVER_STUCK_ROUNDS 200

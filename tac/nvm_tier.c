@@ -39,13 +39,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "settings.h"
+#include "base/settings.h"
 #include "nvm/nvm.h"
-#include "slabs.h"
+#include "engine/slabs.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 /* NVM slot allocation attempts (each after dropping one cold tuple). */
 #define NVM_ALLOC_TRIES 8

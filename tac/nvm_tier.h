@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "items.h"
+#include "engine/items.h"
 
 struct tac_tuple_hdr;
 

@@ -12,7 +12,7 @@
  * Callers hold the item lock of the key being moved.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "items.h"
+#include "engine/items.h"
 
 /* Moves a DRAM item one tier down, to NVM or else SSD (item_tier_ops.demote and
  * the evictors' demote function): item lock held, item pinned.  A meta

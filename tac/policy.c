@@ -24,12 +24,12 @@
 
 #include <pthread.h>
 
-#include "lazy_lru.h"
-#include "settings.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"
 #include "tac/policy.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ---- NVM admission (NVCache's OBP, SoCC'22) --------------------------------
  * Writing NVM slows its reads, and a full NVM pays for each admitted tuple

@@ -6,8 +6,8 @@
 
 #include <stdbool.h>
 
-#include "items.h"
-#include "lazy_lru.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
 
 /* anti2 (doc/design.md, "The data model") treats DRAM and NVM as one memory: an item entering
  * it, a set or a tuple read up from SSD, lands in NVM with probability

@@ -15,14 +15,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "assoc.h"
-#include "crashpoint.h"
-#include "items.h"
-#include "lazy_lru.h"
+#include "engine/assoc.h"
+#include "base/crashpoint.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
 #include "nvm/nvm.h"
-#include "settings.h"
+#include "base/settings.h"
 #include "ssd/ssd.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "tac/crypt.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
@@ -30,7 +30,7 @@
 #include "tac/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 struct restart_state rs = { .fd = -1, .ssd_t0 = UINT64_MAX };
 

@@ -16,8 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "items.h"
-#include "util.h"
+#include "engine/items.h"
+#include "base/util.h"
 
 
 #define RS_MAGIC "TACSTATE"

@@ -57,7 +57,7 @@
  * defrag thread, and the ssd/ library's write completion thread.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -71,9 +71,9 @@
 #include <sys/vfs.h>
 #include <time.h>
 
-#include "bg.h"
-#include "lazy_lru.h"
-#include "settings.h"
+#include "base/bg.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
 #include "nvm/nvm.h"
 #include "ssd/ssd.h"
 #include "tac/crypt.h"
@@ -84,7 +84,7 @@
 #include "tac/ssd_tier.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Re-reads that follow a tuple moved while it was being read. */
 #define READ_MAX_TRIES 4

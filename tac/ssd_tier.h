@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "items.h"
-#include "settings.h"
+#include "engine/items.h"
+#include "base/settings.h"
 #include "tac/internal.h"
 
 struct stat_sink;

@@ -16,7 +16,7 @@
  * evictors through the operations.
  */
 #include "config.h"
-#include "crashpoint.h"
+#include "base/crashpoint.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -25,10 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lazy_lru.h"
-#include "settings.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
 #include "nvm/nvm.h"
-#include "slabs.h"
+#include "engine/slabs.h"
 #include "tac/crypt.h"
 #include "tac/durable.h"
 #include "tac/evict.h"
@@ -41,7 +41,7 @@
 #include "tac/ssd_tier.h"
 #include "tac/tac.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 
 /* ---- The operations items.c calls ------------------------------------- */

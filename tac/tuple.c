@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "settings.h"
+#include "base/settings.h"
 #include "tac/crypt.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
-#include "util.h"
+#include "base/util.h"
 
 uint32_t tac_tuple_checksum(const struct tac_tuple_hdr *hdr, const char *key,
                             const char *value)

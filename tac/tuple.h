@@ -47,7 +47,7 @@
 
 #include <sys/uio.h>
 
-#include "items.h"
+#include "engine/items.h"
 
 struct tac_tuple_hdr {
     uint64_t seq;           /* write sequence (see above) */

@@ -71,14 +71,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "items.h"
-#include "proto_bin.h"
-#include "proto_text.h"
-#include "settings.h"
-#include "slabs.h"
-#include "stats.h"
-#include "thread.h"
+#include "net/conn.h"
+#include "engine/items.h"
+#include "proto/proto_bin.h"
+#include "proto/proto_text.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
+#include "base/stats.h"
+#include "net/thread.h"
 
 size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
 

@@ -271,7 +271,7 @@ def _c_string(arg):
 
 def option_table():
     """Rows of settings.c's options[]: flag, name, kind, stat name, arg, help and default."""
-    src = open(os.path.join(REPO, "settings.c")).read()
+    src = open(os.path.join(REPO, "base", "settings.c")).read()
     body = src[src.index("options[] = {"):]
     body = body[:body.index("\n};")]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)

@@ -163,7 +163,7 @@ def test_memccapable_both_protocols(srv):
 
 # ---- doc/stats.md follows stats.c's table of plain `stats`
 
-STATS_C = os.path.join(REPO, "stats.c")
+STATS_C = os.path.join(REPO, "base", "stats.c")
 STATS_MD = os.path.join(REPO, "doc", "stats.md")
 KINDS = {"COUNTER": "counter", "GAUGE": "gauge", "CONST": "constant", "STRING": "string"}
 # A doc meaning with this says the line is printed only with some tier.

@@ -7,11 +7,11 @@
 
 #include <pthread.h>
 
-#include "assoc.h"
-#include "hash.h"
-#include "items.h"
-#include "settings.h"
-#include "stats.h"
+#include "engine/assoc.h"
+#include "base/hash.h"
+#include "engine/items.h"
+#include "base/settings.h"
+#include "base/stats.h"
 #include "unit.h"
 
 static item *make(const char *key)

@@ -8,9 +8,9 @@
 
 #include <pthread.h>
 
-#include "bg.h"
+#include "base/bg.h"
 #include "unit.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MS 1000000ull
 

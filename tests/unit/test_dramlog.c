@@ -20,9 +20,9 @@
 
 #include <sys/wait.h>
 
-#include "item_lock.h"
-#include "items.h"
-#include "settings.h"
+#include "engine/item_lock.h"
+#include "engine/items.h"
+#include "base/settings.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"

@@ -9,12 +9,12 @@
 
 #include <pthread.h>
 
-#include "assoc.h"
-#include "items.h"
-#include "lazy_lru.h"
-#include "settings.h"
-#include "slabs.h"
-#include "stats.h"
+#include "engine/assoc.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
+#include "base/stats.h"
 #include "unit.h"
 
 #define MB (1024 * 1024)

@@ -19,8 +19,8 @@
  */
 #include "config.h"
 
-#include "items.h"
-#include "settings.h"
+#include "engine/items.h"
+#include "base/settings.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"

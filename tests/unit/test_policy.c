@@ -22,14 +22,14 @@
  */
 #include "config.h"
 
-#include "items.h"
-#include "lazy_lru.h"
-#include "settings.h"
+#include "engine/items.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
 #include "tac/internal.h"
 #include "tac/policy.h"
 #include "unit.h"
 #include "unit_nvm.h"
-#include "util.h"
+#include "base/util.h"
 
 static char nvm_path[128];
 static struct nvm_region *region;

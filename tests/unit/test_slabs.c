@@ -7,10 +7,10 @@
 
 #include <pthread.h>
 
-#include "items.h"
-#include "settings.h"
-#include "slabs.h"
-#include "stats.h"
+#include "engine/items.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
+#include "base/stats.h"
 #include "unit.h"
 
 #define MB (1024 * 1024)

@@ -20,7 +20,7 @@
 
 #include "ssd/internal.h"
 #include "ssd/ssd.h"
-#include "util.h"
+#include "base/util.h"
 #include "unit.h"
 
 #define KB 1024u

@@ -8,15 +8,15 @@
  */
 #include "config.h"
 
-#include "item_lock.h"
-#include "items.h"
-#include "settings.h"
+#include "engine/item_lock.h"
+#include "engine/items.h"
+#include "base/settings.h"
 #include "tac/crypt.h"
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
 #include "unit.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <fcntl.h>
 #include <stddef.h>

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 #include "unit.h"
 
 /* proto_text.h: tokens per tokenizer pass. */

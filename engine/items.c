@@ -1,0 +1,382 @@
+/*
+ * items.c - the item engine's entry and its walks: items_init, and items
+ * reached other than by their key: the slab page mover's chunk evictor
+ * (item_evict_chunk: a chunk by address), the expiry crawler's walk of
+ * every LRU, key dumps by hash stripe, and the `stats items` counters.
+ * The engine's other files: items_core.c (the lifecycle: its top comment
+ * holds the design and the lock order) and items_ops.c (reads, stores,
+ * incr/decr, deletes).
+ *
+ * Threads: the maintainer (crawler, page mover), workers (dumps, stats).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <ctype.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/assoc.h"
+#include "engine/items.h"
+#include "engine/items_int.h"
+#include "engine/lazy_lru.h"
+#include "base/settings.h"
+#include "engine/slabs.h"
+#include "base/stats.h"
+#include "base/watch.h"
+#include "base/util.h"
+
+/* ---- Slab page mover support. -------------------------------------- */
+
+/* Pins a chunk unless it is free (refcount 0).  Returns false for a free
+ * chunk. */
+static bool chunk_pin(item *it)
+{
+    uint16_t r = __atomic_load_n(&it->refcount, __ATOMIC_ACQUIRE);
+    do {
+        if (r == 0)
+            return false;
+    } while (!__atomic_compare_exchange_n(&it->refcount, &r, (uint16_t)(r + 1),
+                                          false, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    return true;
+}
+
+/* Without a lower tier, the page mover keeps a live DRAM item by copying
+ * it into a free chunk of its class outside the page being drained (no
+ * new page: slabs_alloc_spare), as memcached's slab rebalancer rescues.
+ * The copy keeps everything the client sees (CAS, times, flags, fetched
+ * state).  Caller holds the item lock; `it` is linked.  False: no free
+ * chunk, the caller evicts. */
+static bool item_rescue(item *it, uint32_t hv)
+{
+    if (it->tier != TIER_DRAM || (it->it_flags & (ITEM_META | ITEM_TRANSIENT)))
+        return false;
+    item *n = slabs_alloc_spare(it->slabs_clsid, it->partition);
+    if (n == NULL)
+        return false;
+    n->h_next = n->next = n->prev = NULL;
+    n->cas = it->cas;
+    n->exptime = it->exptime;
+    n->access = __atomic_load_n(&it->access, __ATOMIC_RELAXED);
+    n->nbytes = it->nbytes;
+    n->flags = it->flags;
+    n->it_flags = it->it_flags & (uint16_t)~(ITEM_LINKED | ITEM_SLABBED);
+    n->tier = TIER_DRAM;
+    n->nkey = it->nkey;
+    n->time = it->time;
+    n->lru_cls = it->lru_cls;
+    memcpy(n->data, it->data, (size_t)it->nkey + 1 + it->nbytes);
+    __atomic_store_n(&n->refcount, 1, __ATOMIC_RELEASE);
+    do_item_unlink(it, hv);
+    do_item_link(n, hv, true);
+    GSTATS_DECR(total_items);           /* the same item, moved */
+    item_release(n);
+    return true;
+}
+
+enum chunk_evict_result item_evict_chunk(void *chunk)
+{
+    item *it = chunk;
+    if (!chunk_pin(it))
+        return CHUNK_FREE;
+    /* Pinned: key and nkey stay fixed until the chunk is freed. */
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    enum chunk_evict_result res = CHUNK_BUSY;
+    if (item_trylock(hv)) {
+        if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
+            if (items_tier_ops != NULL && items_tier_ops->demote != NULL &&
+                items_tier_ops->demote(it, hv)) {
+                /* Moved to a lower tier; `it` is unlinked already. */
+                res = CHUNK_RESCUED;
+            } else if (items_tier_ops != NULL && !item_is_dead(it, NULL)) {
+                /* A lower tier exists but had no room this time: keep
+                 * the item and let the mover retry, or give up the move,
+                 * rather than lose it. */
+                res = CHUNK_BUSY;
+            } else if (items_tier_ops == NULL && !item_is_dead(it, NULL) &&
+                       item_rescue(it, hv)) {
+                res = CHUNK_RESCUED;
+            } else {
+                res = CHUNK_RECLAIMED;
+                if (!item_is_dead(it, NULL)) {
+                    items_stats_evicted(it, it->slabs_clsid);
+                    res = CHUNK_EVICTED;
+                }
+                do_item_unlink(it, hv);
+            }
+        }
+        item_unlock(hv);
+    }
+    item_release(it);
+    return res;
+}
+
+/* ---- Expiry crawler. ------------------------------------------------- */
+
+/* Reclaims `it` if dead.  A dead item at the LRU's tail counts in
+ * `reclaimed`, as in memcached, whose LRU maintainer reclaims dead tail
+ * items; any other counts in `crawler_reclaimed`.  Caller holds l->lock
+ * and crawl_lock. */
+static void crawl_check_locked(struct lru *l, item *it)
+{
+    unsigned int clsid = it->slabs_clsid;
+    GSTATS_INCR(crawler_items_checked);
+    CLS_INCR(clsid, crawler_items_checked);
+    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    if (!item_trylock(hv))
+        return;
+    if (item_is_dead(it, NULL)) {
+        if (l->tail == it) {
+            GSTATS_INCR(reclaimed);
+            CLS_INCR(clsid, reclaimed);
+        } else {
+            GSTATS_INCR(crawler_reclaimed);
+            CLS_INCR(clsid, crawler_reclaimed);
+        }
+        if ((it->it_flags & ITEM_FETCHED) == 0) {
+            GSTATS_INCR(expired_unfetched);
+            CLS_INCR(clsid, expired_unfetched);
+        }
+        items_unlink_locked(l, it, hv);
+        item_release(it);
+    }
+    item_unlock(hv);
+}
+
+/* Walks the crawler one LRU toward the head, checking at most budget
+ * items.  Returns the number checked; *done when it left the LRU. */
+static int crawl_lru(struct lru *l, int budget, bool *done)
+{
+    int checked = 0;
+    pthread_mutex_lock(&l->lock);
+    if (!items_crawler_in_lru) {
+        if (l->tail == NULL) {
+            pthread_mutex_unlock(&l->lock);
+            *done = true;
+            return 0;
+        }
+        items_crawler.next = NULL;
+        items_crawler.prev = l->tail;
+        l->tail->next = &items_crawler;
+        l->tail = &items_crawler;
+        items_crawler_in_lru = true;
+    }
+    while (checked < budget && items_crawler.prev != NULL) {
+        item *it = items_crawler.prev;
+        items_lru_unlink_locked(l, &items_crawler);
+        items_lru_insert_before_locked(l, it, &items_crawler);
+        crawl_check_locked(l, it);
+        checked++;
+    }
+    *done = items_crawler.prev == NULL;
+    if (*done) {
+        items_lru_unlink_locked(l, &items_crawler);
+        items_crawler_in_lru = false;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return checked;
+}
+
+int items_crawl_step(int budget)
+{
+    int checked = 0;
+    pthread_mutex_lock(&items_crawl_lock);
+    /* At most one full cycle: every LRU once, plus the rest of the one
+     * the cursor sits in.  Lower-tier sets are crawled only when tiers
+     * exist; their classes are those of the lower tier's slots. */
+    unsigned int ntiers = items_tier_ops != NULL ? TIER_COUNT : 1;
+    unsigned int ncls[TIER_COUNT] = { slabs_nclasses(), MAX_SLAB_CLASSES - 1,
+                                      MAX_SLAB_CLASSES - 1 };
+    unsigned int limit = (items_crawler_in_lru ? 1 : 0);
+    for (unsigned int t = 0; t < ntiers; t++)
+        limit += ncls[t] * (unsigned int)items_npart;
+    for (unsigned int visited = 0; checked < budget && visited < limit;) {
+        if (items_crawl_tier >= ntiers)
+            items_crawl_tier = 0;
+        if (items_crawl_cls < 1 || items_crawl_cls > ncls[items_crawl_tier])
+            items_crawl_cls = 1;
+        bool at_start = items_crawl_tier == 0 && items_crawl_cls == 1 && items_crawl_part == 0;
+        if (at_start && !items_crawler_in_lru) {
+            GSTATS_INCR(lru_crawler_starts);
+            __atomic_store_n(&items_crawl_running, 1, __ATOMIC_RELAXED);
+        }
+        bool done = false;
+        checked += crawl_lru(&items_lrus[items_crawl_tier][items_crawl_cls][items_crawl_part],
+                             budget - checked, &done);
+        if (done) {
+            visited++;
+            if (++items_crawl_part >= items_npart) {
+                items_crawl_part = 0;
+                if (++items_crawl_cls > ncls[items_crawl_tier]) {
+                    items_crawl_cls = 1;
+                    items_crawl_tier = (items_crawl_tier + 1) % ntiers;
+                    if (items_crawl_tier == 0)
+                        __atomic_store_n(&items_crawl_running, 0, __ATOMIC_RELAXED);
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&items_crawl_lock);
+    /* Fewer than asked: a whole cycle is done, so is a rush. */
+    if (checked < budget)
+        __atomic_store_n(&items_crawl_rush, false, __ATOMIC_RELAXED);
+    return checked;
+}
+
+void items_crawl_soon(void)
+{
+    __atomic_store_n(&items_crawl_rush, true, __ATOMIC_RELAXED);
+}
+
+bool items_crawl_rushed(void)
+{
+    return __atomic_load_n(&items_crawl_rush, __ATOMIC_RELAXED);
+}
+
+/* ---- Key dumps (lru_crawler metadump, stats cachedump). ------------- */
+
+struct view_walk {
+    void (*fn)(const struct item_view *v, void *arg);
+    void *arg;
+};
+
+static void view_one(item *it, void *arg)
+{
+    const struct view_walk *w = arg;
+    if (!(it->it_flags & ITEM_LINKED) || item_is_dead(it, NULL))
+        return;
+    size_t size = item_make_size(it->nkey, it->nbytes);
+    struct item_view v = {
+        .key = ITEM_key(it),
+        .nkey = it->nkey,
+        .exptime = it->exptime != 0 ? (int64_t)process_started + it->exptime : 0,
+        .last_access = (int64_t)process_started + item_time(it),
+        .cas = it->cas,
+        .fetched = (it->it_flags & ITEM_FETCHED) != 0,
+        .clsid = it->tier == TIER_DRAM ? it->slabs_clsid : slabs_clsid(size),
+        .size = size,
+        .value_len = it->nbytes >= 2 ? it->nbytes - 2 : 0,
+        .tier = (enum item_tier)it->tier,
+    };
+    w->fn(&v, w->arg);
+}
+
+void items_view_stripe(unsigned int stripe,
+                       void (*fn)(const struct item_view *v, void *arg), void *arg)
+{
+    struct view_walk w = { fn, arg };
+    item_lock(stripe);
+    assoc_visit_stripe(stripe, view_one, &w);
+    item_unlock(stripe);
+}
+
+/* ---- Stats. ---------------------------------------------------------- */
+
+/* Items in class clsid, their bytes and the last access time of its
+ * oldest one. */
+static uint64_t class_count(unsigned int clsid, rel_time_t *oldest,
+                            uint64_t *bytes)
+{
+    uint64_t n = 0;
+    *bytes = 0;
+    *oldest = mc_now();
+    for (int p = 0; p < items_npart; p++) {
+        struct lru *l = &items_lrus[TIER_DRAM][clsid][p];
+        pthread_mutex_lock(&l->lock);
+        n += l->count;
+        *bytes += l->bytes;
+        item *t = l->tail;
+        while (t == &items_crawler)
+            t = t->prev;
+        if (t != NULL && t->time < *oldest)
+            *oldest = t->time;
+        pthread_mutex_unlock(&l->lock);
+    }
+    return n;
+}
+
+/* One "items:<class>:<name> <value>" line. */
+static void class_line(struct stat_sink *sink, unsigned int c,
+                       const char *name, unsigned long long v)
+{
+    char key[80];
+    snprintf(key, sizeof(key), "items:%u:%s", c, name);
+    stat_printf(sink, key, "%llu", v);
+}
+
+/*
+ * memcached's names, in its order.  Each class has one LRU, which reads as
+ * memcached's cold segment: number_cold is number, hits_to_cold the class's
+ * hits, and the hot, warm and temp names are 0 (doc/stats.md).
+ */
+void items_stats(struct stat_sink *sink)
+{
+    struct thread_stats *ts = malloc(sizeof(*ts));     /* large */
+    if (ts != NULL)
+        stats_aggregate(ts, NULL);
+    rel_time_t now = mc_now();
+    for (unsigned int c = 1; c <= slabs_nclasses(); c++) {
+        rel_time_t oldest;
+        uint64_t bytes;
+        uint64_t n = class_count(c, &oldest, &bytes);
+        struct lru_stats *s = &items_cls_stats[c];
+        if (n == 0 && STATS_GET(s, evicted) == 0 &&
+            STATS_GET(s, outofmemory) == 0)
+            continue;
+        class_line(sink, c, "number", n);
+        class_line(sink, c, "number_hot", 0);
+        class_line(sink, c, "number_warm", 0);
+        class_line(sink, c, "number_cold", n);
+        class_line(sink, c, "age_hot", 0);
+        class_line(sink, c, "age_warm", 0);
+        class_line(sink, c, "age", n ? now - oldest : 0);
+        class_line(sink, c, "mem_requested", bytes);
+#define EMIT_LRU_STAT(name) class_line(sink, c, #name, STATS_GET(s, name));
+        LRU_STATS_FIELDS(EMIT_LRU_STAT)
+#undef EMIT_LRU_STAT
+        class_line(sink, c, "moves_to_cold", 0);
+        class_line(sink, c, "moves_to_warm", 0);
+        class_line(sink, c, "hits_to_hot", 0);
+        class_line(sink, c, "hits_to_warm", 0);
+        class_line(sink, c, "hits_to_cold", ts ? ts->slab[c].get_hits : 0);
+        class_line(sink, c, "hits_to_temp", 0);
+    }
+    free(ts);
+}
+
+void items_stats_sizes(struct stat_sink *sink)
+{
+    stat_printf(sink, "sizes_status", "disabled");
+}
+
+void items_stats_reset(void)
+{
+    for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+#define RESET_LRU_STAT(name) \
+        __atomic_store_n(&items_cls_stats[c].name, 0, __ATOMIC_RELAXED);
+        LRU_STATS_FIELDS(RESET_LRU_STAT)
+#undef RESET_LRU_STAT
+    }
+}
+
+/* lru_crawler_running: 1 inside a pass, and from `lru_crawler crawl` on
+ * until the pass it asked for is done, as memcached shows it. */
+static uint64_t crawl_running_stat(void)
+{
+    return __atomic_load_n(&items_crawl_running, __ATOMIC_RELAXED) ||
+           __atomic_load_n(&items_crawl_rush, __ATOMIC_RELAXED);
+}
+
+void items_init(void)
+{
+    items_core_init();
+    slabs_set_chunk_evictor(item_evict_chunk);
+    stats_register_section("items", items_stats);
+    stats_provide("lru_crawler_running", crawl_running_stat);
+    stats_register_section("sizes", items_stats_sizes);
+    stats_register_reset(items_stats_reset);
+}

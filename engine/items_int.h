@@ -1,0 +1,105 @@
+/*
+ * items_int.h - what the files of the item engine share: the LRU lists and
+ * their counters, the tier operations, the crawler's cursor, and the
+ * helpers a store, a read or a walk calls around a version change.  The
+ * files: items_core.c (lifecycle: CAS, link/unlink, LRUs, eviction,
+ * allocation, tier moves), items_ops.c (what the protocols ask: reads,
+ * stores, incr/decr, deletes) and items.c (the entry, items_init, and
+ * items reached other than by key: the slab page mover's chunk evictor,
+ * the expiry crawler, key dumps, `stats items`).  The design and the lock
+ * order: the top of items_core.c.  Not for use outside them.
+ */
+#ifndef ITEMS_INT_H
+#define ITEMS_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/items.h"
+#include "base/stats.h"
+
+/* Per-class counters of `stats items`; relaxed atomics. */
+#define LRU_STATS_FIELDS(X) \
+    X(evicted)               \
+    X(evicted_nonzero)       \
+    X(evicted_time)          \
+    X(outofmemory)           \
+    X(tailrepairs)           \
+    X(reclaimed)             \
+    X(expired_unfetched)     \
+    X(evicted_unfetched)     \
+    X(evicted_active)        \
+    X(crawler_reclaimed)     \
+    X(crawler_items_checked) \
+    X(lrutail_reflocked)     \
+    X(moves_within_lru)      \
+    X(direct_reclaims)
+
+struct lru_stats {
+    LRU_STATS_FIELDS(STATS_DECLARE_FIELD)
+};
+
+struct lru {
+    pthread_mutex_t lock;
+    item *head;             /* lock */
+    item *tail;             /* lock */
+    uint64_t count;         /* lock; real items only */
+    uint64_t bytes;         /* lock; their ITEM_ntotal */
+} __attribute__((aligned(64)));
+
+#define CLS_INCR(cls, field) STATS_INCR(&items_cls_stats[(cls)], field)
+
+/* Defined in items_core.c; their comments are there. */
+extern struct lru items_lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
+extern const struct item_tier_ops *items_tier_ops;
+extern bool items_log_all;
+extern struct lru_stats items_cls_stats[MAX_SLAB_CLASSES];
+extern int items_npart;
+extern bool items_lazy_lru;
+extern uint64_t items_cas_id;
+extern rel_time_t items_oldest_live;
+extern uint64_t items_oldest_cas;
+extern pthread_mutex_t items_crawl_lock;
+extern item items_crawler;
+extern unsigned int items_crawl_tier;
+extern unsigned int items_crawl_cls;
+extern int items_crawl_part;
+extern bool items_crawler_in_lru;
+extern uint64_t items_crawl_running;
+extern bool items_rec_active;
+extern bool items_crawl_rush;
+
+void items_log_version(item *it);
+void items_lower_invalidate(const item *it);
+void items_lru_insert_before_locked(struct lru *l, item *pos, item *it);
+void items_lru_unlink_locked(struct lru *l, item *it);
+void items_replace_version(item *old, item *new_it, uint32_t hv, bool invalidated);
+void items_stats_evicted(const item *it, unsigned int clsid);
+void items_unlink_locked(struct lru *l, item *it, uint32_t hv);
+void items_rec_forget_unrecovered(const char *key, size_t nkey, uint32_t hv);
+void items_rec_mark(const char *key, size_t nkey, uint32_t hv);
+void items_set_exptime(item *it, rel_time_t exptime);
+bool items_superseded_in_log(const item *old, const item *new_it);
+void items_lru_link_locked(struct lru *l, item *it);
+struct lru *items_lru_of(const item *it);
+
+static inline void refcount_incr(item *it)
+{
+    __atomic_add_fetch(&it->refcount, 1, __ATOMIC_RELAXED);
+}
+
+static inline unsigned int refcount_load(const item *it)
+{
+    return __atomic_load_n(&it->refcount, __ATOMIC_ACQUIRE);
+}
+
+static inline int part_index(int partition)
+{
+    return partition >= 0 ? partition % items_npart : 0;
+}
+
+/* items_init without the walks' registrations (items.c). */
+void items_core_init(void);
+
+#endif
