@@ -596,6 +596,11 @@ item *item_alloc_meta(const item *src, enum item_tier tier,
                       unsigned int lru_cls, uint64_t ref, int partition,
                       bool reserved);
 
+/* A DRAM item (refcount 1) with staging item st's key, fields and value,
+ * when DRAM has a free chunk for it now (no eviction); NULL otherwise.
+ * The store of a value no lower tier took tries it before it waits. */
+item *item_unstage(const item *st);
+
 /*
  * A DRAM item for the value of meta tuple `meta` (a fetch moving it up):
  * same key, flags, exptime, size, CAS and access info, value left to the

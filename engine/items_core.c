@@ -892,6 +892,22 @@ item *item_alloc(const char *key, size_t nkey, uint32_t flags,
 
 /* ---- Tier moves (driven by tac/). ------------------------------------ */
 
+item *item_unstage(const item *st)
+{
+    size_t nkey = st->nkey, nbytes = st->nbytes;
+    unsigned int clsid = slabs_clsid(item_make_size(nkey, nbytes));
+    int p = part_index(st->partition);
+    /* No eviction: with a lower tier the evictors move DRAM's tail down. */
+    item *it = alloc_chunk(clsid, p, false, false);
+    if (it == NULL)
+        return NULL;
+    item_init_fields(it, ITEM_key(st), nkey, st->flags, st->exptime, nbytes, clsid, p);
+    it->it_flags = st->it_flags & (uint16_t)~(ITEM_TRANSIENT | ITEM_STAGING);
+    memcpy(ITEM_data(it), ITEM_data(st), nbytes);
+    __atomic_store_n(&it->refcount, 1, __ATOMIC_RELEASE);
+    return it;
+}
+
 item *item_alloc_promote(const item *meta, int partition)
 {
     size_t nkey = meta->nkey, nbytes = meta->nbytes;

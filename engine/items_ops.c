@@ -455,6 +455,19 @@ static enum store_result store(item *it, enum store_op op, uint64_t req_cas,
      * waits for room, parked"). */
     if (res == STORE_NO_MEMORY && (it->it_flags & ITEM_STAGING) &&
         items_tier_ops != NULL && op != STORE_APPEND && op != STORE_PREPEND) {
+        /* DRAM may have room again: the evictors ran since the staging
+         * item was made.  A value no lower tier takes (below -o
+         * ext_item_size, or every lower tier full) then goes there, as a
+         * new item goes to DRAM, instead of waiting for a tier that will
+         * not take it. */
+        item *d = item_unstage(it);
+        if (d != NULL) {
+            item_lock(hv);
+            res = do_item_store_prior(d, op, req_cas, cas_out, hv, partition, prior);
+            item_unlock(hv);
+            item_release(d);
+            return res;
+        }
         items_tier_ops->dram_pressure(it->slabs_clsid, part_index(partition));
         if (may_wait && items_tier_ops->room_later != NULL && items_tier_ops->room_later())
             res = STORE_NEED_ROOM;

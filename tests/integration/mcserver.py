@@ -99,13 +99,14 @@ def recv_exact(sock, n, timeout=10.0):
     return buf
 
 
-def recv_for(sock, seconds=0.3):
-    """Read whatever arrives within `seconds` (for responses of unknown shape)."""
+def recv_for(sock, seconds=0.3, done=None):
+    """Read whatever arrives within `seconds` (for responses of unknown shape),
+    or until done(bytes so far) says the response is whole."""
     buf = b""
     deadline = time.time() + seconds
     while True:
         left = deadline - time.time()
-        if left <= 0:
+        if left <= 0 or (done is not None and done(buf)):
             return buf
         sock.settimeout(left)
         try:
