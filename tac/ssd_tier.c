@@ -550,7 +550,7 @@ bool tac_ssd_full(void)
            page_nearly_full(&pi);
 }
 
-/* ---- A restart (tac/restart.c) ------------------------------------------ */
+/* ---- A restart (tac/durable/restart.c) ------------------------------------------ */
 
 item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition)
 {

@@ -21,7 +21,7 @@
 /* Opens the configured tiers and registers their stats (`stats tiers`,
  * `stats nvm`, their `stats settings` lines and their lines of plain
  * `stats`); prints why and returns false on failure.  Reads the restart
- * state a graceful stop left (tac/restart.c) and gives the tiers back the
+ * state a graceful stop left (tac/durable/restart.c) and gives the tiers back the
  * space it names. */
 bool tac_init(void);
 void tac_start(void);

@@ -19,7 +19,7 @@
  * The header's flags, exptime, CAS and time are a snapshot taken when the
  * tuple was written; the DRAM meta tuple is authoritative for all of them
  * (touch and gat change only the meta tuple, and record a shorter life for
- * crash recovery: tac/journal.c).  Times are unix seconds, so that a
+ * crash recovery: tac/durable/journal.c).  Times are unix seconds, so that a
  * restart after a crash can tell what expired meanwhile.  The checksum is a CRC32C
  * (util_crc32c) of the header (with checksum as 0), the key and the value;
  * it catches every change of up to 32 consecutive bits, so every changed

@@ -1,5 +1,5 @@
 /*
- * test_dramlog.c - the DRAM log (-o dram_log, tac/dramlog.c) without a
+ * test_dramlog.c - the DRAM log (-o dram_log, tac/durable/dramlog.c) without a
  * server: what a crash leaves in it is replayed, through laps of cleaning.
  *
  * A child process plays the server: it opens an NVM region in a /dev/shm

@@ -1,5 +1,5 @@
 /*
- * test_journal.c - the crash journal (tac/journal.c) without a server.
+ * test_journal.c - the crash journal (tac/durable/journal.c) without a server.
  *
  * An NVM region in a /dev/shm file stands for the tiers (the journal is
  * sized from them and tied to their open count); write sequences are

@@ -271,7 +271,7 @@ static void load_key(const uint8_t key[32], bool hex)
 }
 
 /* The journal's key hash picks a bucket by its low bits, and a bucket must
- * lie within the key's item lock stripe (tac/journal.c, bucket_of): with a
+ * lie within the key's item lock stripe (tac/durable/journal.c, bucket_of): with a
  * tier key too, whose keyed hash must still differ from the plain one. */
 static void journal_hash_keeps_stripe(bool keyed)
 {

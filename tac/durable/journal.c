@@ -1,5 +1,5 @@
 /*
- * tac/journal.c - what a restart after a crash needs besides the tiers'
+ * tac/durable/journal.c - what a restart after a crash needs besides the tiers'
  * own bytes, kept in a MAP_SHARED file beside them (<state file>.journal).
  *
  * A store into a shared file mapping is in the page cache the moment it

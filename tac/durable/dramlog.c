@@ -1,10 +1,10 @@
 /*
- * tac/dramlog.c - -o dram_log: an operation log that lets items no lower
+ * tac/durable/dramlog.c - -o dram_log: an operation log that lets items no lower
  * tier holds yet survive kill -9.
  *
  * Without it, a crash loses what lived only in DRAM, and what sat in an
  * SSD buf not yet written: NVM slots and written SSD bufs are on the
- * media, and the crash scan (tac/restart.c) finds them.  With it, every
+ * media, and the crash scan (tac/durable/restart.c) finds them.  With it, every
  * version that becomes visible in DRAM (a store, an in-place incr, a
  * touch, a fetch up from a lower tier, a graceful restore) and every tuple
  * appended to an SSD buf is first written, as a tuple (tac/tuple.h), into
@@ -38,7 +38,7 @@
  * log may hold another's.  When that lock is busy, the record is copied
  * unchecked unless the journal says it is dead, and the journal frees no
  * invalidation before the tail has passed that copy (tac_dramlog_clear;
- * tac/journal.c also frees an invalidation only when the tail has passed
+ * tac/durable/journal.c also frees an invalidation only when the tail has passed
  * the head it noted).  When everything in the ring is needed, the oldest
  * record is dropped (dram_log_lost): the ring is sized at twice -m.
  *

@@ -1,5 +1,5 @@
 /*
- * tac/restart.c - graceful restart: what a stop saves and the next start
+ * tac/durable/restart.c - graceful restart: what a stop saves and the next start
  * brings back.  This file is the start: which state is used, and the
  * thread that brings the items back; the stop is restart_save.c, the
  * crash scan crash_scan.c, what they share restart_common.c.
@@ -65,7 +65,7 @@
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"
-#include "tac/restart_int.h"
+#include "tac/durable/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
 #include "base/util.h"

@@ -27,7 +27,7 @@
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"
-#include "tac/restart_int.h"
+#include "tac/durable/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
 #include "base/util.h"
