@@ -39,7 +39,10 @@
 #include <sys/statfs.h>
 
 #include "nvm/internal.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
+
+MEDIA_PREFIX_CHECK(struct nvm_header);
 
 #define NVM_NUMA_MAX_NODE 1023
 #define TMPFS_MAGIC_VALUE 0x01021994
@@ -288,10 +291,18 @@ static uint64_t header_checksum(const struct nvm_header *h)
 
 bool nvm_header_valid(const struct nvm_header *h)
 {
-    return memcmp(h->magic, NVM_MAGIC, sizeof(h->magic)) == 0 &&
-           h->version == NVM_FORMAT_VERSION &&
-           h->header_size == sizeof(*h) &&
+    return media_classify(h, NVM_MAGIC, NVM_FORMAT_VERSION, sizeof(*h)) == MEDIA_OURS &&
            h->checksum == header_checksum(h);
+}
+
+static bool copy_sum_ok(const void *h)
+{
+    return nvm_header_valid(h);
+}
+
+static uint64_t copy_generation(const void *h)
+{
+    return ((const struct nvm_header *)h)->open_count;
 }
 
 static _Thread_local char refusal[256];
@@ -327,21 +338,12 @@ static bool rest_blank(const unsigned char *area, uint64_t capacity, int fd)
 static void classify_header(struct nvm_region *r, const unsigned char *area,
                             uint64_t capacity, int fd)
 {
-    const struct nvm_header *best = NULL;
-    bool magic = false;
-    uint32_t other_version = 0;
-    for (unsigned i = 0; i < NVM_HDR_COPIES; i++) {
-        const struct nvm_header *h =
-            (const void *)(area + (size_t)i * NVM_HDR_COPY_STRIDE);
-        if (memcmp(h->magic, NVM_MAGIC, sizeof(h->magic)) != 0)
-            continue;
-        magic = true;
-        if (h->version != NVM_FORMAT_VERSION)
-            other_version = h->version;
-        else if (nvm_header_valid(h) &&
-                 (best == NULL || h->open_count > best->open_count))
-            best = h;
-    }
+    bool magic;
+    uint32_t other_version;
+    const struct nvm_header *best =
+        media_pick_copy(area, NVM_HDR_COPIES, NVM_HDR_COPY_STRIDE, NVM_MAGIC,
+                        NVM_FORMAT_VERSION, sizeof(struct nvm_header),
+                        copy_sum_ok, copy_generation, &magic, &other_version);
     r->prev_state = NVM_PREV_OTHER;
     if (best != NULL) {
         uint64_t npages = capacity >= NVM_DATA_OFFSET
@@ -371,13 +373,9 @@ static void classify_header(struct nvm_region *r, const unsigned char *area,
                  (unsigned long long)best->region_size,
                  (unsigned long long)best->page_size, best->nclasses,
                  (unsigned long long)capacity, r->page_size, r->nclasses);
-    } else if (other_version != 0) {
-        snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier of "
-                 "format version %u (this build reads version %u)",
-                 other_version, NVM_FORMAT_VERSION);
     } else if (magic) {
-        snprintf(refusal, sizeof(refusal), "holds a tac-memcached NVM tier "
-                 "whose header is damaged (no copy passes its checksum)");
+        media_refusal(refusal, sizeof(refusal), "NVM tier", other_version,
+                      NVM_FORMAT_VERSION);
     } else {
         size_t i = 0;
         while (i < NVM_DATA_OFFSET && area[i] == 0)
@@ -425,9 +423,7 @@ static enum nvm_status header_format(struct nvm_region *r)
 {
     struct nvm_header n;
     memset(&n, 0, sizeof(n));
-    memcpy(n.magic, NVM_MAGIC, sizeof(n.magic));
-    n.version = NVM_FORMAT_VERSION;
-    n.header_size = sizeof(n);
+    media_stamp(&n, NVM_MAGIC, NVM_FORMAT_VERSION, sizeof(n));
     n.flags = NVM_HDR_DIRTY;
     n.region_size = r->capacity;
     n.data_offset = NVM_DATA_OFFSET;

@@ -38,7 +38,10 @@
 #include <unistd.h>
 
 #include "ssd/internal.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
+
+MEDIA_PREFIX_CHECK(struct ssd_disk_header);
 
 const char *ssd_strerror(enum ssd_status st)
 {
@@ -144,7 +147,7 @@ const char *ssd_refusal(void)
 
 static uint32_t header_crc(const struct ssd_disk_header *h)
 {
-    return util_crc32c(0, h, offsetof(struct ssd_disk_header, checksum));
+    return media_crc(h, offsetof(struct ssd_disk_header, checksum));
 }
 
 /* Writes the header, both copies in turn, each made durable before the
@@ -156,9 +159,7 @@ static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
         return SSD_ERR_NOMEM;
     memset(blk, 0, SSD_BLOCK);
     struct ssd_disk_header *h = blk;
-    memcpy(h->magic, SSD_MAGIC, sizeof h->magic);
-    h->version = SSD_FORMAT_VERSION;
-    h->header_size = sizeof *h;
+    media_stamp(h, SSD_MAGIC, SSD_FORMAT_VERSION, sizeof *h);
     h->generation = ++s->generation;
     h->dirty = dirty;
     h->size = s->size;
@@ -186,11 +187,14 @@ static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
     return st;
 }
 
-static bool copy_valid(const struct ssd_disk_header *h)
+static bool copy_sum_ok(const void *h)
 {
-    return memcmp(h->magic, SSD_MAGIC, sizeof h->magic) == 0 &&
-           h->version == SSD_FORMAT_VERSION && h->header_size == sizeof *h &&
-           h->checksum == header_crc(h);
+    return ((const struct ssd_disk_header *)h)->checksum == header_crc(h);
+}
+
+static uint64_t copy_generation(const void *h)
+{
+    return ((const struct ssd_disk_header *)h)->generation;
 }
 
 /* What the header area (SSD_DATA_OFF bytes, zeros past the end of a short
@@ -198,20 +202,12 @@ static bool copy_valid(const struct ssd_disk_header *h)
  * for SSD_PREV_OTHER, the refusal phrase. */
 static void classify_header(struct ssd_store *s, const unsigned char *area)
 {
-    const struct ssd_disk_header *best = NULL;
-    bool magic = false;
-    uint32_t other_version = 0;
-    for (unsigned i = 0; i < SSD_HDR_COPIES; i++) {
-        const struct ssd_disk_header *h =
-            (const void *)(area + (size_t)i * SSD_BLOCK);
-        if (memcmp(h->magic, SSD_MAGIC, sizeof h->magic) != 0)
-            continue;
-        magic = true;
-        if (h->version != SSD_FORMAT_VERSION)
-            other_version = h->version;
-        else if (copy_valid(h) && (best == NULL || h->generation > best->generation))
-            best = h;
-    }
+    bool magic;
+    uint32_t other_version;
+    const struct ssd_disk_header *best =
+        media_pick_copy(area, SSD_HDR_COPIES, SSD_BLOCK, SSD_MAGIC,
+                        SSD_FORMAT_VERSION, sizeof(struct ssd_disk_header),
+                        copy_sum_ok, copy_generation, &magic, &other_version);
     if (best != NULL) {
         if (best->size == s->size && best->page_size == s->page_size &&
             best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
@@ -234,13 +230,9 @@ static void classify_header(struct ssd_store *s, const unsigned char *area)
                  (unsigned long long)best->buf_size,
                  (unsigned long long)s->size, (unsigned long long)s->page_size,
                  (unsigned long long)s->buf_size);
-    } else if (other_version != 0) {
-        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier of "
-                 "format version %u (this build reads version %u)",
-                 other_version, SSD_FORMAT_VERSION);
     } else if (magic) {
-        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier "
-                 "whose header is damaged (no copy passes its checksum)");
+        media_refusal(refusal, sizeof refusal, "SSD tier", other_version,
+                      SSD_FORMAT_VERSION);
     } else {
         size_t i = 0;
         while (i < SSD_DATA_OFF && area[i] == 0)

@@ -77,6 +77,7 @@
 #include "tac/internal.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
 
 #define DL_MAGIC "TACDLOG\n"
@@ -96,6 +97,7 @@ struct dl_header {
     uint64_t owner;                     /* NVM open count of the writing run */
     uint64_t tail;                      /* position of the oldest record */
 };
+MEDIA_PREFIX_CHECK(struct dl_header);
 
 struct dl_rec {
     uint32_t magic;                     /* DL_REC or DL_WRAP */
@@ -161,7 +163,7 @@ static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 static uint32_t geo_crc(const struct dl_header *h)
 {
-    return util_crc32c(0, h, offsetof(struct dl_header, geo_crc));
+    return media_crc(h, offsetof(struct dl_header, geo_crc));
 }
 
 static uint32_t rec_crc(const struct dl_rec *r, uint32_t seed)
@@ -250,9 +252,7 @@ bool tac_dramlog_open(void)
     snprintf(dl.path, n, "%s.dramlog", info.path);
 
     struct dl_header want = { 0 };
-    memcpy(want.magic, DL_MAGIC, sizeof(want.magic));
-    want.version = DL_VERSION;
-    want.header_size = sizeof(want);
+    media_stamp(&want, DL_MAGIC, DL_VERSION, sizeof(want));
     want.size = size;
     want.geo_crc = geo_crc(&want);
 

@@ -70,6 +70,7 @@
 #include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/tuple.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
 
 #define JR_MAGIC "TACJRNL\n"
@@ -100,6 +101,7 @@ struct jr_header {
     uint64_t flush_seq;                 /* flush_all: every seq <= is dead */
     uint64_t floor_seq;                 /* overflow: every seq <= is dead */
 };
+MEDIA_PREFIX_CHECK(struct jr_header);
 
 struct jr_entry {
     uint64_t hash;                      /* 0: free */
@@ -162,7 +164,7 @@ uint64_t tac_key_hash64(const char *key, size_t nkey)
 
 static uint32_t geo_crc(const struct jr_header *h)
 {
-    return util_crc32c(0, h, offsetof(struct jr_header, geo_crc));
+    return media_crc(h, offsetof(struct jr_header, geo_crc));
 }
 
 static size_t round_page(size_t n)
@@ -174,9 +176,7 @@ static size_t round_page(size_t n)
 static void geometry(struct jr_header *g)
 {
     memset(g, 0, sizeof(*g));
-    memcpy(g->magic, JR_MAGIC, sizeof(g->magic));
-    g->version = JR_VERSION;
-    g->header_size = sizeof(*g);
+    media_stamp(g, JR_MAGIC, JR_VERSION, sizeof(*g));
     g->nvm_pages = tac.nvm != NULL ? nvm_npages(tac.nvm) : 0;
     g->ssd_words = tac.ssd != NULL ? ssd_table_words(tac.ssd) : 0;
     uint64_t bytes = 0;

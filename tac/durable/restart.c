@@ -68,6 +68,7 @@
 #include "tac/durable/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
 
 static void leftover_prepare(const char *path);
@@ -172,8 +173,7 @@ static bool load_ssd_section(void)
 
 static bool header_usable(const struct rs_header *h)
 {
-    return memcmp(h->magic, RS_MAGIC, sizeof(h->magic)) == 0 &&
-           h->version == RS_VERSION && h->header_size == sizeof(*h) &&
+    return media_classify(h, RS_MAGIC, RS_VERSION, sizeof(*h)) == MEDIA_OURS &&
            h->checksum == rs_header_crc(h) &&
            memcmp(h->key_check, tac_crypt_key_check(), sizeof(h->key_check)) == 0;
 }

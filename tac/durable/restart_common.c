@@ -30,7 +30,10 @@
 #include "tac/durable/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
+
+MEDIA_PREFIX_CHECK(struct rs_header);
 
 struct restart_state rs = { .fd = -1, .ssd_t0 = UINT64_MAX };
 
@@ -130,7 +133,7 @@ char *rs_state_path(void)
 
 uint32_t rs_header_crc(const struct rs_header *h)
 {
-    return util_crc32c(0, h, offsetof(struct rs_header, checksum));
+    return media_crc(h, offsetof(struct rs_header, checksum));
 }
 
 

@@ -33,6 +33,7 @@
 #include "tac/durable/restart_int.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
+#include "base/media_hdr.h"
 #include "base/util.h"
 
 
@@ -319,9 +320,7 @@ void tac_restart_commit(bool nvm_clean, uint64_t ssd_generation)
     if (rs.out == NULL)
         return;
     struct rs_header *h = &rs.save;
-    memcpy(h->magic, RS_MAGIC, sizeof(h->magic));
-    h->version = RS_VERSION;
-    h->header_size = sizeof(*h);
+    media_stamp(h, RS_MAGIC, RS_VERSION, sizeof(*h));
     memcpy(h->key_check, tac_crypt_key_check(), sizeof(h->key_check));
     h->stop_time = (int64_t)time(NULL);
     h->hashpower = assoc_hashpower();

@@ -7,10 +7,12 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/media_hdr.h"
 #include "base/util.h"
 #include "unit.h"
 
@@ -272,6 +274,75 @@ static void test_tokenizer(void)
     CHECK_EQ(tok[1].length, 2);
 }
 
+/* base/media_hdr.c: the headers' prefix, sum and the pick of the best copy. */
+struct test_hdr {
+    char magic[8];
+    uint32_t version, header_size;
+    uint64_t generation;
+    uint32_t checksum, pad;
+};
+MEDIA_PREFIX_CHECK(struct test_hdr);
+
+static bool test_hdr_ok(const void *h)
+{
+    const struct test_hdr *t = h;
+    return t->checksum == media_crc(t, offsetof(struct test_hdr, checksum));
+}
+
+static uint64_t test_hdr_gen(const void *h)
+{
+    return ((const struct test_hdr *)h)->generation;
+}
+
+static void test_hdr_make(struct test_hdr *h, uint32_t version, uint64_t gen)
+{
+    memset(h, 0, sizeof(*h));
+    media_stamp(h, "TESTHDR\n", version, sizeof(*h));
+    h->generation = gen;
+    h->checksum = media_crc(h, offsetof(struct test_hdr, checksum));
+}
+
+static void test_media_headers(void)
+{
+    struct test_hdr copies[2];
+    bool seen;
+    uint32_t other;
+    test_hdr_make(&copies[0], 3, 7);
+    test_hdr_make(&copies[1], 3, 8);
+    CHECK_MEM_EQ(copies[0].magic, "TESTHDR\n", 8);
+    CHECK_EQ(media_classify(&copies[0], "TESTHDR\n", 3, sizeof(struct test_hdr)), MEDIA_OURS);
+    CHECK_EQ(media_classify(&copies[0], "TESTHDR\n", 4, sizeof(struct test_hdr)), MEDIA_OTHER_VERSION);
+    CHECK_EQ(media_classify(&copies[0], "TESTHDR\n", 3, 8), MEDIA_OTHER_VERSION);
+    CHECK_EQ(media_classify(&copies[0], "OTHERHD\n", 3, sizeof(struct test_hdr)), MEDIA_FOREIGN);
+    CHECK_UEQ(media_crc("123456789", 9), 0xe3069283u);    /* CRC32C check value */
+    const unsigned char *area = (const unsigned char *)copies;
+    /* The newer generation wins; a damaged newer one leaves the older. */
+    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
+                          test_hdr_ok, test_hdr_gen, &seen, &other) == &copies[1]);
+    CHECK(seen && other == 0);
+    copies[1].generation = 9;           /* no longer matches its checksum */
+    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
+                          test_hdr_ok, test_hdr_gen, &seen, &other) == &copies[0]);
+    copies[0].checksum ^= 1;
+    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
+                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
+    CHECK(seen && other == 0);
+    /* Another version is told apart from damage, and from a foreign file. */
+    test_hdr_make(&copies[0], 2, 1);
+    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
+                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
+    CHECK(seen && other == 2);
+    memset(copies, 0x5a, sizeof(copies));
+    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
+                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
+    CHECK(!seen && other == 0);
+    char why[160];
+    media_refusal(why, sizeof(why), "SSD tier", 2, 3);
+    CHECK_STR_EQ(why, "holds a tac-memcached SSD tier of format version 2 (this build reads version 3)");
+    media_refusal(why, sizeof(why), "NVM tier", 0, 3);
+    CHECK_STR_EQ(why, "holds a tac-memcached NVM tier whose header is damaged (no copy passes its checksum)");
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -285,6 +356,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_base64_random);
     RUN_TEST(test_itoa);
     RUN_TEST(test_tokenizer);
+    RUN_TEST(test_media_headers);
     fprintf(stderr, "test_util: ok\n");
     return 0;
 }
