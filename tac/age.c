@@ -42,7 +42,7 @@ static bool age_demote(item *it, uint32_t hv)
 {
     rel_time_t now = mc_now();
     rel_time_t t = item_time(it);
-    int age = __atomic_load_n(&settings.ext_item_age, __ATOMIC_RELAXED);
+    int age = __atomic_load_n(tac.cfg.ext_item_age, __ATOMIC_RELAXED);
     if ((it->it_flags & (ITEM_META | ITEM_TRANSIENT)) != 0 || t > now ||
         age <= 0 || now - t < (rel_time_t)age ||
         !tac_ssd_takes(it->nbytes))
@@ -58,7 +58,7 @@ static bool age_demote(item *it, uint32_t hv)
 
 int tac_age_round(int evictor, int nevictors)
 {
-    if (__atomic_load_n(&settings.ext_item_age, __ATOMIC_RELAXED) <= 0 ||
+    if (__atomic_load_n(tac.cfg.ext_item_age, __ATOMIC_RELAXED) <= 0 ||
         tac.ssd == NULL || evictor < 0 ||
         evictor >= AGE_MAX_EVICTORS || nevictors <= 0)
         return 0;
@@ -71,7 +71,7 @@ int tac_age_round(int evictor, int nevictors)
     unsigned int ncls = slabs_nclasses();
     int moved = 0;
     for (unsigned int c = first; c <= ncls; c++)
-        for (int p = evictor; p < settings.partitions; p += nevictors)
+        for (int p = evictor; p < tac.cfg.partitions; p += nevictors)
             moved += items_demote_tail(TIER_DRAM, c, p, AGE_BATCH, age_demote);
     if (moved == 0)
         last_walk[evictor] = now;

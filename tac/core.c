@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/settings.h"
 #include "tac/internal.h"
 
 struct tac_state tac;
@@ -69,4 +70,47 @@ void tac_evictors_wake(int partition)
     void (*fn)(int) = __atomic_load_n(&tac.wake_evictors, __ATOMIC_ACQUIRE);
     if (fn != NULL)
         fn(partition);
+}
+
+void tac_config_load(void)
+{
+    struct tac_config *c = &tac.cfg;
+    c->maxbytes = settings.maxbytes;
+    c->item_size_max = settings.item_size_max;
+    c->slab_page_size = settings.slab_page_size;
+    c->partitions = settings.partitions;
+    c->evict_to_free = settings.evict_to_free;
+    c->use_cas = settings.use_cas;
+    c->verbose = settings.verbose;
+    c->tier_policy = settings.tier_policy;
+    c->tier_key = settings.tier_key;
+    c->tier_reformat = settings.tier_reformat;
+    c->recovery = settings.recovery;
+    c->memory_file = settings.memory_file;
+    c->nvm_path = settings.nvm_path;
+    c->nvm_file = settings.nvm_file;
+    c->nvm_size = settings.nvm_size;
+    c->nvm_read_ns = settings.nvm_read_ns;
+    c->nvm_write_ns = settings.nvm_write_ns;
+    c->nvm_free_watermark = settings.nvm_free_watermark;
+    c->nvm_obp_pct = settings.nvm_obp_pct;
+    c->ssd_path = settings.ssd_path;
+    c->ssd_file = settings.ssd_file;
+    c->ssd_size = settings.ssd_size;
+    c->ssd_page_size = settings.ssd_page_size;
+    c->ssd_buf_size = settings.ssd_buf_size;
+    c->ssd_io_engine = settings.ssd_io_engine;
+    c->ssd_free_pages = settings.ssd_free_pages;
+    c->ext_threads = settings.ext_threads;
+    c->ext_compact_under = settings.ext_compact_under;
+    c->evict_threads = settings.evict_threads;
+    c->fetch_threads = settings.fetch_threads;
+    c->dram_free_watermark = settings.dram_free_watermark;
+    c->dram_log = settings.dram_log;
+    c->dram_log_size = settings.dram_log_size;
+    c->ext_item_size = &settings.ext_item_size;
+    c->ext_item_age = &settings.ext_item_age;
+    c->ext_recache_rate = &settings.ext_recache_rate;
+    c->ext_max_frag = &settings.ext_max_frag;
+    c->ext_drop_unread = &settings.ext_drop_unread;
 }

@@ -64,7 +64,7 @@ static bool dram_tight(void)
 {
     size_t limit = slabs_mem_limit();
     size_t used = slabs_mem_malloced();
-    size_t reserve = TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size;
+    size_t reserve = TAC_META_RESERVE_PAGES * (size_t)tac.cfg.slab_page_size;
     return used + tac.dram_free_wm + reserve >= limit;
 }
 
@@ -85,7 +85,7 @@ static int evict_nvm_round(struct evictor *e)
 {
     int moved = 0;
     for (unsigned int c = 1; c < MAX_SLAB_CLASSES && tac_nvm_tight(); c++)
-        for (int p = e->id; p < settings.partitions; p += nevictors)
+        for (int p = e->id; p < tac.cfg.partitions; p += nevictors)
             moved += items_demote_tail(TIER_NVM, c, p, EVICT_BATCH / 4,
                                        tac_ssd_from_nvm);
     return moved;
@@ -126,7 +126,7 @@ static int evict_round(struct evictor *e)
             continue;
         short_classes++;
         short_bytes += (reserve - free_now) * ci.chunk_size;
-        for (int p = e->id; p < settings.partitions; p += nevictors)
+        for (int p = e->id; p < tac.cfg.partitions; p += nevictors)
             moved += items_demote_tail(TIER_DRAM, c, p, EVICT_BATCH, tac_demote);
     }
     if (e->id == 0) {
@@ -220,8 +220,8 @@ void tac_evictors_start(void)
     int n = tac.evict_threads;
     if (n <= 0)
         n = 1;
-    if (n > settings.partitions)
-        n = settings.partitions;
+    if (n > tac.cfg.partitions)
+        n = tac.cfg.partitions;
     evictors = calloc((size_t)n, sizeof(*evictors));
     if (evictors == NULL) {
         fprintf(stderr, "out of memory starting evictors\n");

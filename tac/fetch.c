@@ -96,7 +96,7 @@ static void fetcher_main(struct bg *g, unsigned idx, void *arg)
 
 void tac_fetchers_start(void)
 {
-    int n = settings.fetch_threads;
+    int n = tac.cfg.fetch_threads;
     if (n <= 0)
         return;
     if (!tac_fetchq_start((unsigned)n, fetcher_main)) {

@@ -78,7 +78,44 @@ struct tac_stats {
     TAC_STATS_FIELDS(STATS_DECLARE_FIELD)
 };
 
+/* The options the tier engine uses, copied from the settings once, at
+ * set-up (tac_config_load, from tac_init): no file of tac/ reads
+ * `settings` itself.  The run-time tunables that memcached's `extstore`
+ * command changes are read, with relaxed atomics, through pointers to the
+ * values it writes. */
+struct tac_config {
+    size_t maxbytes;            /* -m */
+    int item_size_max;          /* -I */
+    int slab_page_size;
+    int partitions;
+    bool evict_to_free;         /* false with -M */
+    bool use_cas;               /* false with -C */
+    int verbose;                /* -v at start */
+    int tier_policy;            /* enum settings_tier_policy */
+    char *tier_key;
+    int tier_reformat;
+    int recovery;
+    char *memory_file;          /* -e */
+    char *nvm_path, *nvm_file;
+    size_t nvm_size;
+    unsigned nvm_read_ns, nvm_write_ns;
+    int nvm_free_watermark, nvm_obp_pct;
+    char *ssd_path, *ssd_file;
+    size_t ssd_size;
+    int ssd_page_size, ssd_buf_size, ssd_io_engine, ssd_free_pages;
+    int ext_threads, ext_compact_under;
+    int evict_threads, fetch_threads;
+    int dram_free_watermark;
+    int dram_log;
+    size_t dram_log_size;
+    /* Run-time tunables (`extstore <name> <value>`). */
+    const int *ext_item_size, *ext_item_age, *ext_recache_rate;
+    const double *ext_max_frag;
+    const bool *ext_drop_unread;
+};
+
 struct tac_state {
+    struct tac_config cfg;      /* tac_config_load */
     enum settings_tier_policy policy;   /* -o tier_policy: policy.c */
     struct nvm_region *nvm;     /* NULL without an NVM tier; set at init */
     struct ssd_store *ssd;      /* NULL without an SSD tier; set at init */
@@ -117,6 +154,10 @@ item *tac_transient_new(const item *meta);
 /* Prints why a tier file was refused at start (its option, path, and what
  * nvm_refusal/ssd_refusal said) and the way out, -o tier_reformat=yes. */
 void tac_refuse_tier_file(const char *option, const char *path, const char *why);
+
+/* Copies the settings into tac.cfg (tac_init; a unit test that drives
+ * the engine's files without it calls it after setting its options). */
+void tac_config_load(void);
 
 /* Wakes the evictor of partition (any thread; nothing while they do not
  * run). */

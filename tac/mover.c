@@ -128,7 +128,7 @@ int tac_nvm_spill(unsigned need)
         }
     }
     int moved = 0;
-    for (int p = 0; tac.ssd != NULL && biggest != 0 && p < settings.partitions; p++)
+    for (int p = 0; tac.ssd != NULL && biggest != 0 && p < tac.cfg.partitions; p++)
         moved += items_demote_tail(TIER_NVM, biggest, p, MOVER_SPILL_BATCH,
                                    tac_ssd_from_nvm);
     TAC_ADD(nvm_tuples_to_ssd, moved);

@@ -209,9 +209,9 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
             /* Make room by moving the class's coldest tuple down. */
             uint64_t short0 = STATS_GET(&tac.stats, meta_alloc_failures);
             int moved = 0;
-            for (int i = 0; i < settings.partitions && moved == 0; i++)
+            for (int i = 0; i < tac.cfg.partitions && moved == 0; i++)
                 moved = items_demote_tail(TIER_NVM, cls,
-                                          (partition + i) % settings.partitions,
+                                          (partition + i) % tac.cfg.partitions,
                                           1, spill);
             if (moved > 0)
                 continue;
@@ -241,7 +241,7 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
              * (mover.c): the caller tries again rather than drop. */
             break;
         }
-        if (!settings.evict_to_free ||
+        if (!tac.cfg.evict_to_free ||
             !items_lower_drop_tail(TIER_NVM, cls, partition))
             break;
         TAC_INCR(nvm_evictions);

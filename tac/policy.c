@@ -97,7 +97,7 @@ const char *tac_policy_name(void)
 static bool recache_turn(void)
 {
     static unsigned long long reads;    /* atomic */
-    int rate = __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED);
+    int rate = __atomic_load_n(tac.cfg.ext_recache_rate, __ATOMIC_RELAXED);
     return rate > 0 &&
            __atomic_add_fetch(&reads, 1, __ATOMIC_RELAXED) % (unsigned)rate == 0;
 }

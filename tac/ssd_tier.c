@@ -208,7 +208,7 @@ static size_t tuple_len(const item *meta)
 static bool page_nearly_full(const struct ssd_page_info *pi)
 {
     double frag;
-    __atomic_load(&settings.ext_max_frag, &frag, __ATOMIC_RELAXED);
+    __atomic_load(tac.cfg.ext_max_frag, &frag, __ATOMIC_RELAXED);
     return (double)pi->live >= (double)sd.info.page_size * frag;
 }
 
@@ -264,7 +264,7 @@ static void failed_push(struct ssd_buf *b)
     }
     sd.failed[sd.nfailed++] = b;
     /* Retries wait for their back-off; only the bound needs defrag now. */
-    if (sd.nfailed > sd.failed_max && settings.evict_to_free)
+    if (sd.nfailed > sd.failed_max && tac.cfg.evict_to_free)
         defrag_wake();
     pthread_mutex_unlock(&sd.lock);
 }
@@ -299,7 +299,7 @@ static void write_done(void *arg, struct ssd_buf *b, enum ssd_status st)
  * it may is full: nothing more is written to it. */
 static bool writes_refused(void)
 {
-    if (settings.evict_to_free)
+    if (tac.cfg.evict_to_free)
         return false;
     pthread_mutex_lock(&sd.lock);
     bool full = sd.failing && sd.nfailed + sd.retries_inflight >= sd.failed_max;
@@ -1207,7 +1207,7 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used,
     for (size_t off = 0, len; (len = tuple_at(mem, used, off)) != 0;
          off = tuple_next(off, len)) {
         if (!defrag_tuple(base + off, mem + off, len, *mode)) {
-            if (!settings.evict_to_free || ssd_any_pinned(tac.ssd))
+            if (!tac.cfg.evict_to_free || ssd_any_pinned(tac.ssd))
                 return false;
             *mode = DEFRAG_DROP;
             defrag_tuple(base + off, mem + off, len, DEFRAG_DROP);
@@ -1230,7 +1230,7 @@ static bool defrag_page(struct tac_iobuf *io)
     if (page < 0)
         return false;
     bool drop = page_nearly_full(&pi);
-    if (drop && !settings.evict_to_free)
+    if (drop && !tac.cfg.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
     /* While a restart still indexes its pinned pages, the room their dead
      * copies hold cannot be won back yet, and the unpinned pages are the
@@ -1242,7 +1242,7 @@ static bool defrag_page(struct tac_iobuf *io)
     enum defrag_mode mode = DEFRAG_MOVE;
     if (drop) {
         page = ssd_page_oldest(tac.ssd, &pi);
-        mode = __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED)
+        mode = __atomic_load_n(tac.cfg.ext_drop_unread, __ATOMIC_RELAXED)
                ? DEFRAG_DROP_UNREAD : DEFRAG_DROP;
     }
     if (page < 0)
@@ -1334,7 +1334,7 @@ static void drop_failed_buf(struct ssd_buf *b)
  * oldest. */
 static void drop_failed_over_bound(void)
 {
-    if (!settings.evict_to_free)
+    if (!tac.cfg.evict_to_free)
         return;
     for (;;) {
         pthread_mutex_lock(&sd.lock);
@@ -1484,11 +1484,11 @@ static void compact_under_apply(unsigned pages)
 /* The options were checked and parsed by settings.c. */
 bool tac_ssd_open(void)
 {
-    if (settings.ssd_path == NULL)
+    if (tac.cfg.ssd_path == NULL)
         return true;
     struct ssd_config cfg = { 0 };
-    const char *path = settings.ssd_file;
-    cfg.engine = settings.ssd_io_engine == SSD_ENGINE_THREADS ? SSD_IO_THREADS
+    const char *path = tac.cfg.ssd_file;
+    cfg.engine = tac.cfg.ssd_io_engine == SSD_ENGINE_THREADS ? SSD_IO_THREADS
                                                               : SSD_IO_URING;
     if (on_tmpfs(path)) {
         fprintf(stderr, "cannot open the SSD tier at %s: it is on tmpfs, which is "
@@ -1497,21 +1497,21 @@ bool tac_ssd_open(void)
         return false;
     }
     cfg.path = path;
-    cfg.size = settings.ssd_size;
-    cfg.page_size = (size_t)settings.ssd_page_size;
-    cfg.buf_size = (size_t)settings.ssd_buf_size;
-    cfg.threads = (unsigned)settings.ext_threads;      /* 0: the default */
+    cfg.size = tac.cfg.ssd_size;
+    cfg.page_size = (size_t)tac.cfg.ssd_page_size;
+    cfg.buf_size = (size_t)tac.cfg.ssd_buf_size;
+    cfg.threads = (unsigned)tac.cfg.ext_threads;      /* 0: the default */
     /* A tuple larger than a buf spans slots of one page: the page bounds
      * the largest tuple, so it grows with -I unless set. */
     size_t bs = cfg.buf_size ? cfg.buf_size : SSD_DEFAULT_BUF_SIZE;
-    size_t need = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max + 2);
+    size_t need = tac_tuple_size(KEY_MAX_LENGTH, (size_t)tac.cfg.item_size_max + 2);
     need = (need + bs - 1) / bs * bs;
     if (cfg.page_size == 0 && need > SSD_DEFAULT_PAGE_SIZE)
         cfg.page_size = need;
     if (cfg.page_size != 0 && cfg.page_size < need && cfg.page_size % bs == 0) {
         fprintf(stderr, "-o ssd_page_size=%zu raised to %zu to hold the largest "
                 "item (-I %zu with its key and header, in whole bufs)\n",
-                cfg.page_size, need, (size_t)settings.item_size_max);
+                cfg.page_size, need, (size_t)tac.cfg.item_size_max);
         cfg.page_size = need;
     }
     /* A page id has 16 bits: a file larger than SSD_MAX_PAGES pages takes
@@ -1524,7 +1524,7 @@ bool tac_ssd_open(void)
                 "cover its %zu bytes\n", grown, ps, SSD_MAX_PAGES, (size_t)cfg.size);
         cfg.page_size = grown;
     }
-    cfg.reformat = settings.tier_reformat != 0;
+    cfg.reformat = tac.cfg.tier_reformat != 0;
     memcpy(cfg.key_check, tac_crypt_key_check(), sizeof(cfg.key_check));
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
     if (st == SSD_ERR_NOT_OURS) {
@@ -1563,14 +1563,14 @@ bool tac_ssd_open(void)
     if (cfg.engine == SSD_IO_URING && sd.info.engine == SSD_IO_THREADS)
         fprintf(stderr, "SSD tier: io_uring is unavailable here; using a "
                 "pread/pwrite thread pool\n");
-    unsigned wm = settings.ssd_free_pages > 0 ? (unsigned)settings.ssd_free_pages
-                : settings.ext_compact_under > 0 ? (unsigned)settings.ext_compact_under + 1
+    unsigned wm = tac.cfg.ssd_free_pages > 0 ? (unsigned)tac.cfg.ssd_free_pages
+                : tac.cfg.ext_compact_under > 0 ? (unsigned)tac.cfg.ext_compact_under + 1
                 : sd.info.npages / 50;
-    sd.free_wm = free_wm_bounded(wm, settings.ssd_free_pages > 0 ||
-                                      settings.ext_compact_under > 0);
+    sd.free_wm = free_wm_bounded(wm, tac.cfg.ssd_free_pages > 0 ||
+                                      tac.cfg.ext_compact_under > 0);
     settings_on_compact_under(compact_under_apply);
     ghost_init((uint64_t)sd.info.npages * sd.info.page_size);
-    sd.nwriters = settings.evict_threads + 2;
+    sd.nwriters = tac.cfg.evict_threads + 2;
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));
     if (sd.writers == NULL)
         return false;
@@ -1581,12 +1581,12 @@ bool tac_ssd_open(void)
     defrag_writer()->own_pages = true;
     pthread_mutex_init(&sd.lock, NULL);
     bg_init(&sd.defrag, "tac-ssd-defrag", NULL);
-    sd.failed_max = settings.maxbytes / 16 / sd.info.buf_size;
+    sd.failed_max = tac.cfg.maxbytes / 16 / sd.info.buf_size;
     if (sd.failed_max < FAILED_BUFS_MIN)
         sd.failed_max = FAILED_BUFS_MIN;
-    if (settings.verbose)
+    if (tac.cfg.verbose)
         fprintf(stderr, "SSD tier: %s, %llu MB, %u pages of %zu KB, bufs of "
-                "%zu KB, %s\n", settings.ssd_path,
+                "%zu KB, %s\n", tac.cfg.ssd_path,
                 (unsigned long long)(sd.info.size >> 20), sd.info.npages,
                 sd.info.page_size >> 10, sd.info.buf_size >> 10,
                 sd.info.engine == SSD_IO_URING ? "io_uring" : "threads");

@@ -50,7 +50,7 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved);
 static inline bool tac_ssd_takes(uint32_t nbytes)
 {
     /* atomic: `extstore item_size` sets it at run time */
-    int min = __atomic_load_n(&settings.ext_item_size, __ATOMIC_RELAXED);
+    int min = __atomic_load_n(tac.cfg.ext_item_size, __ATOMIC_RELAXED);
     return min == 0 || nbytes >= (uint32_t)min + 2;
 }
 /* Moves the NVM tuple of NVM meta tuple `meta` to SSD (demote hook for NVM

@@ -80,7 +80,7 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
  * emptying one. */
 static bool tier_room_later(void)
 {
-    if (settings.evict_to_free)
+    if (tac.cfg.evict_to_free)
         return true;
     if (tac.ssd != NULL)
         return !tac_ssd_full();
@@ -129,32 +129,33 @@ static void tac_stats_register(void);
 static bool tac_open(void)
 {
     memset(&tac, 0, sizeof(tac));
-    tac.policy = (enum settings_tier_policy)settings.tier_policy;
-    tac.obp_pct = settings.nvm_obp_pct;
-    if (settings.tier_key != NULL) {
-        if (settings.nvm_path == NULL && settings.ssd_path == NULL) {
+    tac_config_load();
+    tac.policy = (enum settings_tier_policy)tac.cfg.tier_policy;
+    tac.obp_pct = tac.cfg.nvm_obp_pct;
+    if (tac.cfg.tier_key != NULL) {
+        if (tac.cfg.nvm_path == NULL && tac.cfg.ssd_path == NULL) {
             fprintf(stderr, "-o tier_key encrypts the NVM and SSD tiers: give "
                     "-o nvm_path or -o ssd_path too\n");
             return false;
         }
-        if (!tac_crypt_load(settings.tier_key))
+        if (!tac_crypt_load(tac.cfg.tier_key))
             return false;
         /* Before any size is computed: tuples carry a nonce and a tag,
          * meta tuples their tuple's write sequence. */
         tac_tuple_set_sealed(true);
         item_meta_seq_bytes = sizeof(uint64_t);
     }
-    if (settings.nvm_path == NULL)
+    if (tac.cfg.nvm_path == NULL)
         return tac_ssd_open() && tac_plug_in();
 
     struct nvm_config cfg = { 0 };
-    cfg.path = settings.nvm_file;
-    cfg.size = settings.nvm_size;
-    cfg.read_ns = settings.nvm_read_ns;
-    cfg.write_ns = settings.nvm_write_ns;
-    cfg.partitions = settings.partitions;
-    cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max);
-    cfg.reformat = settings.tier_reformat != 0;
+    cfg.path = tac.cfg.nvm_file;
+    cfg.size = tac.cfg.nvm_size;
+    cfg.read_ns = tac.cfg.nvm_read_ns;
+    cfg.write_ns = tac.cfg.nvm_write_ns;
+    cfg.partitions = tac.cfg.partitions;
+    cfg.slot_max = tac_tuple_size(KEY_MAX_LENGTH, (size_t)tac.cfg.item_size_max);
+    cfg.reformat = tac.cfg.tier_reformat != 0;
     memcpy(cfg.key_check, tac_crypt_key_check(), sizeof(cfg.key_check));
     enum nvm_status st = nvm_open(&cfg, &tac.nvm);
     if (st == NVM_ERR_NOT_OURS) {
@@ -177,11 +178,11 @@ static bool tac_open(void)
     /* Keep 1% of NVM free by default. */
     struct nvm_info info;
     nvm_get_info(tac.nvm, &info);
-    tac.nvm_free_wm = settings.nvm_free_watermark > 0
-        ? (size_t)settings.nvm_free_watermark : info.capacity / 100;
+    tac.nvm_free_wm = tac.cfg.nvm_free_watermark > 0
+        ? (size_t)tac.cfg.nvm_free_watermark : info.capacity / 100;
     tac.anti2_nvm_share = (double)info.capacity /
-                          ((double)info.capacity + (double)settings.maxbytes);
-    if (settings.verbose)
+                          ((double)info.capacity + (double)tac.cfg.maxbytes);
+    if (tac.cfg.verbose)
         fprintf(stderr, "NVM tier: %s (%s%s), %zu MB\n", info.path, info.backing,
                 info.is_pmem ? ", pmem" : "", info.capacity >> 20);
     if (tac_nvm_mover_init() && tac_ssd_open() && tac_dramlog_open() && tac_plug_in())
@@ -210,15 +211,15 @@ static bool tac_plug_in(void)
         tac_nvm_set_spill(tac_ssd_from_nvm);
     /* Defaults scale with the tier: keep 2% of DRAM (at least two pages)
      * free. */
-    tac.dram_free_wm = settings.dram_free_watermark > 0
-        ? (size_t)settings.dram_free_watermark
-        : settings.maxbytes / 50 > 2 * SLAB_PAGE_SIZE ? settings.maxbytes / 50
+    tac.dram_free_wm = tac.cfg.dram_free_watermark > 0
+        ? (size_t)tac.cfg.dram_free_watermark
+        : tac.cfg.maxbytes / 50 > 2 * SLAB_PAGE_SIZE ? tac.cfg.maxbytes / 50
                                                       : 2 * SLAB_PAGE_SIZE;
-    tac.evict_threads = settings.evict_threads;
+    tac.evict_threads = tac.cfg.evict_threads;
     /* Meta tuples may use the last pages of -m that data items may not,
      * so that demotion always finds room for its meta tuple; the page
      * mover then moves freed data pages over to the meta tuples' class. */
-    slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)settings.slab_page_size,
+    slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)tac.cfg.slab_page_size,
                       slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
     if (tac_dramlog_on()) {
         tier_ops.logged = tac_dramlog_item;

@@ -44,7 +44,7 @@ bool tac_tuple_sane(const struct tac_tuple_hdr *hdr, size_t room)
     if (__builtin_add_overflow(sizeof(*hdr) + (size_t)hdr->nkey + tac_tuple_overhead,
                                (size_t)hdr->nbytes, &size))
         return false;
-    return size <= (size_t)settings.item_size_max && size <= room;
+    return size <= (size_t)tac.cfg.item_size_max && size <= room;
 }
 
 static uint64_t tuple_seq;
@@ -135,8 +135,8 @@ static char *scratch(int which, size_t len)
     s += which;
     if (s->cap < len) {
         /* The largest tuple is bounded by -I; grow in one step to it. */
-        size_t cap = len < (size_t)settings.item_size_max + 64
-                     ? (size_t)settings.item_size_max + 64 : len;
+        size_t cap = len < (size_t)tac.cfg.item_size_max + 64
+                     ? (size_t)tac.cfg.item_size_max + 64 : len;
         char *m = realloc(s->mem, cap);
         if (m == NULL)
             abort();

@@ -240,7 +240,7 @@ void rs_replay_record(const char *tuple, void *arg)
     int64_t tt = (int64_t)h.time - (int64_t)process_started;
     rel_time_t t = tt < 1 ? 1 : tt > (int64_t)now ? now : (rel_time_t)tt;
     int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
-                     (unsigned)settings.partitions);
+                     (unsigned)tac.cfg.partitions);
     item *it = item_alloc(key, h.nkey, h.flags, exptime, h.nbytes, part);
     if (it == NULL) {
         rs_count(&rs.dropped);
@@ -438,7 +438,7 @@ static void *scan_worker(void *arg)
 void rs_scan_reserve(void)
 {
     uint64_t n = tac_journal_items_hint();
-    uint64_t most = settings.maxbytes / 64;
+    uint64_t most = tac.cfg.maxbytes / 64;
     if (n > most)
         n = most;
     if (!rs_seqs_init(n))

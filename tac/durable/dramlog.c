@@ -222,7 +222,7 @@ static void *populate_main(void *arg)
 
 bool tac_dramlog_open(void)
 {
-    if (!settings.dram_log || tac.nvm == NULL)
+    if (!tac.cfg.dram_log || tac.nvm == NULL)
         return true;
     struct nvm_info info;
     nvm_get_info(tac.nvm, &info);
@@ -231,13 +231,13 @@ bool tac_dramlog_open(void)
                 "%s\n", info.path, info.backing);
         return false;
     }
-    uint64_t size = settings.dram_log_size != 0 ? settings.dram_log_size
-                                                : 2 * (uint64_t)settings.maxbytes;
+    uint64_t size = tac.cfg.dram_log_size != 0 ? tac.cfg.dram_log_size
+                                                : 2 * (uint64_t)tac.cfg.maxbytes;
     if (size < DL_MIN_SIZE)
         size = DL_MIN_SIZE;
     size = (size + 4095) / 4096 * 4096;
     size_t max_rec = align8(sizeof(struct dl_rec) +
-                            tac_tuple_size(KEY_MAX_LENGTH, (size_t)settings.item_size_max));
+                            tac_tuple_size(KEY_MAX_LENGTH, (size_t)tac.cfg.item_size_max));
     dl.reserve = 2 * max_rec;
     if (size < 8 * (uint64_t)max_rec) {
         fprintf(stderr, "-o dram_log_size: %llu bytes is too small for -I "
@@ -517,7 +517,7 @@ static bool needed(const struct tac_tuple_hdr *h, const char *key, uint32_t hv)
     if (it == NULL)
         return false;
     if (!(it->it_flags & ITEM_META))    /* CAS 0: a tuple staged to SSD */
-        return !settings.use_cas || h->cas == 0 || it->cas == h->cas;
+        return !tac.cfg.use_cas || h->cas == 0 || it->cas == h->cas;
     return it->tier == TIER_SSD && tac_ssd_unwritten(it);
 }
 
@@ -539,7 +539,7 @@ static uint64_t rec_hint(uint64_t pos)
  * with its CAS).  Without CAS, or for an item outside the slabs, 0. */
 static uint64_t item_hint(const item *it)
 {
-    return settings.use_cas && it->cas != 0 && it->slabs_clsid != 0 ? (uintptr_t)it : 0;
+    return tac.cfg.use_cas && it->cas != 0 && it->slabs_clsid != 0 ? (uintptr_t)it : 0;
 }
 
 /* Whether the DRAM item a hint names still holds the record's version:
@@ -709,7 +709,7 @@ static void append(const struct tac_tuple_hdr *h, const struct iovec *iov, int n
  * for a DRAM item about to be linked with a new CAS (items.c). */
 bool tac_dramlog_ordered(const item *it)
 {
-    return dl.on && !dl_quiet && settings.use_cas && it->slabs_clsid != 0;
+    return dl.on && !dl_quiet && tac.cfg.use_cas && it->slabs_clsid != 0;
 }
 
 bool tac_dramlog_item(const item *it)

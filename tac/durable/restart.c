@@ -294,7 +294,7 @@ void tac_restart_prepare(void)
     rs_debug_restore_init();
     char *path = rs_state_path();
     (void)tac_journal_open(path);
-    if (!settings.recovery) {
+    if (!tac.cfg.recovery) {
         set_state(RS_OFF);
         leftover_remove(path);
         if (path != NULL)
@@ -370,7 +370,7 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
     }
     rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
     uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
-    int part = (int)(rs.next_part % (unsigned)settings.partitions);
+    int part = (int)(rs.next_part % (unsigned)tac.cfg.partitions);
     uint32_t hv = item_hash(key, r->nkey);
 
     item *it;
@@ -433,7 +433,7 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
  */
 static bool record_sane(const struct rs_rec *r, const char *value)
 {
-    if (r->nbytes > (uint64_t)settings.item_size_max + 2 ||
+    if (r->nbytes > (uint64_t)tac.cfg.item_size_max + 2 ||
         (r->it_flags & ~RS_KEEP_FLAGS) != 0 || r->exptime < 0 ||
         r->read_count > LLRU_COUNT_MASK)
         return false;
@@ -514,7 +514,7 @@ static void leftover_record(const struct rs_rec *r, const char *key, const char 
     rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
     uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
     int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
-                     (unsigned)settings.partitions);
+                     (unsigned)tac.cfg.partitions);
     item *it = item_alloc(key, r->nkey, r->flags, exptime, r->nbytes, part);
     if (it == NULL) {
         rs_count(&rs.dropped);

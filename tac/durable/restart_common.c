@@ -112,16 +112,16 @@ bool rs_debug_replay_no_room(const char *key, size_t nkey) { (void)key; (void)nk
  * when that is a regular file (not a device or numa:N).  NULL: none. */
 char *rs_state_path(void)
 {
-    if (settings.memory_file != NULL)
-        return strdup(settings.memory_file);
+    if (tac.cfg.memory_file != NULL)
+        return strdup(tac.cfg.memory_file);
     const char *base = NULL;
     struct stat st;
-    if (settings.ssd_file != NULL && stat(settings.ssd_file, &st) == 0 &&
+    if (tac.cfg.ssd_file != NULL && stat(tac.cfg.ssd_file, &st) == 0 &&
         S_ISREG(st.st_mode))
-        base = settings.ssd_file;
-    else if (settings.nvm_file != NULL && strncmp(settings.nvm_file, "numa:", 5) != 0 &&
-             stat(settings.nvm_file, &st) == 0 && S_ISREG(st.st_mode))
-        base = settings.nvm_file;
+        base = tac.cfg.ssd_file;
+    else if (tac.cfg.nvm_file != NULL && strncmp(tac.cfg.nvm_file, "numa:", 5) != 0 &&
+             stat(tac.cfg.nvm_file, &st) == 0 && S_ISREG(st.st_mode))
+        base = tac.cfg.nvm_file;
     if (base == NULL)
         return NULL;
     size_t n = strlen(base) + sizeof(".state");
@@ -200,7 +200,7 @@ item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
      * apart, and none once they all failed. */
     for (int tries = 0;; tries++) {
         int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
-                         (unsigned)settings.partitions);
+                         (unsigned)tac.cfg.partitions);
         item *it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
                                     : tac_ssd_meta_adopt(src, ref, part);
         if (it != NULL)

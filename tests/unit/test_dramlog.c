@@ -50,6 +50,7 @@ static void setup(void)
     settings.dram_log = 1;
     settings.dram_log_size = 16 * MB;   /* the smallest log */
     items_init();
+    tac_config_load();
 }
 
 static int key_of(char *buf, uint32_t k)

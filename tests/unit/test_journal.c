@@ -180,6 +180,7 @@ int main(int argc, char **argv)
     snprintf(state_path, sizeof(state_path), "/tmp/test-journal-%d.state", (int)getpid());
     settings_init();
     items_init();
+    tac_config_load();
 
     struct nvm_region *r = nvm_up();
     CHECK(!journal_up(r));              /* a new tier file: nothing to trust */

@@ -248,6 +248,7 @@ int main(int argc, char **argv)
     (void)argc;
     (void)argv;
     settings_init();
+    tac_config_load();
     llru_init();
     __atomic_store_n(&current_time, 1000, __ATOMIC_RELAXED);
     snprintf(nvm_path, sizeof(nvm_path), "/dev/shm/test-policy-%d.nvm", (int)getpid());

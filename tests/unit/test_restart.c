@@ -51,6 +51,7 @@ static void setup(void)
     settings.recovery = 1;
     settings.partitions = 2;
     items_init();
+    tac_config_load();
 }
 
 static int key_of(char *buf, uint32_t k)

@@ -376,6 +376,7 @@ int main(int argc, char **argv)
     settings.maxbytes = 8 * 1024 * 1024;
     settings.partitions = 1;
     items_init();
+    tac_config_load();
     RUN_TEST(test_header_and_checksum);
     RUN_TEST(test_crc32c);
     RUN_TEST(test_sane_header);
