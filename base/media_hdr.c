@@ -34,39 +34,35 @@ uint32_t media_crc(const void *hdr, size_t upto)
     return util_crc32c(0, hdr, upto);
 }
 
-const void *media_pick_copy(const unsigned char *area, unsigned copies,
-                            size_t stride, const char magic[8],
-                            uint32_t version, uint32_t header_size,
-                            bool (*sum_ok)(const void *h),
-                            uint64_t (*generation)(const void *h),
-                            bool *magic_seen, uint32_t *other_version)
+void media_pick_copy(const struct media_format *f, const unsigned char *area,
+                     struct media_pick *out)
 {
-    const void *best = NULL;
-    *magic_seen = false;
-    *other_version = 0;
-    for (unsigned i = 0; i < copies; i++) {
-        const void *h = area + (size_t)i * stride;
-        enum media_found f = media_classify(h, magic, version, header_size);
-        if (f == MEDIA_FOREIGN)
+    out->best = NULL;
+    out->magic_seen = false;
+    out->other_version = 0;
+    for (unsigned i = 0; i < f->copies; i++) {
+        const void *h = area + (size_t)i * f->stride;
+        enum media_found k = media_classify(h, f->magic, f->version, f->header_size);
+        if (k == MEDIA_FOREIGN)
             continue;
-        *magic_seen = true;
+        out->magic_seen = true;
         const struct media_prefix *p = h;
-        if (p->version != version)
-            *other_version = p->version;
-        else if (f == MEDIA_OURS && sum_ok(h) &&
-                 (best == NULL || generation(h) > generation(best)))
-            best = h;
+        if (p->version != f->version)
+            out->other_version = p->version;
+        else if (k == MEDIA_OURS && f->sum_ok(h) &&
+                 (out->best == NULL || f->generation(h) > f->generation(out->best)))
+            out->best = h;
     }
-    return best;
 }
 
-void media_refusal(char *buf, size_t len, const char *what, uint32_t found,
-                   uint32_t ours)
+void media_refusal(char *buf, size_t len, const struct media_format *f,
+                   const struct media_pick *p)
 {
-    if (found != 0)
+    if (p->other_version != 0)
         snprintf(buf, len, "holds a tac-memcached %s of format version %u "
-                 "(this build reads version %u)", what, found, ours);
+                 "(this build reads version %u)", f->what, p->other_version,
+                 f->version);
     else
         snprintf(buf, len, "holds a tac-memcached %s whose header is damaged "
-                 "(no copy passes its checksum)", what);
+                 "(no copy passes its checksum)", f->what);
 }

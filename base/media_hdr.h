@@ -54,21 +54,33 @@ enum media_found media_classify(const void *hdr, const char magic[8],
 /* CRC32C of the header's first `upto` bytes (up to its checksum field). */
 uint32_t media_crc(const void *hdr, size_t upto);
 
-/* The best of `copies` headers stride bytes apart at area: of those that
- * are MEDIA_OURS and pass sum_ok, the one with the highest generation;
- * NULL when none.  *magic_seen: some copy bore the magic; *other_version:
- * the version of a copy of another version (0: none). */
-const void *media_pick_copy(const unsigned char *area, unsigned copies,
-                            size_t stride, const char magic[8],
-                            uint32_t version, uint32_t header_size,
-                            bool (*sum_ok)(const void *h),
-                            uint64_t (*generation)(const void *h),
-                            bool *magic_seen, uint32_t *other_version);
+/* A format kept in copies (the NVM and SSD headers): where they lie, how
+ * a copy's sum is checked, which copy is newer, and its name in refusals. */
+struct media_format {
+    const char *magic;                  /* 8 bytes */
+    uint32_t version, header_size;
+    unsigned copies;
+    size_t stride;                      /* bytes from one copy to the next */
+    bool (*sum_ok)(const void *h);
+    uint64_t (*generation)(const void *h);
+    const char *what;                   /* "NVM tier", "SSD tier" */
+};
 
-/* The refusal phrase of a file that holds `what` ("NVM tier", "SSD tier")
- * of another format version, or (found 0) whose header no copy of which
- * passes its checksum. */
-void media_refusal(char *buf, size_t len, const char *what, uint32_t found,
-                   uint32_t ours);
+/* What media_pick_copy found in a header area. */
+struct media_pick {
+    const void *best;       /* the newest copy that is this format's and
+                               passes its sum; NULL when none */
+    bool magic_seen;        /* some copy bore the magic */
+    uint32_t other_version; /* the version of a copy of another version */
+};
+
+void media_pick_copy(const struct media_format *f, const unsigned char *area,
+                     struct media_pick *out);
+
+/* The refusal phrase of a file whose header area holds this format's magic
+ * but no copy it can use: of another format version, or damaged (no copy
+ * passes its checksum). */
+void media_refusal(char *buf, size_t len, const struct media_format *f,
+                   const struct media_pick *p);
 
 #endif

@@ -305,6 +305,13 @@ static uint64_t copy_generation(const void *h)
     return ((const struct nvm_header *)h)->open_count;
 }
 
+static const struct media_format nvm_format = {
+    .magic = NVM_MAGIC, .version = NVM_FORMAT_VERSION,
+    .header_size = sizeof(struct nvm_header), .copies = NVM_HDR_COPIES,
+    .stride = NVM_HDR_COPY_STRIDE, .sum_ok = copy_sum_ok,
+    .generation = copy_generation, .what = "NVM tier",
+};
+
 static _Thread_local char refusal[256];
 
 const char *nvm_refusal(void)
@@ -338,12 +345,9 @@ static bool rest_blank(const unsigned char *area, uint64_t capacity, int fd)
 static void classify_header(struct nvm_region *r, const unsigned char *area,
                             uint64_t capacity, int fd)
 {
-    bool magic;
-    uint32_t other_version;
-    const struct nvm_header *best =
-        media_pick_copy(area, NVM_HDR_COPIES, NVM_HDR_COPY_STRIDE, NVM_MAGIC,
-                        NVM_FORMAT_VERSION, sizeof(struct nvm_header),
-                        copy_sum_ok, copy_generation, &magic, &other_version);
+    struct media_pick pick;
+    media_pick_copy(&nvm_format, area, &pick);
+    const struct nvm_header *best = pick.best;
     r->prev_state = NVM_PREV_OTHER;
     if (best != NULL) {
         uint64_t npages = capacity >= NVM_DATA_OFFSET
@@ -373,9 +377,8 @@ static void classify_header(struct nvm_region *r, const unsigned char *area,
                  (unsigned long long)best->region_size,
                  (unsigned long long)best->page_size, best->nclasses,
                  (unsigned long long)capacity, r->page_size, r->nclasses);
-    } else if (magic) {
-        media_refusal(refusal, sizeof(refusal), "NVM tier", other_version,
-                      NVM_FORMAT_VERSION);
+    } else if (pick.magic_seen) {
+        media_refusal(refusal, sizeof(refusal), &nvm_format, &pick);
     } else {
         size_t i = 0;
         while (i < NVM_DATA_OFFSET && area[i] == 0)

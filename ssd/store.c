@@ -197,17 +197,21 @@ static uint64_t copy_generation(const void *h)
     return ((const struct ssd_disk_header *)h)->generation;
 }
 
+static const struct media_format ssd_format = {
+    .magic = SSD_MAGIC, .version = SSD_FORMAT_VERSION,
+    .header_size = sizeof(struct ssd_disk_header), .copies = SSD_HDR_COPIES,
+    .stride = SSD_BLOCK, .sum_ok = copy_sum_ok, .generation = copy_generation,
+    .what = "SSD tier",
+};
+
 /* What the header area (SSD_DATA_OFF bytes, zeros past the end of a short
  * file) says, against the geometry s will have.  Sets s->prev_state and,
  * for SSD_PREV_OTHER, the refusal phrase. */
 static void classify_header(struct ssd_store *s, const unsigned char *area)
 {
-    bool magic;
-    uint32_t other_version;
-    const struct ssd_disk_header *best =
-        media_pick_copy(area, SSD_HDR_COPIES, SSD_BLOCK, SSD_MAGIC,
-                        SSD_FORMAT_VERSION, sizeof(struct ssd_disk_header),
-                        copy_sum_ok, copy_generation, &magic, &other_version);
+    struct media_pick pick;
+    media_pick_copy(&ssd_format, area, &pick);
+    const struct ssd_disk_header *best = pick.best;
     if (best != NULL) {
         if (best->size == s->size && best->page_size == s->page_size &&
             best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
@@ -230,9 +234,8 @@ static void classify_header(struct ssd_store *s, const unsigned char *area)
                  (unsigned long long)best->buf_size,
                  (unsigned long long)s->size, (unsigned long long)s->page_size,
                  (unsigned long long)s->buf_size);
-    } else if (magic) {
-        media_refusal(refusal, sizeof refusal, "SSD tier", other_version,
-                      SSD_FORMAT_VERSION);
+    } else if (pick.magic_seen) {
+        media_refusal(refusal, sizeof refusal, &ssd_format, &pick);
     } else {
         size_t i = 0;
         while (i < SSD_DATA_OFF && area[i] == 0)

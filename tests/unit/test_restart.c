@@ -105,6 +105,18 @@ static void child(void)
     _exit(0);
 }
 
+/* Runs the child to its end: the state file is then written. */
+static void run_child(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0)
+        child();
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* The file's records, in order: each with its offset, and its chunk's. */
 struct rec_at {
     off_t chunk, rec;
@@ -174,13 +186,7 @@ static uint32_t key_index(const char *key, size_t nkey)
 
 static void test_records(void)
 {
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0)
-        child();
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    run_child();
 
     size_t len;
     char *buf = slurp(&len);
@@ -276,13 +282,7 @@ static void test_records(void)
 /* A header whose checksum fails: the file is not used (and removed). */
 static void test_bad_header(void)
 {
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0)
-        child();
-    int status;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    run_child();
     size_t len;
     char *buf = slurp(&len);
     struct rs_header h;

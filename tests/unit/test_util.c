@@ -302,11 +302,17 @@ static void test_hdr_make(struct test_hdr *h, uint32_t version, uint64_t gen)
     h->checksum = media_crc(h, offsetof(struct test_hdr, checksum));
 }
 
+static const struct media_format test_format = {
+    .magic = "TESTHDR\n", .version = 3, .header_size = sizeof(struct test_hdr),
+    .copies = 2, .stride = sizeof(struct test_hdr), .sum_ok = test_hdr_ok,
+    .generation = test_hdr_gen, .what = "test tier",
+};
+
 static void test_media_headers(void)
 {
     struct test_hdr copies[2];
-    bool seen;
-    uint32_t other;
+    struct media_pick p;
+    const unsigned char *area = (const unsigned char *)copies;
     test_hdr_make(&copies[0], 3, 7);
     test_hdr_make(&copies[1], 3, 8);
     CHECK_MEM_EQ(copies[0].magic, "TESTHDR\n", 8);
@@ -315,32 +321,27 @@ static void test_media_headers(void)
     CHECK_EQ(media_classify(&copies[0], "TESTHDR\n", 3, 8), MEDIA_OTHER_VERSION);
     CHECK_EQ(media_classify(&copies[0], "OTHERHD\n", 3, sizeof(struct test_hdr)), MEDIA_FOREIGN);
     CHECK_UEQ(media_crc("123456789", 9), 0xe3069283u);    /* CRC32C check value */
-    const unsigned char *area = (const unsigned char *)copies;
     /* The newer generation wins; a damaged newer one leaves the older. */
-    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
-                          test_hdr_ok, test_hdr_gen, &seen, &other) == &copies[1]);
-    CHECK(seen && other == 0);
+    media_pick_copy(&test_format, area, &p);
+    CHECK(p.best == &copies[1] && p.magic_seen && p.other_version == 0);
     copies[1].generation = 9;           /* no longer matches its checksum */
-    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
-                          test_hdr_ok, test_hdr_gen, &seen, &other) == &copies[0]);
+    media_pick_copy(&test_format, area, &p);
+    CHECK(p.best == &copies[0]);
     copies[0].checksum ^= 1;
-    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
-                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
-    CHECK(seen && other == 0);
+    media_pick_copy(&test_format, area, &p);
+    CHECK(p.best == NULL && p.magic_seen && p.other_version == 0);
+    char why[160];
+    media_refusal(why, sizeof(why), &test_format, &p);
+    CHECK_STR_EQ(why, "holds a tac-memcached test tier whose header is damaged (no copy passes its checksum)");
     /* Another version is told apart from damage, and from a foreign file. */
     test_hdr_make(&copies[0], 2, 1);
-    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
-                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
-    CHECK(seen && other == 2);
+    media_pick_copy(&test_format, area, &p);
+    CHECK(p.best == NULL && p.magic_seen && p.other_version == 2);
+    media_refusal(why, sizeof(why), &test_format, &p);
+    CHECK_STR_EQ(why, "holds a tac-memcached test tier of format version 2 (this build reads version 3)");
     memset(copies, 0x5a, sizeof(copies));
-    CHECK(media_pick_copy(area, 2, sizeof(struct test_hdr), "TESTHDR\n", 3, sizeof(struct test_hdr),
-                          test_hdr_ok, test_hdr_gen, &seen, &other) == NULL);
-    CHECK(!seen && other == 0);
-    char why[160];
-    media_refusal(why, sizeof(why), "SSD tier", 2, 3);
-    CHECK_STR_EQ(why, "holds a tac-memcached SSD tier of format version 2 (this build reads version 3)");
-    media_refusal(why, sizeof(why), "NVM tier", 0, 3);
-    CHECK_STR_EQ(why, "holds a tac-memcached NVM tier whose header is damaged (no copy passes its checksum)");
+    media_pick_copy(&test_format, area, &p);
+    CHECK(p.best == NULL && !p.magic_seen && p.other_version == 0);
 }
 
 int main(int argc, char **argv)
