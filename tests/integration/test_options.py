@@ -234,7 +234,7 @@ def test_threads_and_item_size_flags(server):
     assert c.get(b"get b\r\n") == b"VALUE b 0 %d\r\n%s\r\nEND\r\n" % (len(val), val)
 
 
-# ---- the option table (settings.c) against -h, README.md and `stats settings`
+# ---- the option table (base/options.c) against -h, README.md and `stats settings`
 
 def _c_args(text):
     """Splits a C argument list at top-level commas; string literals stay whole."""
@@ -272,9 +272,9 @@ def _c_string(arg):
 
 
 def option_table():
-    """Rows of settings.c's options[]: flag, name, kind, stat name, arg, help and default."""
-    src = open(os.path.join(REPO, "base", "settings.c")).read()
-    body = src[src.index("options[] = {"):]
+    """Rows of options.c's option table: flag, name, kind, stat name, arg, help and default."""
+    src = open(os.path.join(REPO, "base", "options.c")).read()
+    body = src[src.index("settings_options[] = {"):]
     body = body[:body.index("\n};")]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     rows = []
@@ -335,7 +335,7 @@ def test_help_and_readme_list_every_table_option():
         assert tuning, "%s lacks the list of ignored memcached tuning options" % where
         ignored = set(re.split(r"[,\s]+", tuning.group(1).strip()))
         for r in rows:
-            if r.get("unlisted"):     # accepted, deliberately not named (settings.c says why)
+            if r.get("unlisted"):     # accepted, deliberately not named (options.c says why)
                 assert r["name"] not in ignored and "o:" + r["name"] not in entries, r["name"]
                 continue
             if r["flag"]:
