@@ -25,53 +25,53 @@
  *
  * Level 1: roots, taken with no other lock held, never nested together.
  *   expand_lock     assoc.c: resize state (maintainer)  -> item lock
- *   crawl_lock      items.c: crawler cursor (maintainer) -> LRU lock
- *   run_lock        slabs.c: page mover and automove state (maintainer)
+ *   crawl_lock      items_core.c items_crawl_lock: crawler cursor (maintainer) -> LRU lock
+ *   run_lock        slabs.c slab_run_lock: page mover and automove state (maintainer)
  *                   -> item lock by TRYLOCK (item_evict_chunk), then all
- *                   a demotion takes; -> slab partition lock, drain.lock,
+ *                   a demotion takes; -> slab partition lock, slab_drain.lock,
  *                   pages_lock, pool_lock; frees -> nvm partition lock,
  *                   ssd store->lock
  *   pool_start_lock ssd/io.c: SSD I/O pool started? -> the pool's bg lock
  *
  * Level 2
- *   item lock       items.c item_locks[hv & mask]: the hash chains of its
+ *   item lock       item_lock.c item_locks_[hv & mask]: the hash chains of its
  *                   buckets (assoc.c) and exptime/cas/it_flags of their
  *                   items.  Stripes have no order among themselves: a
  *                   second stripe is only ever taken by trylock, through
  *                   an LRU lock (below).
  *
  * Level 3
- *   LRU lock        items.c lrus[tier][class][partition].lock: that LRU's
+ *   LRU lock        items_core.c items_lrus[tier][class][partition].lock: that LRU's
  *                   links, head, tail, count, and the crawler placeholder
- *   writer lock     tac/ssd_tier.c struct writer: one SSD writer's open buf
+ *   writer lock     tac/ssd_int.h struct writer: one SSD writer's open buf
  *                   and page
  *   reuse_lock      nvm/alloc.c: one page search or drain pick at a time
  *
  * Level 4
- *   slab partition  slabs.c classes[c].part[p].lock: its free list and
- *                   end region                        -> drain.lock
+ *   slab partition  slabs.c slab_classes[c].part[p].lock: its free list
+ *                   and end region                    -> slab_drain.lock
  *   nvm partition   nvm/alloc.c classes[c].parts[p].lock: its slot stack
  *                   and end; also the drain bitmap of pages it owns
- *   sd.lock         tac/ssd_tier.c: failed bufs, the write-failing state, the
+ *   ssdt.lock       tac/ssd_int.h: failed bufs, the write-failing state, the
  *                   synchronous-read rings          -> defrag's bg lock
  *
  * Level 5: leaves (no lock is taken while one is held)
- *   slabs.c drain.lock (draining page's freemap), pages_lock (a class's
+ *   slabs.c slab_drain.lock (draining page's freemap), pages_lock (a class's
  *   page array), pool_lock (spare pages), map_lock (page_map leaves);
- *   tac/tier.c obp.lock (NVM admission window; trylock only); ssd/
+ *   tac/policy.c obp.lock (NVM admission window; trylock only); ssd/
  *   store->lock (pages, bufs list), wlock (write SQ and pending list),
  *   idle_lock (in-flight count reaching 0), ring done_lock (a ring's done
  *   list); every struct bg lock (bg.h: each evictor, the fetch queue,
  *   defrag, the SSD I/O pool queue, the SSD reaper, the SSD debug delay,
  *   the maintainer, the LRU lanes); and, never taken under another lock:
  *   lazy_lru.c hist_lock and sets_lock, thread.c init_lock and each
- *   worker's queue_lock, conn.c conn_registry_lock.
+ *   worker's queue_lock, conn_registry.c conn_registry_lock.
  *
  * Edges.  item lock -> LRU lock (link, unlink, bump); slab partition
  * lock (a chunk allocated under the lock, as append/prepend, incr/decr,
  * staging sets, demotions and fetches do, or a last reference dropped
  * under it); pages_lock, pool_lock, map_lock (a new slab page for such an
- * allocation); nvm partition lock; writer lock; sd.lock; store->lock (an
+ * allocation); nvm partition lock; writer lock; ssdt.lock; store->lock (an
  * SSD tuple read from a buf in memory, or released); done_lock, the I/O
  * pool's bg lock, idle_lock (an SSD read started); an evictor's bg lock
  * (wake); obp.lock and the fetch queue's bg lock (trylock).
@@ -159,7 +159,7 @@ void items_set_cas_reserve(void (*fn)(uint64_t cas));
 void item_cas_set_limit(uint64_t limit);
 
 /*
- * While a restart brings items back in the background (tac/restart.c),
+ * While a restart brings items back in the background (tac/durable/restart.c),
  * every write must beat the copy it finds later.  Between begin and end,
  * items.c notes each key that gets a new version linked or a delete
  * (found or not), and any flush_all; do_item_recovery_written, under the

@@ -3,7 +3,7 @@
  * 5.4, hybrid swapping).
  *
  * Design.  Workers never move an item up themselves: when a read finds a
- * hot NVM item (tier.c) or a warm or hot SSD item (ssd_tier.c), they queue a
+ * hot NVM item (tier.c) or a warm or hot SSD item (ssd_read.c), they queue a
  * request and go on.  A fetcher then
  *   - copies a hot NVM item's value into a DRAM item and publishes it in
  *     the meta tuple's place (same version: same CAS), which frees the NVM
@@ -11,7 +11,7 @@
  *   - reads the whole SSD buf that held a warm or hot item and checks every
  *     tuple in it with the shared validity check: valid hot tuples go to
  *     DRAM, valid warm ones to NVM (or DRAM without NVM), cold ones stay
- *     (tac_ssd_fetch_buf in ssd_tier.c).
+ *     (tac_ssd_fetch_buf in ssd_read.c).
  * Each move happens under the key's item lock and only if the item is
  * still the version that was queued and its tuple passes the read-back
  * checks (tuple.h); a damaged tuple is not moved, its item is unlinked.  A

@@ -1,7 +1,7 @@
 /*
  * tac/fetch_queue.c - the fetchers' queue: requests to move an item up a
  * tier, queued by a read that found it hot or warm (nvm and SSD hits,
- * tier.c and ssd_tier.c) and taken by the fetch threads (fetch.c).
+ * tier.c and ssd_read.c) and taken by the fetch threads (fetch.c).
  *
  * Design: see fetch.c, "Queues" and "Buf temperature".  Two bounded
  * rings: one for cheap requests (NVM copies, single SSD tuples), served

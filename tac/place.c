@@ -3,7 +3,7 @@
  * DRAM item (tac_demote), or a set that finds DRAM full writes its
  * staging item straight to a lower tier (tac_stage, TaC 4.1).  Where each
  * goes is tac/policy.c's decision; the copy is nvm_tier.c's or
- * ssd_tier.c's.  Without NVM, or with NVM full, both go to SSD.
+ * ssd_write.c's.  Without NVM, or with NVM full, both go to SSD.
  *
  * Design: doc/design.md, "Every class gets room": a move down never waits
  * for NVM to make room, since making room there may itself wait for DRAM.

@@ -3,7 +3,7 @@
  * item leaving DRAM goes (demote), where a set that finds DRAM full goes
  * (stage), what a read of a lower tier brings up (promote), NVM
  * admission, and the policy variants of -o tier_policy.  The files that
- * move data (nvm_tier.c, ssd_tier.c, place.c, fetch.c) ask here and act;
+ * move data (nvm_tier.c, the ssd_*.c files, place.c, fetch.c) ask here and act;
  * changing a policy means reading this file.
  *
  * Design: doc/design.md, "The data model" and "Every class gets room";

@@ -1,5 +1,6 @@
 /*
- * tac/ssd_tier.h - the SSD tier as the cache sees it (ssd_tier.c).
+ * tac/ssd_tier.h - the SSD tier as the cache sees it (ssd_write.c, ssd_read.c,
+ * ssd_defrag.c, ssd_tier.c).
  */
 #ifndef TAC_SSD_TIER_H
 #define TAC_SSD_TIER_H
@@ -27,7 +28,7 @@ void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io);
 /* Bytes of an SSD buf (for the fetchers' buffers). */
 size_t tac_ssd_buf_size(void);
 
-/* ---- SSD tier (ssd_tier.c) ---- */
+/* ---- SSD tier (the ssd_*.c files) ---- */
 
 /* Opens the SSD tier named by -o ssd_path; false (after printing why) on
  * failure.  Starts nothing. */

@@ -6,7 +6,7 @@
  * Design: doc/design.md, "Module structure" and "The data model".  The
  * operations dispatch by tier: a read of an NVM item copies its value out
  * (nvm_tier.c) and may queue a hot one for DRAM (policy.c, fetch_queue.c);
- * an SSD read parks (ssd_tier.c); an item leaving DRAM goes where place.c
+ * an SSD read parks (ssd_read.c); an item leaving DRAM goes where place.c
  * puts it.  This file also connects the parts that must not call each
  * other: the SSD tier's writes reach the DRAM log and the journal through
  * the observer registered here, and the NVM tier's full classes spill to
