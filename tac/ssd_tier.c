@@ -50,7 +50,9 @@
  * nobody rewrites, nearly all live, while younger pages are mostly dead.)
  * When moving would gain nothing (even that page is nearly all live, or no
  * page is free), the SSD is full: the oldest page's items, the coldest,
- * are dropped and counted as evictions, or with -M nothing is dropped and
+ * are dropped and counted in ssd_items_dropped (extstore_objects_evicted;
+ * `evictions` counts only items lost from DRAM or NVM that went to no
+ * lower tier, as memcached's), or with -M nothing is dropped and
  * writes to SSD fail until space frees up.
  *
  * Threads: workers (reads, shared writer), evictors (their writers), the
@@ -1151,7 +1153,9 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
         bool unread = mode == DEFRAG_DROP_UNREAD &&
                       (it->it_flags & ITEM_ACTIVE) == 0;
         if (unread) {
-            do_item_evict(it, hv);
+            /* Lost from the SSD, the last tier: counted in the SSD's
+             * counters, not in `evictions` (memory's, as memcached's). */
+            do_item_unlink(it, hv);
             ghost_add(hv);
             TAC_INCR(ssd_defrag_skipped);
             item_release(it);
@@ -1169,7 +1173,7 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
             drop = true;
         }
         if (drop) {
-            do_item_evict(it, hv);
+            do_item_unlink(it, hv);
             if (for_room)
                 ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
@@ -1323,7 +1327,7 @@ static void drop_failed_buf(struct ssd_buf *b)
         item_lock(hv);
         item *it = do_item_get(key, hdr->nkey, hv, NULL, false);
         if (it != NULL && item_value_async(it) && item_meta_ref(it) == base + off) {
-            do_item_evict(it, hv);
+            do_item_unlink(it, hv);
             ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
             TAC_ADD(ssd_bytes_dropped, len);
