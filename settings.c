@@ -391,6 +391,15 @@ static const struct option_def options[] = {
       NULL, NULL, "when a full SSD drops its oldest page, move the items "
       "on it read again after their first read, and drop only the others "
       "(`extstore drop_unread 0|1` at run time)") },
+    { OPT(0, "ext_low_ttl", OPT_INT, S(ext_low_ttl), 0, 1 << 30, true,
+      NULL, "<secs>", "an item that expires within this many seconds when it "
+      "goes to SSD goes into SSD pages of their own, which empty as their "
+      "items expire (0: off; `extstore low_ttl` at run time)"), .def = "0" },
+    { OPT(0, "ext_drop_under", OPT_INT, S(ext_drop_under), 0, 65535, true,
+      NULL, "<pages>", "with ext_drop_unread, that drop starts once this many "
+      "SSD pages or fewer are free and no page is worth re-packing (0: when "
+      "the last free page is taken; `extstore drop_under` at run time)"),
+      .def = "0" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -502,8 +511,6 @@ static const struct option_def options[] = {
     IGNORED("inline_ascii_resp"),
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
-    IGNORED("ext_low_ttl"),
-    IGNORED("ext_drop_under"),
     IGNORED("ext_max_sleep"),
     IGNORED("ext_io_depth"),
     IGNORED("slab_sizes"),
@@ -1301,8 +1308,6 @@ static const struct {
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
-    { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
-    { "ext_drop_under", "ext_drop_under", "0", 0, true },
     { "ext_max_sleep", "ext_max_sleep", "1000000", 0, true },
     { "slab_automove_freeratio", "slab_automove_freeratio", "0.010", 0, false },
     { "num_napi_ids", NULL, "(null)", 0, false },
@@ -1340,6 +1345,12 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         out(ctx, "ext_max_frag", v);
         out(ctx, "ext_drop_unread",
             __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) ? "yes" : "no");
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_low_ttl, __ATOMIC_RELAXED));
+        out(ctx, "ext_low_ttl", v);
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_drop_under, __ATOMIC_RELAXED));
+        out(ctx, "ext_drop_under", v);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;

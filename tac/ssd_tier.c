@@ -97,22 +97,37 @@ struct writer {
     pthread_mutex_t lock;
     struct ssd_buf *buf;        /* lock: the buf being filled, or NULL */
     int64_t last_put_ms;        /* lock: when a tuple last went into buf */
-    bool own_pages;             /* defrag: fills pages of its own */
+    bool own_pages;             /* defrag, low-TTL: fills pages of its own */
+    bool keeps_reserve;         /* low-TTL: its pages leave the writers'
+                                   reserve alone (DEFRAG_RESERVE_PAGES) */
     int page;                   /* lock: that page, or -1 */
 };
 
 /* Free pages the other writers leave to defrag, so that it always has
- * somewhere to move live tuples to and space can be won back. */
-/* Two: moving one page's tuples needs at most one page's slots, and
- * defrag's current page may have only a few left (a large tuple that does
- * not fit there finishes it). */
+ * somewhere to move live tuples to and space can be won back.  Two:
+ * moving one page's tuples needs at most one page's slots, and defrag's
+ * current page may have only a few left (a large tuple that does not fit
+ * there finishes it).  The reserve is kept while defrag may need it: with
+ * -M, while a restart still pins pages, with ext_drop_unread (its drop
+ * moves the items read again), and while some page is worth re-packing.
+ * Otherwise (cache mode, every page at least ext_max_frag live: only a
+ * drop can win room) the writers keep none, as memcached's extstore, whose
+ * writers take the last free page and evict the oldest for the next: the
+ * oldest page is dropped when the writers take the last free one, while
+ * they fill it.  A full SSD then holds all its pages but the one dropped
+ * ahead, and has 0 or 1 free (sd.keep_free, keep_free_update). */
 #define DEFRAG_RESERVE_PAGES 2
 
 static struct {
     struct ssd_info info;
     unsigned free_wm;           /* free pages defrag keeps (atomic:
                                    compact_under_apply) */
-    struct writer *writers;     /* evictors, then shared, then defrag */
+    unsigned keep_free;         /* atomic: free pages the writers leave
+                                   (DEFRAG_RESERVE_PAGES or 0; set by the
+                                   defrag thread, keep_free_update) */
+    bool unpinned;              /* defrag thread: no restart pin is left */
+    struct writer *writers;     /* evictors, then shared, then low-TTL,
+                                   then defrag */
     int nwriters;
     struct bg defrag;           /* the defrag thread */
     bool defrag_running;
@@ -216,10 +231,22 @@ void tac_ssd_set_writer(int evictor_id)
 
 static struct writer *my_writer(void)
 {
-    int evictors = sd.nwriters - 2;
+    int evictors = sd.nwriters - 3;
     if (writer_slot >= 0 && writer_slot < evictors)
         return &sd.writers[writer_slot];
     return &sd.writers[evictors];
+}
+
+/* -o ext_low_ttl N: a tuple whose item expires within N seconds goes into
+ * pages of its own (memcached's low-TTL bucket), so that such pages empty
+ * as their items expire and are reclaimed whole, rather than leaving holes
+ * in the pages of long-lived items that only defrag can win back. */
+static struct writer *writer_for(const item *it)
+{
+    int low = __atomic_load_n(&settings.ext_low_ttl, __ATOMIC_RELAXED);
+    if (low > 0 && it->exptime != 0 && (int64_t)it->exptime - mc_now() < low)
+        return &sd.writers[sd.nwriters - 2];
+    return my_writer();
 }
 
 static struct writer *defrag_writer(void)
@@ -297,6 +324,13 @@ static bool writes_refused(void)
     return full;
 }
 
+static unsigned free_pages_now(void);
+
+static unsigned writers_keep(void)
+{
+    return __atomic_load_n(&sd.keep_free, __ATOMIC_RELAXED);
+}
+
 static void writer_submit_locked(struct writer *w)
 {
     if (ssd_buf_submit(w->buf, write_done, NULL) != SSD_OK)
@@ -304,20 +338,30 @@ static void writer_submit_locked(struct writer *w)
     w->buf = NULL;
 }
 
+/* A page of w's own: defrag's may be one of the last free ones, the
+ * low-TTL writer's leaves the reserve alone (checked, then taken: another
+ * writer may take a page between, so it can dip into the reserve by a
+ * page at most). */
+static int writer_page_alloc(struct writer *w)
+{
+    if (w->keeps_reserve && free_pages_now() <= writers_keep())
+        return -1;
+    return ssd_page_alloc(tac.ssd);
+}
+
 /* Opens a buf for w: in the shared open page, leaving the defrag reserve
- * alone, or for defrag in a page of its own, which may take the last free
- * ones. */
+ * alone, or in a page of its own (defrag, low-TTL). */
 static enum ssd_status writer_open(struct writer *w)
 {
     if (!w->own_pages)
-        return ssd_buf_open_keep(tac.ssd, DEFRAG_RESERVE_PAGES, &w->buf);
+        return ssd_buf_open_keep(tac.ssd, writers_keep(), &w->buf);
     enum ssd_status st = SSD_ERR_FULL;
     if (w->page >= 0)
         st = ssd_buf_open_page(tac.ssd, w->page, &w->buf);
     if (st != SSD_OK) {
         if (w->page >= 0)
             ssd_page_finish(tac.ssd, w->page);
-        w->page = ssd_page_alloc(tac.ssd);
+        w->page = writer_page_alloc(w);
         st = w->page < 0 ? SSD_ERR_FULL
                          : ssd_buf_open_page(tac.ssd, w->page, &w->buf);
     }
@@ -332,7 +376,7 @@ static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
     struct ssd_buf *b = NULL;
     enum ssd_status st;
     if (!w->own_pages) {
-        st = ssd_buf_open_large(tac.ssd, -1, DEFRAG_RESERVE_PAGES, len, &b);
+        st = ssd_buf_open_large(tac.ssd, -1, writers_keep(), len, &b);
     } else {
         st = w->page >= 0 ? ssd_buf_open_large(tac.ssd, w->page, 0, len, &b)
                           : SSD_ERR_FULL;
@@ -340,14 +384,14 @@ static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
             /* The small buf still filling keeps its slots in the old page. */
             if (w->page >= 0)
                 ssd_page_finish(tac.ssd, w->page);
-            w->page = ssd_page_alloc(tac.ssd);
+            w->page = writer_page_alloc(w);
             st = w->page < 0 ? SSD_ERR_FULL
                              : ssd_buf_open_large(tac.ssd, w->page, 0, len, &b);
         }
     }
     if (st != SSD_OK) {
         TAC_INCR(ssd_full);
-        if (!w->own_pages)
+        if (w != defrag_writer())
             defrag_wake();
         return false;
     }
@@ -388,7 +432,7 @@ static bool writer_put(struct writer *w, const struct iovec *iov, int n,
             if (st != SSD_OK) {
                 w->buf = NULL;
                 TAC_INCR(ssd_full);
-                if (!w->own_pages)
+                if (w != defrag_writer())
                     defrag_wake();
                 break;
             }
@@ -446,7 +490,7 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
     struct iovec iov[3];
     tac_tuple_fill(&hdr, it);
     int n = tac_tuple_image(&hdr, ITEM_key(it), ITEM_data(it), iov);
-    if (!put_tuple(meta, &hdr, iov, n, my_writer())) {
+    if (!put_tuple(meta, &hdr, iov, n, writer_for(it))) {
         item_release(meta);         /* reference 0: frees nothing on SSD */
         return NULL;
     }
@@ -479,7 +523,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         { &hdr, sizeof(hdr) },
         { (void *)body, tac_tuple_size(hdr.nkey, hdr.nbytes) - sizeof(hdr) },
     };
-    if (!put_tuple(n, &hdr, iov, 2, my_writer())) {
+    if (!put_tuple(n, &hdr, iov, 2, writer_for(meta))) {
         item_release(n);
         return false;
     }
@@ -530,7 +574,7 @@ bool tac_ssd_full(void)
         return true;
     struct ssd_stats st;
     ssd_get_stats(tac.ssd, &st);
-    if (st.pages_free > DEFRAG_RESERVE_PAGES)
+    if (st.pages_free > writers_keep())
         return false;
     /* Defrag can still win a page unless even the emptiest is all but
      * full; with -M that is where it stops (defrag_page). */
@@ -1240,6 +1284,16 @@ static bool defrag_page(struct tac_iobuf *io)
     if (page < 0)
         return false;
     bool drop = page_nearly_full(&pi);
+    /* Nothing is dropped while the writers still have a free page beyond
+     * what they keep (DEFRAG_RESERVE_PAGES); with ext_drop_unread, from
+     * ext_drop_under free pages on (memcached's drop_under). */
+    if (drop && settings.evict_to_free) {
+        unsigned nfree = free_pages_now();
+        if (nfree > writers_keep() &&
+            !(__atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) &&
+              nfree <= (unsigned)__atomic_load_n(&settings.ext_drop_under, __ATOMIC_RELAXED)))
+            return false;
+    }
     if (drop && !settings.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
     /* While a restart still indexes its pinned pages, the room their dead
@@ -1361,6 +1415,31 @@ static void drop_failed_over_bound(void)
     }
 }
 
+/* The pages the writers keep for defrag (DEFRAG_RESERVE_PAGES): none in
+ * cache mode once no restart pins pages (pins come only at start),
+ * without ext_drop_unread, while no page is worth re-packing.  Looked at
+ * only when few pages are free; above that the writers never reach the
+ * reserve. */
+static void keep_free_update(void)
+{
+    if (!settings.evict_to_free)
+        return;
+    if (!sd.unpinned) {
+        if (ssd_any_pinned(tac.ssd))
+            return;
+        sd.unpinned = true;
+    }
+    unsigned keep = DEFRAG_RESERVE_PAGES;
+    if (!__atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) &&
+        free_pages_now() <= DEFRAG_RESERVE_PAGES + 1) {
+        struct ssd_page_info pi;
+        int page = ssd_page_emptiest(tac.ssd, &pi);
+        if (page < 0 || page_nearly_full(&pi))
+            keep = 0;
+    }
+    __atomic_store_n(&sd.keep_free, keep, __ATOMIC_RELAXED);
+}
+
 static unsigned free_pages_now(void)
 {
     struct ssd_stats st;
@@ -1412,6 +1491,7 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
         pthread_mutex_unlock(&sd.lock);
         if (stop)
             break;
+        keep_free_update();
         drop_failed_over_bound();
         int64_t now = now_ms();
         if (now >= next_tick) {
@@ -1427,9 +1507,11 @@ static void defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? sd.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        if (!failing &&
-            free_pages_now() < __atomic_load_n(&sd.free_wm, __ATOMIC_RELAXED) &&
-            defrag_page(&io))
+        /* Defrag starts before the writers reach their reserve. */
+        unsigned wm = __atomic_load_n(&sd.free_wm, __ATOMIC_RELAXED);
+        if (wm < writers_keep() + 1)
+            wm = writers_keep() + 1;
+        if (!failing && free_pages_now() < wm && defrag_page(&io))
             continue;
         int wait = DEFRAG_IDLE_MS;
         if (have_failed) {
@@ -1460,21 +1542,21 @@ static bool on_tmpfs(const char *path)
     return rc == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
-/* The defrag watermark wm within its bounds.  Room for the open page, a
- * page defrag fills, and slack: defrag starts while there is still space
- * to move tuples into, so at least 3; at most half the pages unless an
- * operator set it (ssd_free_pages, compact_under), and then at most all
- * but the defrag reserve. */
+/* The defrag watermark wm within its bounds: defrag works while fewer
+ * pages are free.  At least 2 in cache mode, where the writers may keep
+ * no page (defrag_main raises it to one above what they keep), and with
+ * -M one above DEFRAG_RESERVE_PAGES: defrag must start before the writers
+ * stop at its reserve.  At most half the pages unless an operator set it
+ * (ssd_free_pages, compact_under), and then at most all but the defrag
+ * reserve. */
 static unsigned free_wm_bounded(unsigned wm, bool set)
 {
     unsigned max = set ? sd.info.npages - DEFRAG_RESERVE_PAGES : sd.info.npages / 2;
-    if (wm < 3)
-        wm = 3;
+    unsigned min = settings.evict_to_free ? 2 : DEFRAG_RESERVE_PAGES + 1;
     if (wm > max)
         wm = max;
-    /* Defrag must start before the writers stop at its reserve. */
-    if (wm <= DEFRAG_RESERVE_PAGES)
-        wm = DEFRAG_RESERVE_PAGES + 1;
+    if (wm < min)
+        wm = min;
     return wm;
 }
 
@@ -1576,9 +1658,10 @@ bool tac_ssd_open(void)
                 : sd.info.npages / 50;
     sd.free_wm = free_wm_bounded(wm, settings.ssd_free_pages > 0 ||
                                       settings.ext_compact_under > 0);
+    sd.keep_free = DEFRAG_RESERVE_PAGES;    /* the defrag thread lowers it */
     settings_on_compact_under(compact_under_apply);
     ghost_init((uint64_t)sd.info.npages * sd.info.page_size);
-    sd.nwriters = settings.evict_threads + 2;
+    sd.nwriters = settings.evict_threads + 3;
     sd.writers = calloc((size_t)sd.nwriters, sizeof(*sd.writers));
     if (sd.writers == NULL)
         return false;
@@ -1587,6 +1670,8 @@ bool tac_ssd_open(void)
         sd.writers[i].page = -1;
     }
     defrag_writer()->own_pages = true;
+    sd.writers[sd.nwriters - 2].own_pages = true;      /* low-TTL */
+    sd.writers[sd.nwriters - 2].keeps_reserve = true;
     pthread_mutex_init(&sd.lock, NULL);
     bg_init(&sd.defrag, "tac-ssd-defrag", NULL);
     sd.failed_max = settings.maxbytes / 16 / sd.info.buf_size;
