@@ -126,6 +126,10 @@ static struct {
                                    (DEFRAG_RESERVE_PAGES or 0; set by the
                                    defrag thread, keep_free_update) */
     bool unpinned;              /* defrag thread: no restart pin is left */
+    unsigned drop_ahead;        /* atomic: free pages from which a full SSD
+                                   drops its oldest page without waiting for
+                                   the writers to reach their reserve (set
+                                   at open, 0 from compact_under_apply) */
     struct writer *writers;     /* evictors, then shared, then low-TTL,
                                    then defrag */
     int nwriters;
@@ -1285,11 +1289,14 @@ static bool defrag_page(struct tac_iobuf *io)
         return false;
     bool drop = page_nearly_full(&pi);
     /* Nothing is dropped while the writers still have a free page beyond
-     * what they keep (DEFRAG_RESERVE_PAGES); with ext_drop_unread, from
-     * ext_drop_under free pages on (memcached's drop_under). */
+     * what they keep (DEFRAG_RESERVE_PAGES) and sd.drop_ahead; with
+     * ext_drop_unread, from ext_drop_under free pages on (memcached's
+     * drop_under). */
     if (drop && settings.evict_to_free) {
         unsigned nfree = free_pages_now();
-        if (nfree > writers_keep() &&
+        unsigned ahead = __atomic_load_n(&sd.drop_ahead, __ATOMIC_RELAXED);
+        unsigned at = writers_keep() > ahead ? writers_keep() : ahead;
+        if (nfree > at &&
             !(__atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) &&
               nfree <= (unsigned)__atomic_load_n(&settings.ext_drop_under, __ATOMIC_RELAXED)))
             return false;
@@ -1569,6 +1576,7 @@ static void compact_under_apply(unsigned pages)
         return;
     unsigned wm = free_wm_bounded(pages + 1, true);
     __atomic_store_n(&sd.free_wm, wm, __ATOMIC_RELAXED);
+    __atomic_store_n(&sd.drop_ahead, 0, __ATOMIC_RELAXED);    /* an operator's watermark */
     defrag_wake();
 }
 
@@ -1659,6 +1667,14 @@ bool tac_ssd_open(void)
     sd.free_wm = free_wm_bounded(wm, settings.ssd_free_pages > 0 ||
                                       settings.ext_compact_under > 0);
     sd.keep_free = DEFRAG_RESERVE_PAGES;    /* the defrag thread lowers it */
+    /* A large SSD (150 pages or more, default watermark) drops ahead from
+     * the watermark down: dropping a page takes a while (its bufs are read
+     * and its items unlinked), and a fast writer must not catch up with
+     * it.  A small one, or one whose watermark an operator set, drops only
+     * when the writers take the last page they may (memcached's extstore
+     * evicts its oldest page when a write finds none free). */
+    bool wm_set = settings.ssd_free_pages > 0 || settings.ext_compact_under > 0;
+    sd.drop_ahead = !wm_set && sd.info.npages / 50 >= 3 ? sd.free_wm - 1 : 0;
     settings_on_compact_under(compact_under_apply);
     ghost_init((uint64_t)sd.info.npages * sd.info.page_size);
     sd.nwriters = settings.evict_threads + 3;
