@@ -300,6 +300,15 @@ const struct option_def settings_options[] = {
       NULL, NULL, "when a full SSD drops its oldest page, move the items "
       "on it read again after their first read, and drop only the others "
       "(`extstore drop_unread 0|1` at run time)") },
+    { OPT(0, "ext_low_ttl", OPT_INT, S(ext_low_ttl), 0, 1 << 30, true,
+      NULL, "<secs>", "an item that expires within this many seconds when it "
+      "goes to SSD goes into SSD pages of their own, which empty as their "
+      "items expire (0: off; `extstore low_ttl` at run time)"), .def = "0" },
+    { OPT(0, "ext_drop_under", OPT_INT, S(ext_drop_under), 0, 65535, true,
+      NULL, "<pages>", "with ext_drop_unread, that drop starts once this many "
+      "SSD pages or fewer are free and no page is worth re-packing (0: when "
+      "the last free page is taken; `extstore drop_under` at run time)"),
+      .def = "0" },
     { OPT(0, "ext_wbuf_size", OPT_INT, S(ext_wbuf_size), 1, 1024, true, NULL, "<mb>",
       "ssd_buf_size in megabytes"), .check = check_ext_wbuf_size,
       .expect = "megabytes, 1 to 1024" },
@@ -411,8 +420,6 @@ const struct option_def settings_options[] = {
     IGNORED("inline_ascii_resp"),
     IGNORED("no_inline_ascii_resp"),
     IGNORED("no_chunked_items"),
-    IGNORED("ext_low_ttl"),
-    IGNORED("ext_drop_under"),
     IGNORED("ext_max_sleep"),
     IGNORED("ext_io_depth"),
     IGNORED("slab_sizes"),

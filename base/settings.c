@@ -687,8 +687,6 @@ static const struct {
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
     { "inline_ascii_response", NULL, "no", 0, false },
-    { "ext_low_ttl", "ext_low_ttl", "0", 0, true },
-    { "ext_drop_under", "ext_drop_under", "0", 0, true },
     { "ext_max_sleep", "ext_max_sleep", "1000000", 0, true },
     { "slab_automove_freeratio", "slab_automove_freeratio", "0.010", 0, false },
     { "num_napi_ids", NULL, "(null)", 0, false },
@@ -726,6 +724,12 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         out(ctx, "ext_max_frag", v);
         out(ctx, "ext_drop_unread",
             __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) ? "yes" : "no");
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_low_ttl, __ATOMIC_RELAXED));
+        out(ctx, "ext_low_ttl", v);
+        snprintf(v, sizeof(v), "%d",
+                 __atomic_load_n(&settings.ext_drop_under, __ATOMIC_RELAXED));
+        out(ctx, "ext_drop_under", v);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;

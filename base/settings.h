@@ -150,6 +150,12 @@ struct settings {
                                re-packing (atomic: `extstore max_frag`) */
     bool ext_drop_unread;   /* -o ext_drop_unread: that drop moves the items
                                read again after their first read (atomic) */
+    int ext_low_ttl;        /* -o ext_low_ttl: items expiring within this
+                               many seconds go to SSD pages of their own
+                               (atomic: `extstore low_ttl`); 0 off */
+    int ext_drop_under;     /* -o ext_drop_under: with ext_drop_unread, free
+                               pages at or under which that drop starts
+                               (atomic: `extstore drop_under`) */
     int tier_reformat;      /* -o tier_reformat: 1 = format tier files that
                                hold something else */
     char *tier_key;         /* -o tier_key: key file sealing NVM and SSD */

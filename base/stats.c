@@ -632,7 +632,8 @@ static const struct stat_row general_stats[] = {
     ROW("evicted_active", COUNTER, IF(shown_lru_maintainer, GSTATS(evicted_active)),
         "evicted items that had been read more than once"),
     ROW("evictions", COUNTER, GSTATS(evictions),
-        "items dropped to make room (not with `-M`)"),
+        "items dropped from DRAM or NVM to make room that went to no lower tier "
+        "(not with `-M`); items a full SSD drops count in `extstore_objects_evicted`"),
     ROW("reclaimed", COUNTER, GSTATS(reclaimed),
         "expired items whose memory was reused"),
     ROW("crawler_reclaimed", COUNTER, GSTATS(crawler_reclaimed),

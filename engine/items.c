@@ -181,6 +181,76 @@ static int crawl_lru(struct lru *l, int budget, bool *done)
     return checked;
 }
 
+/* SSD meta tuples are on no LRU: the crawler finds the dead ones by
+ * walking the index one item lock stripe at a time (sweep_stripe, under
+ * crawl_lock), so that an expired or flushed item's SSD bytes are freed
+ * as memcached's crawler frees an expired extstore item's.  The items of
+ * a stripe are gathered (assoc_visit_stripe may not change the index),
+ * then unlinked under the same stripe lock. */
+#define SWEEP_BATCH 128
+static unsigned int sweep_stripe;
+
+struct sweep_walk {
+    item *dead[SWEEP_BATCH];
+    int ndead;
+    int seen;
+    bool full;
+};
+
+static void sweep_one(item *it, void *arg)
+{
+    struct sweep_walk *w = arg;
+    if (!item_value_async(it) || !(it->it_flags & ITEM_LINKED))
+        return;
+    w->seen++;
+    if (!item_is_dead(it, NULL))
+        return;
+    if (w->ndead == SWEEP_BATCH) {
+        w->full = true;
+        return;
+    }
+    w->dead[w->ndead++] = it;
+}
+
+/* Sweeps stripes until about budget items were looked at; returns how
+ * many.  *wrapped when the sweep passed the last stripe. */
+static int sweep_ssd_step(int budget, bool *wrapped)
+{
+    int seen = 0;
+    struct sweep_walk w;
+    *wrapped = false;
+    for (unsigned int n = 0; n < ITEM_LOCK_COUNT && seen < budget; n++) {
+        unsigned int stripe = sweep_stripe;
+        w.ndead = 0;
+        w.seen = 0;
+        w.full = false;
+        item_lock(stripe);
+        assoc_visit_stripe(stripe, sweep_one, &w);
+        for (int i = 0; i < w.ndead; i++) {
+            item *it = w.dead[i];
+            unsigned int clsid = it->slabs_clsid;
+            GSTATS_INCR(crawler_reclaimed);
+            CLS_INCR(clsid, crawler_reclaimed);
+            if ((it->it_flags & ITEM_FETCHED) == 0) {
+                GSTATS_INCR(expired_unfetched);
+                CLS_INCR(clsid, expired_unfetched);
+            }
+            do_item_unlink(it, item_hash(ITEM_key(it), it->nkey));
+        }
+        item_unlock(stripe);
+        GSTATS_ADD(crawler_items_checked, (uint64_t)w.seen);
+        seen += w.seen > 0 ? w.seen : 1;
+        if (w.full)
+            continue;           /* the rest of this stripe next time */
+        if (++sweep_stripe == ITEM_LOCK_COUNT) {
+            sweep_stripe = 0;
+            *wrapped = true;
+            break;
+        }
+    }
+    return seen;
+}
+
 int items_crawl_step(int budget)
 {
     int checked = 0;
@@ -220,9 +290,17 @@ int items_crawl_step(int budget)
             }
         }
     }
+    /* Fewer than asked: the LRUs' cycle is done; with an SSD tier the
+     * sweep of its meta tuples follows, and ends the cycle. */
+    bool cycle_done = checked < budget;
+    if (cycle_done && settings.ssd_path != NULL) {
+        bool wrapped = false;
+        checked += sweep_ssd_step(budget - checked, &wrapped);
+        cycle_done = wrapped;
+    }
     pthread_mutex_unlock(&items_crawl_lock);
-    /* Fewer than asked: a whole cycle is done, so is a rush. */
-    if (checked < budget)
+    /* A whole cycle is done, so is a rush. */
+    if (cycle_done)
         __atomic_store_n(&items_crawl_rush, false, __ATOMIC_RELAXED);
     return checked;
 }

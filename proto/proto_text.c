@@ -806,14 +806,14 @@ static void pt_process_extstore(conn *c, struct util_token *tok, size_t ntok)
     int *field = strcmp(sub, "item_size") == 0 ? &settings.ext_item_size
                : strcmp(sub, "item_age") == 0 ? &settings.ext_item_age
                : strcmp(sub, "recache_rate") == 0 ? &settings.ext_recache_rate
+               : strcmp(sub, "drop_under") == 0 ? &settings.ext_drop_under
+               : strcmp(sub, "low_ttl") == 0 ? &settings.ext_low_ttl
                : NULL;
     bool unread = strcmp(sub, "drop_unread") == 0;
     if (field == NULL && !unread && !compact) {
-        if (strcmp(sub, "drop_under") == 0 || strcmp(sub, "low_ttl") == 0 ||
-            strcmp(sub, "max_sleep") == 0 || strcmp(sub, "free_memchunks") == 0)
+        if (strcmp(sub, "max_sleep") == 0 || strcmp(sub, "free_memchunks") == 0)
             out_string(c, "ERROR extstore setting has no meaning here: there are no "
-                          "page buckets or write thread sleeps to tune, and a full "
-                          "SSD drops its oldest page (see drop_unread)");
+                          "write thread sleeps or item header chunks to tune");
         else
             out_string(c, "ERROR");
         return;

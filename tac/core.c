@@ -113,4 +113,6 @@ void tac_config_load(void)
     c->ext_recache_rate = &settings.ext_recache_rate;
     c->ext_max_frag = &settings.ext_max_frag;
     c->ext_drop_unread = &settings.ext_drop_unread;
+    c->ext_low_ttl = &settings.ext_low_ttl;
+    c->ext_drop_under = &settings.ext_drop_under;
 }

@@ -112,6 +112,7 @@ struct tac_config {
     const int *ext_item_size, *ext_item_age, *ext_recache_rate;
     const double *ext_max_frag;
     const bool *ext_drop_unread;
+    const int *ext_low_ttl, *ext_drop_under;
 };
 
 struct tac_state {

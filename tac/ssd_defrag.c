@@ -66,7 +66,9 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
         bool unread = mode == DEFRAG_DROP_UNREAD &&
                       (it->it_flags & ITEM_ACTIVE) == 0;
         if (unread) {
-            do_item_evict(it, hv);
+            /* Lost from the SSD, the last tier: counted in the SSD's
+             * counters, not in `evictions` (memory's, as memcached's). */
+            do_item_unlink(it, hv);
             ssdt_ghost_add(hv);
             TAC_INCR(ssd_defrag_skipped);
             item_release(it);
@@ -84,7 +86,7 @@ static bool defrag_tuple(uint64_t tref, const char *data, size_t len,
             drop = true;
         }
         if (drop) {
-            do_item_evict(it, hv);
+            do_item_unlink(it, hv);
             if (for_room)
                 ssdt_ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
@@ -152,6 +154,19 @@ static bool defrag_page(struct tac_iobuf *io)
     if (page < 0)
         return false;
     bool drop = ssdt_page_nearly_full(&pi);
+    /* Nothing is dropped while the writers still have a free page beyond
+     * what they keep (DEFRAG_RESERVE_PAGES) and sd.drop_ahead; with
+     * ext_drop_unread, from ext_drop_under free pages on (memcached's
+     * drop_under). */
+    if (drop && tac.cfg.evict_to_free) {
+        unsigned nfree = ssdt_free_pages_now();
+        unsigned ahead = __atomic_load_n(&ssdt.drop_ahead, __ATOMIC_RELAXED);
+        unsigned at = ssdt_writers_keep() > ahead ? ssdt_writers_keep() : ahead;
+        if (nfree > at &&
+            !(__atomic_load_n(tac.cfg.ext_drop_unread, __ATOMIC_RELAXED) &&
+              nfree <= (unsigned)__atomic_load_n(tac.cfg.ext_drop_under, __ATOMIC_RELAXED)))
+            return false;
+    }
     if (drop && !tac.cfg.evict_to_free)
         return false;               /* -M: a full SSD refuses new tuples */
     /* While a restart still indexes its pinned pages, the room their dead
@@ -239,7 +254,7 @@ static void drop_failed_buf(struct ssd_buf *b)
         item_lock(hv);
         item *it = do_item_get(key, hdr->nkey, hv, NULL, false);
         if (it != NULL && item_value_async(it) && item_meta_ref(it) == base + off) {
-            do_item_evict(it, hv);
+            do_item_unlink(it, hv);
             ssdt_ghost_add(hv);
             TAC_INCR(ssd_items_dropped);
             TAC_ADD(ssd_bytes_dropped, len);
@@ -273,11 +288,29 @@ static void drop_failed_over_bound(void)
     }
 }
 
-static unsigned free_pages_now(void)
+/* The pages the writers keep for defrag (DEFRAG_RESERVE_PAGES): none in
+ * cache mode once no restart pins pages (pins come only at start),
+ * without ext_drop_unread, while no page is worth re-packing.  Looked at
+ * only when few pages are free; above that the writers never reach the
+ * reserve. */
+static void keep_free_update(void)
 {
-    struct ssd_stats st;
-    ssd_get_stats(tac.ssd, &st);
-    return (unsigned)st.pages_free;
+    if (!tac.cfg.evict_to_free)
+        return;
+    if (!ssdt.unpinned) {
+        if (ssd_any_pinned(tac.ssd))
+            return;
+        ssdt.unpinned = true;
+    }
+    unsigned keep = DEFRAG_RESERVE_PAGES;
+    if (!__atomic_load_n(tac.cfg.ext_drop_unread, __ATOMIC_RELAXED) &&
+        ssdt_free_pages_now() <= DEFRAG_RESERVE_PAGES + 1) {
+        struct ssd_page_info pi;
+        int page = ssd_page_emptiest(tac.ssd, &pi);
+        if (page < 0 || ssdt_page_nearly_full(&pi))
+            keep = 0;
+    }
+    __atomic_store_n(&ssdt.keep_free, keep, __ATOMIC_RELAXED);
 }
 
 /* The defrag thread: retries failed writes with back-off, keeps them
@@ -319,6 +352,7 @@ void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
         pthread_mutex_unlock(&ssdt.lock);
         if (stop)
             break;
+        keep_free_update();
         drop_failed_over_bound();
         int64_t now = ssdt_now_ms();
         if (now >= next_tick) {
@@ -335,9 +369,11 @@ void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? ssdt.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        if (!failing &&
-            free_pages_now() < __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED) &&
-            defrag_page(&io))
+        /* Defrag starts before the writers reach their reserve. */
+        unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
+        if (wm < ssdt_writers_keep() + 1)
+            wm = ssdt_writers_keep() + 1;
+        if (!failing && ssdt_free_pages_now() < wm && defrag_page(&io))
             continue;
         int wait = DEFRAG_IDLE_MS;
         if (have_failed) {

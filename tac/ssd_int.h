@@ -40,7 +40,9 @@ struct writer {
     pthread_mutex_t lock;
     struct ssd_buf *buf;        /* lock: the buf being filled, or NULL */
     int64_t last_put_ms;        /* lock: when a tuple last went into buf */
-    bool own_pages;             /* defrag: fills pages of its own */
+    bool own_pages;             /* defrag, low-TTL: fills pages of its own */
+    bool keeps_reserve;         /* low-TTL: its pages leave the writers'
+                                   reserve alone (DEFRAG_RESERVE_PAGES) */
     int page;                   /* lock: that page, or -1 */
 };
 
@@ -48,7 +50,16 @@ struct ssd_tier_state {
     struct ssd_info info;
     unsigned free_wm;           /* free pages defrag keeps (atomic:
                                    compact_under_apply) */
-    struct writer *writers;     /* evictors, then shared, then defrag */
+    unsigned keep_free;         /* atomic: free pages the writers leave
+                                   (DEFRAG_RESERVE_PAGES or 0; set by the
+                                   defrag thread, keep_free_update) */
+    bool unpinned;              /* defrag thread: no restart pin is left */
+    unsigned drop_ahead;        /* atomic: free pages from which a full SSD
+                                   drops its oldest page without waiting for
+                                   the writers to reach their reserve (set
+                                   at open, 0 from compact_under_apply) */
+    struct writer *writers;     /* evictors, then shared, then low-TTL,
+                                   then defrag */
     int nwriters;
     struct bg defrag;           /* the defrag thread */
     bool defrag_running;
@@ -81,12 +92,14 @@ size_t ssdt_tuple_len(const item *meta);
 void ssdt_defrag_wake(void);
 void ssdt_ghost_init(uint64_t ssd_bytes);
 int64_t ssdt_now_ms(void);
+unsigned ssdt_free_pages_now(void);
 struct writer *ssdt_defrag_writer(void);
 void ssdt_failed_push(struct ssd_buf *b);
 void ssdt_write_done(void *arg, struct ssd_buf *b, enum ssd_status st);
 bool ssdt_writer_put(struct writer *w, const struct iovec *iov, int n,
                        uint64_t *ref);
 void ssdt_writer_submit_locked(struct writer *w);
+unsigned ssdt_writers_keep(void);
 enum ssd_status ssdt_read_sync(uint64_t ref, size_t len, bool whole,
                                  struct tac_iobuf *io, size_t *got);
 size_t ssdt_tuple_at(const char *mem, size_t used, size_t off);

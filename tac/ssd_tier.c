@@ -52,21 +52,21 @@ static bool on_tmpfs(const char *path)
     return rc == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
-/* The defrag watermark wm within its bounds.  Room for the open page, a
- * page defrag fills, and slack: defrag starts while there is still space
- * to move tuples into, so at least 3; at most half the pages unless an
- * operator set it (ssd_free_pages, compact_under), and then at most all
- * but the defrag reserve. */
+/* The defrag watermark wm within its bounds: defrag works while fewer
+ * pages are free.  At least 2 in cache mode, where the writers may keep
+ * no page (defrag_main raises it to one above what they keep), and with
+ * -M one above DEFRAG_RESERVE_PAGES: defrag must start before the writers
+ * stop at its reserve.  At most half the pages unless an operator set it
+ * (ssd_free_pages, compact_under), and then at most all but the defrag
+ * reserve. */
 static unsigned free_wm_bounded(unsigned wm, bool set)
 {
     unsigned max = set ? ssdt.info.npages - DEFRAG_RESERVE_PAGES : ssdt.info.npages / 2;
-    if (wm < 3)
-        wm = 3;
+    unsigned min = tac.cfg.evict_to_free ? 2 : DEFRAG_RESERVE_PAGES + 1;
     if (wm > max)
         wm = max;
-    /* Defrag must start before the writers stop at its reserve. */
-    if (wm <= DEFRAG_RESERVE_PAGES)
-        wm = DEFRAG_RESERVE_PAGES + 1;
+    if (wm < min)
+        wm = min;
     return wm;
 }
 
@@ -79,6 +79,7 @@ static void compact_under_apply(unsigned pages)
         return;
     unsigned wm = free_wm_bounded(pages + 1, true);
     __atomic_store_n(&ssdt.free_wm, wm, __ATOMIC_RELAXED);
+    __atomic_store_n(&ssdt.drop_ahead, 0, __ATOMIC_RELAXED);    /* an operator's watermark */
     ssdt_defrag_wake();
 }
 
@@ -169,9 +170,18 @@ bool tac_ssd_open(void)
                 : ssdt.info.npages / 50;
     ssdt.free_wm = free_wm_bounded(wm, tac.cfg.ssd_free_pages > 0 ||
                                       tac.cfg.ext_compact_under > 0);
+    ssdt.keep_free = DEFRAG_RESERVE_PAGES;    /* the defrag thread lowers it */
+    /* A large SSD (150 pages or more, default watermark) drops ahead from
+     * the watermark down: dropping a page takes a while (its bufs are read
+     * and its items unlinked), and a fast writer must not catch up with
+     * it.  A small one, or one whose watermark an operator set, drops only
+     * when the writers take the last page they may (memcached's extstore
+     * evicts its oldest page when a write finds none free). */
+    bool wm_set = tac.cfg.ssd_free_pages > 0 || tac.cfg.ext_compact_under > 0;
+    ssdt.drop_ahead = !wm_set && ssdt.info.npages / 50 >= 3 ? ssdt.free_wm - 1 : 0;
     settings_on_compact_under(compact_under_apply);
     ssdt_ghost_init((uint64_t)ssdt.info.npages * ssdt.info.page_size);
-    ssdt.nwriters = tac.cfg.evict_threads + 2;
+    ssdt.nwriters = tac.cfg.evict_threads + 3;
     ssdt.writers = calloc((size_t)ssdt.nwriters, sizeof(*ssdt.writers));
     if (ssdt.writers == NULL)
         return false;
@@ -180,6 +190,8 @@ bool tac_ssd_open(void)
         ssdt.writers[i].page = -1;
     }
     ssdt_defrag_writer()->own_pages = true;
+    ssdt.writers[ssdt.nwriters - 2].own_pages = true;      /* low-TTL */
+    ssdt.writers[ssdt.nwriters - 2].keeps_reserve = true;
     pthread_mutex_init(&ssdt.lock, NULL);
     bg_init(&ssdt.defrag, "tac-ssd-defrag", NULL);
     ssdt.failed_max = tac.cfg.maxbytes / 16 / ssdt.info.buf_size;

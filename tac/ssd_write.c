@@ -52,7 +52,9 @@
  * nobody rewrites, nearly all live, while younger pages are mostly dead.)
  * When moving would gain nothing (even that page is nearly all live, or no
  * page is free), the SSD is full: the oldest page's items, the coldest,
- * are dropped and counted as evictions, or with -M nothing is dropped and
+ * are dropped and counted in ssd_items_dropped (extstore_objects_evicted;
+ * `evictions` counts only items lost from DRAM or NVM that went to no
+ * lower tier, as memcached's), or with -M nothing is dropped and
  * writes to SSD fail until space frees up.
  *
  * Threads: workers (reads, shared writer), evictors (their writers), the
@@ -95,10 +97,18 @@ struct ssd_tier_state ssdt;
 
 
 /* Free pages the other writers leave to defrag, so that it always has
- * somewhere to move live tuples to and space can be won back. */
-/* Two: moving one page's tuples needs at most one page's slots, and
- * defrag's current page may have only a few left (a large tuple that does
- * not fit there finishes it). */
+ * somewhere to move live tuples to and space can be won back.  Two:
+ * moving one page's tuples needs at most one page's slots, and defrag's
+ * current page may have only a few left (a large tuple that does not fit
+ * there finishes it).  The reserve is kept while defrag may need it: with
+ * -M, while a restart still pins pages, with ext_drop_unread (its drop
+ * moves the items read again), and while some page is worth re-packing.
+ * Otherwise (cache mode, every page at least ext_max_frag live: only a
+ * drop can win room) the writers keep none, as memcached's extstore, whose
+ * writers take the last free page and evict the oldest for the next: the
+ * oldest page is dropped when the writers take the last free one, while
+ * they fill it.  A full SSD then holds all its pages but the one dropped
+ * ahead, and has 0 or 1 free (sd.keep_free, keep_free_update). */
 
 
 unsigned long long ssdt_items;    /* atomic: SSD meta tuples */
@@ -190,6 +200,14 @@ int64_t ssdt_now_ms(void)
     return (int64_t)(util_now_ns() / 1000000);
 }
 
+/* Free SSD pages now. */
+unsigned ssdt_free_pages_now(void)
+{
+    struct ssd_stats st;
+    ssd_get_stats(tac.ssd, &st);
+    return (unsigned)st.pages_free;
+}
+
 
 /* ---- Writing ------------------------------------------------------------ */
 
@@ -200,10 +218,22 @@ void tac_ssd_set_writer(int evictor_id)
 
 static struct writer *my_writer(void)
 {
-    int evictors = ssdt.nwriters - 2;
+    int evictors = ssdt.nwriters - 3;
     if (ssdt_writer_slot >= 0 && ssdt_writer_slot < evictors)
         return &ssdt.writers[ssdt_writer_slot];
     return &ssdt.writers[evictors];
+}
+
+/* -o ext_low_ttl N: a tuple whose item expires within N seconds goes into
+ * pages of its own (memcached's low-TTL bucket), so that such pages empty
+ * as their items expire and are reclaimed whole, rather than leaving holes
+ * in the pages of long-lived items that only defrag can win back. */
+static struct writer *writer_for(const item *it)
+{
+    int low = __atomic_load_n(tac.cfg.ext_low_ttl, __ATOMIC_RELAXED);
+    if (low > 0 && it->exptime != 0 && (int64_t)it->exptime - mc_now() < low)
+        return &ssdt.writers[ssdt.nwriters - 2];
+    return my_writer();
 }
 
 struct writer *ssdt_defrag_writer(void)
@@ -280,6 +310,12 @@ static bool writes_refused(void)
     return full;
 }
 
+
+unsigned ssdt_writers_keep(void)
+{
+    return __atomic_load_n(&ssdt.keep_free, __ATOMIC_RELAXED);
+}
+
 void ssdt_writer_submit_locked(struct writer *w)
 {
     if (ssd_buf_submit(w->buf, ssdt_write_done, NULL) != SSD_OK)
@@ -287,20 +323,30 @@ void ssdt_writer_submit_locked(struct writer *w)
     w->buf = NULL;
 }
 
+/* A page of w's own: defrag's may be one of the last free ones, the
+ * low-TTL writer's leaves the reserve alone (checked, then taken: another
+ * writer may take a page between, so it can dip into the reserve by a
+ * page at most). */
+static int writer_page_alloc(struct writer *w)
+{
+    if (w->keeps_reserve && ssdt_free_pages_now() <= ssdt_writers_keep())
+        return -1;
+    return ssd_page_alloc(tac.ssd);
+}
+
 /* Opens a buf for w: in the shared open page, leaving the defrag reserve
- * alone, or for defrag in a page of its own, which may take the last free
- * ones. */
+ * alone, or in a page of its own (defrag, low-TTL). */
 static enum ssd_status writer_open(struct writer *w)
 {
     if (!w->own_pages)
-        return ssd_buf_open_keep(tac.ssd, DEFRAG_RESERVE_PAGES, &w->buf);
+        return ssd_buf_open_keep(tac.ssd, ssdt_writers_keep(), &w->buf);
     enum ssd_status st = SSD_ERR_FULL;
     if (w->page >= 0)
         st = ssd_buf_open_page(tac.ssd, w->page, &w->buf);
     if (st != SSD_OK) {
         if (w->page >= 0)
             ssd_page_finish(tac.ssd, w->page);
-        w->page = ssd_page_alloc(tac.ssd);
+        w->page = writer_page_alloc(w);
         st = w->page < 0 ? SSD_ERR_FULL
                          : ssd_buf_open_page(tac.ssd, w->page, &w->buf);
     }
@@ -315,7 +361,7 @@ static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
     struct ssd_buf *b = NULL;
     enum ssd_status st;
     if (!w->own_pages) {
-        st = ssd_buf_open_large(tac.ssd, -1, DEFRAG_RESERVE_PAGES, len, &b);
+        st = ssd_buf_open_large(tac.ssd, -1, ssdt_writers_keep(), len, &b);
     } else {
         st = w->page >= 0 ? ssd_buf_open_large(tac.ssd, w->page, 0, len, &b)
                           : SSD_ERR_FULL;
@@ -323,14 +369,14 @@ static bool writer_put_large(struct writer *w, const struct iovec *iov, int n,
             /* The small buf still filling keeps its slots in the old page. */
             if (w->page >= 0)
                 ssd_page_finish(tac.ssd, w->page);
-            w->page = ssd_page_alloc(tac.ssd);
+            w->page = writer_page_alloc(w);
             st = w->page < 0 ? SSD_ERR_FULL
                              : ssd_buf_open_large(tac.ssd, w->page, 0, len, &b);
         }
     }
     if (st != SSD_OK) {
         TAC_INCR(ssd_full);
-        if (!w->own_pages)
+        if (w != ssdt_defrag_writer())
             ssdt_defrag_wake();
         return false;
     }
@@ -371,7 +417,7 @@ bool ssdt_writer_put(struct writer *w, const struct iovec *iov, int n,
             if (st != SSD_OK) {
                 w->buf = NULL;
                 TAC_INCR(ssd_full);
-                if (!w->own_pages)
+                if (w != ssdt_defrag_writer())
                     ssdt_defrag_wake();
                 break;
             }
@@ -430,7 +476,7 @@ item *tac_ssd_store_copy(const item *it, int partition, bool reserved)
     struct iovec iov[3];
     tac_tuple_fill(&hdr, it);
     int n = tac_tuple_image(&hdr, ITEM_key(it), ITEM_data(it), iov);
-    if (!put_tuple(meta, &hdr, iov, n, my_writer())) {
+    if (!put_tuple(meta, &hdr, iov, n, writer_for(it))) {
         item_release(meta);         /* reference 0: frees nothing on SSD */
         return NULL;
     }
@@ -463,7 +509,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
         { &hdr, sizeof(hdr) },
         { (void *)body, tac_tuple_size(hdr.nkey, hdr.nbytes) - sizeof(hdr) },
     };
-    if (!put_tuple(n, &hdr, iov, 2, my_writer())) {
+    if (!put_tuple(n, &hdr, iov, 2, writer_for(meta))) {
         item_release(n);
         return false;
     }
@@ -514,7 +560,7 @@ bool tac_ssd_full(void)
         return true;
     struct ssd_stats st;
     ssd_get_stats(tac.ssd, &st);
-    if (st.pages_free > DEFRAG_RESERVE_PAGES)
+    if (st.pages_free > ssdt_writers_keep())
         return false;
     /* Defrag can still win a page unless even the emptiest is all but
      * full; with -M that is where it stops (defrag_page). */
