@@ -209,8 +209,13 @@ static void read_relookup(struct pending_read *pr, bool read_ok)
     item_unlock(pr->hv);
     if (again)
         return;
-    if (value == NULL)
+    if (value == NULL) {
+        /* Counted here (miss_from_extstore): a drop that took the tuple
+         * while it was read also remembered the key, and a later get
+         * must not count the same loss again. */
         TAC_INCR(ssd_read_misses);
+        tac_ssd_key_stored(pr->hv);
+    }
     read_finish(pr, value);
 }
 
