@@ -692,6 +692,15 @@ static const struct {
     { "num_napi_ids", NULL, "(null)", 0, false },
 };
 
+/* A run-time tunable's line (`extstore <name> <value>` writes it). */
+static void out_tunable(void (*out)(void *ctx, const char *name, const char *value),
+                        void *ctx, const char *name, const int *field)
+{
+    char v[16];
+    snprintf(v, sizeof(v), "%d", __atomic_load_n(field, __ATOMIC_RELAXED));
+    out(ctx, name, v);
+}
+
 static void mc_settings(void (*out)(void *ctx, const char *name, const char *value),
                         void *ctx)
 {
@@ -712,24 +721,16 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
         snprintf(v, sizeof(v), "%u", settings.ext_item_age > 0
                  ? (unsigned)settings.ext_item_age : 4294967295u);
         out(ctx, "ext_item_age", v);
-        snprintf(v, sizeof(v), "%d",
-                 __atomic_load_n(&settings.ext_recache_rate, __ATOMIC_RELAXED));
-        out(ctx, "ext_recache_rate", v);
-        snprintf(v, sizeof(v), "%d",
-                 __atomic_load_n(&settings.ext_compact_under, __ATOMIC_RELAXED));
-        out(ctx, "ext_compact_under", v);
+        out_tunable(out, ctx, "ext_recache_rate", &settings.ext_recache_rate);
+        out_tunable(out, ctx, "ext_compact_under", &settings.ext_compact_under);
         double frag;
         __atomic_load(&settings.ext_max_frag, &frag, __ATOMIC_RELAXED);
         snprintf(v, sizeof(v), "%.2f", frag);
         out(ctx, "ext_max_frag", v);
         out(ctx, "ext_drop_unread",
             __atomic_load_n(&settings.ext_drop_unread, __ATOMIC_RELAXED) ? "yes" : "no");
-        snprintf(v, sizeof(v), "%d",
-                 __atomic_load_n(&settings.ext_low_ttl, __ATOMIC_RELAXED));
-        out(ctx, "ext_low_ttl", v);
-        snprintf(v, sizeof(v), "%d",
-                 __atomic_load_n(&settings.ext_drop_under, __ATOMIC_RELAXED));
-        out(ctx, "ext_drop_under", v);
+        out_tunable(out, ctx, "ext_low_ttl", &settings.ext_low_ttl);
+        out_tunable(out, ctx, "ext_drop_under", &settings.ext_drop_under);
     }
     for (size_t i = 0; i < sizeof(mc_settings_rows) / sizeof(mc_settings_rows[0]); i++) {
         const char *val = mc_settings_rows[i].value;
