@@ -185,15 +185,6 @@ bool bg_wait(struct bg *g, uint64_t ns)
     return running;
 }
 
-bool bg_nap(struct bg *g, uint64_t ns)
-{
-    if (bg_running(g)) {
-        struct timespec ts = deadline_at(ns);
-        clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
-    }
-    return bg_running(g);
-}
-
 bool bg_tick(struct bg *g, uint64_t period_ns)
 {
     uint64_t now = util_now_ns();

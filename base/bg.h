@@ -15,9 +15,7 @@
  *          none is lost between a body's look at its queue and its wait.
  *   wait   bg_wait sleeps until woken, stopped or a timeout; bg_tick sleeps
  *          to the next multiple of a period (no drift: a late round does
- *          not push the ones after it back); bg_nap sleeps a short while
- *          that no wake cuts short, in one system call, for a body that
- *          polls and that nobody wakes (bg_stop waits out the nap).
+ *          not push the ones after it back).
  *
  * The group's lock may guard the caller's own state too (a job queue):
  * bg_lock/bg_unlock, and bg_wait_locked with it held.  The lock is a leaf
@@ -83,10 +81,6 @@ bool bg_wait(struct bg *g, uint64_t ns);
  * first call: now + period_ns), or until stopped; wakes do not cut a tick
  * short.  Returns bg_running(). */
 bool bg_tick(struct bg *g, uint64_t period_ns);
-
-/* Sleeps ns nanoseconds (keep it to milliseconds: bg_stop waits for it)
- * unless stopped; takes no lock and no wake.  Returns bg_running(). */
-bool bg_nap(struct bg *g, uint64_t ns);
 
 void bg_lock(struct bg *g);
 bool bg_trylock(struct bg *g);      /* true if taken */

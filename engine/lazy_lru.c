@@ -307,8 +307,16 @@ void llru_stats_temperature(struct stat_sink *s)
 /* ---- Bump rings and LRU threads ------------------------------------------ */
 
 #define MAX_RING_SETS 256
-#define LRU_IDLE_MIN_US 200
-#define LRU_IDLE_MAX_US 10000
+/* An LRU thread sleeps until a worker's ring of its lane holds
+ * LRU_WAKE_AT queued moves (that worker wakes it: one wake per
+ * LRU_WAKE_AT pushes at most) or LRU_IDLE_MS has passed, whichever comes
+ * first; then it drains every ring.  So a queued move waits at most
+ * LRU_IDLE_MS, a busy server pays one wake-up per LRU_WAKE_AT moves and
+ * an idle one 1000 / LRU_IDLE_MS a second per lane.  The ring keeps
+ * LLRU_RING_SIZE - LRU_WAKE_AT slots of slack for the time the thread
+ * takes to wake. */
+#define LRU_WAKE_AT (LLRU_RING_SIZE / 4)
+#define LRU_IDLE_MS 10
 
 /* One producer (the owning thread), one consumer (the lane's LRU thread):
  * the producer writes slots then publishes tail with release; the consumer
@@ -372,6 +380,8 @@ bool llru_push(item *it, enum llru_lane lane)
     r->slot[tail & (LLRU_RING_SIZE - 1)] = it;
     __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
     GSTATS_INCR(lru_bumps_queued);
+    if (tail + 1 - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) == LRU_WAKE_AT)
+        bg_wake(&lru_threads[lane]);
     return true;
 }
 
@@ -388,18 +398,21 @@ static unsigned int ring_pop(struct ring *r, item **out, unsigned int max)
     return n;
 }
 
-/* One pass over every ring of the lane; returns the items applied. */
+/* Empties every ring of the lane, batch by batch; returns the items
+ * applied. */
 static unsigned int drain_lane(enum llru_lane lane)
 {
     item *batch[LLRU_BATCH];
     unsigned int done = 0;
     unsigned int n = __atomic_load_n(&nsets, __ATOMIC_ACQUIRE);
     for (unsigned int i = 0; i < n; i++) {
-        unsigned int got = ring_pop(&sets[i]->lane[lane], batch, LLRU_BATCH);
-        if (got > 0) {
-            apply_fn(batch, got);
+        unsigned int got;
+        do {
+            got = ring_pop(&sets[i]->lane[lane], batch, LLRU_BATCH);
+            if (got > 0)
+                apply_fn(batch, got);
             done += got;
-        }
+        } while (got == LLRU_BATCH);
     }
     return done;
 }
@@ -408,19 +421,10 @@ static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
     enum llru_lane lane = (enum llru_lane)(uintptr_t)arg;
-    unsigned int idle_us = LRU_IDLE_MIN_US;
     while (bg_running(g)) {
         __atomic_fetch_add(&llru_rounds, 1, __ATOMIC_RELAXED);
-        if (drain_lane(lane) > 0) {
-            idle_us = LRU_IDLE_MIN_US;
-            continue;
-        }
-        /* Nothing queued: back off up to 10 ms, so an idle server costs
-         * ~100 wakeups a second per lane.  Nobody wakes a lane, and a nap
-         * costs one system call where a timed wait costs two. */
-        bg_nap(g, (uint64_t)idle_us * 1000u);
-        if (idle_us < LRU_IDLE_MAX_US)
-            idle_us *= 2;
+        drain_lane(lane);
+        bg_wait(g, (uint64_t)LRU_IDLE_MS * 1000000u);
     }
     while (drain_lane(lane) > 0)
         ;

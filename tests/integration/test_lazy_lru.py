@@ -193,6 +193,63 @@ def test_warm_read_is_queued_and_relinked(server):
         assert c.get(k) == value_of(int(k[1:]))
 
 
+def thread_switches(pid, name):
+    """Voluntary context switches of the server's thread `name` (each one a
+    sleep the thread woke from)."""
+    total, found = 0, False
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            if f.read().strip() != name:
+                continue
+        with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+                    found = True
+    assert found, "no thread %s in server %d" % (name, pid)
+    return total
+
+
+def test_lru_thread_sleeps_while_moves_trickle_in(server):
+    """The DRAM LRU thread wakes when a worker's ring fills to a quarter or
+    every 10 ms, not once per few queued moves: with moves queued all the
+    time, it wakes no more than about 100 times a second plus one wake per
+    256 moves.  (It used to nap 200 us after every batch it found: thousands
+    of wake-ups a second, each one taken from the workers' core.)"""
+    srv = server(["-m", "64", "-o", "temp_sample_interval=0"])
+    c = Client(srv.addr, timeout=10)
+    keys = [b"d%06d" % i for i in range(6000)]
+    load(c, keys)
+    before = lru_counters(c)
+    woke0 = thread_switches(srv.proc.pid, "tac-lru-dram")
+    t0 = time.time()
+    rounds = 0
+    while time.time() - t0 < 3.0:
+        # Two reads of a key within a second make it warm: one queued move
+        # per two requests, a steady trickle over the whole window.
+        for k in keys[(rounds * 500) % len(keys):][:500]:
+            for _ in range(2):
+                assert c.get(k) == value_of(int(k[1:])), "wrong value for %r" % k
+        rounds += 1
+    span = time.time() - t0
+    woke = thread_switches(srv.proc.pid, "tac-lru-dram") - woke0
+    after = lru_counters(c)
+    queued = after["lru_bumps_queued"] - before["lru_bumps_queued"]
+    assert queued >= 2000, "too few moves queued to judge (%d in %d rounds)" % (queued, rounds)
+    bound = 150 * span + queued / 100
+    print("lru thread woke %d times in %.1f s, %d moves queued" % (woke, span, queued))
+    assert woke <= bound, "the LRU thread woke %d times in %.1f s for %d queued moves " \
+        "(bound %.0f)" % (woke, span, queued, bound)
+    # The moves were made, not lost.
+    last = {}
+
+    def applied():
+        last.update(lru_counters(c))
+        return last["lru_bumps"] - before["lru_bumps"] >= queued - (
+            last["lru_bumps_dropped"] - before["lru_bumps_dropped"])
+    assert wait_until(applied, 10), (before, last)
+
+
 def test_second_chance_keeps_read_items(server):
     """DRAM only: at the LRU tail, items read since they were linked go back
     to the head; unread items of the same age are evicted."""
