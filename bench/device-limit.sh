@@ -37,13 +37,14 @@ mkdir -p "$out"
 spid=
 cleanup() {
     [ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
-    rm -f "$SSD_DIR/device-limit.fio" "$SSD_DIR/device-limit.ssd"
+    rm -f "$SSD_DIR/device-limit.fio" "$SSD_DIR"/device-limit.ssd*
     [ -z "$keep_out" ] && rm -rf "$out"
 }
 trap cleanup EXIT
 die() { echo "device-limit: $*" >&2; exit 1; }
 
 [ -x "$server" ] || die "no server binary $server"
+rm -f "$SSD_DIR"/device-limit.ssd*   # and its restart state: start cold
 if ! command -v fio >/dev/null; then
     [ "$(id -u)" = 0 ] || die "fio is missing: apt-get install fio"
     (apt-get update -qq && apt-get install -y -qq fio) >/dev/null 2>&1 ||
