@@ -672,6 +672,16 @@ struct item_view {
 void items_view_stripe(unsigned int stripe,
                        void (*fn)(const struct item_view *v, void *arg), void *arg);
 
+/* DRAM held by the linked meta tuples of one lower tier (`stats tiers`,
+ * <tier>_dram_bytes_per_item): how many, their slab chunks' bytes (chunk
+ * rounding included) and their keys' bytes.  All 0 for TIER_DRAM. */
+struct items_tier_dram {
+    uint64_t metas;
+    uint64_t chunk_bytes;
+    uint64_t key_bytes;
+};
+void items_tier_dram(enum item_tier tier, struct items_tier_dram *out);
+
 struct stat_sink;
 /* `stats items`, `stats sizes` (items_init() registers them). */
 void items_stats(struct stat_sink *sink);

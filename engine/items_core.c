@@ -473,10 +473,34 @@ void item_flush(rel_time_t when)
 
 /* ---- Link / unlink. ------------------------------------------------- */
 
+/* DRAM held by the linked meta tuples of each lower tier: their count,
+ * their chunks' bytes (rounding included) and their keys' bytes. */
+static uint64_t tier_metas[TIER_COUNT], tier_chunk_bytes[TIER_COUNT],
+                tier_key_bytes[TIER_COUNT];                 /* atomic */
+
+static void tier_dram_add(const item *it, int64_t sign)
+{
+    if (it->tier == TIER_DRAM)
+        return;
+    uint64_t chunk = it->slabs_clsid != 0 ? slabs_chunk_size(it->slabs_clsid)
+                                          : ITEM_ntotal(it);
+    __atomic_add_fetch(&tier_metas[it->tier], (uint64_t)sign, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&tier_chunk_bytes[it->tier], (uint64_t)sign * chunk, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&tier_key_bytes[it->tier], (uint64_t)sign * it->nkey, __ATOMIC_RELAXED);
+}
+
+void items_tier_dram(enum item_tier tier, struct items_tier_dram *out)
+{
+    out->metas = __atomic_load_n(&tier_metas[tier], __ATOMIC_RELAXED);
+    out->chunk_bytes = __atomic_load_n(&tier_chunk_bytes[tier], __ATOMIC_RELAXED);
+    out->key_bytes = __atomic_load_n(&tier_key_bytes[tier], __ATOMIC_RELAXED);
+}
+
 static void stats_unlinked(const item *it)
 {
     GSTATS_DECR(curr_items);
     STATS_SUB(&gstats, bytes, ITEM_ntotal(it));
+    tier_dram_add(it, -1);
 }
 
 void do_item_link(item *it, uint32_t hv, bool keep_cas)
@@ -508,6 +532,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     GSTATS_INCR(curr_items);
     GSTATS_INCR(total_items);
     GSTATS_ADD(bytes, ITEM_ntotal(it));
+    tier_dram_add(it, 1);
     items_log_version(it);
 }
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/assoc.h"
 #include "engine/lazy_lru.h"
 #include "base/settings.h"
 #include "nvm/nvm.h"
@@ -293,6 +294,31 @@ static unsigned long long nvm_items(void)
     return info.slots_used;
 }
 
+/* DRAM an item of a lower tier costs, on average over that tier's items:
+ * its meta tuple's slab chunk (rounding included) and its share of the
+ * hash index's buckets (the table's bytes over every indexed item; its
+ * chain link is inside the chunk).  Printed whole and less the key, the
+ * part a smaller layout can save. */
+static void stats_dram_per_item(struct stat_sink *s, const char *tier,
+                                enum item_tier t)
+{
+    struct items_tier_dram d;
+    items_tier_dram(t, &d);
+    uint64_t indexed = assoc_count();
+    double per = 0, past_key = 0;
+    if (d.metas > 0) {
+        double index = indexed > 0
+                       ? (double)STATS_GET(&gstats, hash_bytes) / (double)indexed : 0;
+        per = (double)d.chunk_bytes / (double)d.metas + index;
+        past_key = per - (double)d.key_bytes / (double)d.metas;
+    }
+    char key[64];
+    snprintf(key, sizeof(key), "%s_dram_bytes_per_item", tier);
+    stat_printf(s, key, "%.1f", per);
+    snprintf(key, sizeof(key), "%s_dram_bytes_per_item_past_key", tier);
+    stat_printf(s, key, "%.1f", past_key);
+}
+
 static unsigned long long meta_tuples(void)
 {
     return nvm_items() + tac_ssd_items();
@@ -407,6 +433,10 @@ static void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
     }
     stat_printf(s, "meta_tuples", "%llu", meta_tuples());
+    if (tac.nvm != NULL)
+        stats_dram_per_item(s, "nvm", TIER_NVM);
+    if (tac.ssd != NULL)
+        stats_dram_per_item(s, "ssd", TIER_SSD);
     if (tac_tuple_sealed()) {
         stat_printf(s, "tuple_seal_bytes", "%zu", tac_tuple_overhead);
         stat_printf(s, "records_sealed", "%llu", (unsigned long long)tac_crypt_sealed());

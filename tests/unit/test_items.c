@@ -1059,9 +1059,33 @@ static void test_recovery_written(void)
     items_recovery_end();
 }
 
+/* The DRAM a lower-tier item costs, before its chunk rounds it up: an SSD
+ * meta tuple (compact: the 40-byte core and the 8-byte reference, then
+ * the key) and an NVM one (the full header with LRU links, key, '\0',
+ * reference).  `stats tiers` reports the averages these give with chunk
+ * rounding and the hash index (<tier>_dram_bytes_per_item); a change of
+ * layout changes these figures on purpose only. */
+static void test_layout_sizes(void)
+{
+    CHECK_UEQ(ITEM_CORE_SIZE, 40);
+    CHECK_UEQ(ITEM_COMPACT_HDR, 48);
+    CHECK_UEQ(sizeof(item), 64);
+    CHECK_UEQ(item_meta_seq_bytes, 0);
+    CHECK_UEQ(item_compact_size(8), 56);
+    CHECK_UEQ(item_compact_size(33), 81);
+    CHECK_UEQ(item_meta_size(8), 81);
+    CHECK_UEQ(item_meta_size(33), 106);
+    /* A DRAM item is no lower tier's. */
+    struct items_tier_dram d;
+    items_tier_dram(TIER_DRAM, &d);
+    CHECK_UEQ(d.metas, 0);
+    CHECK_UEQ(d.chunk_bytes, 0);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
+    RUN_TEST(test_layout_sizes);
     RUN_TEST(test_link_unlink_refcount);
     RUN_TEST(test_expiry);
     RUN_TEST(test_flush);

@@ -1,0 +1,83 @@
+"""DRAM per lower-tier item (`stats tiers`: nvm_/ssd_dram_bytes_per_item[_past_key]).
+
+Each NVM- or SSD-resident item keeps a meta tuple in DRAM.  `stats tiers`
+reports, per tier, the average DRAM one costs: its slab chunk (rounding
+included) plus its share of the hash index (bucket table bytes over every
+indexed item), and the same less the key.  The tests fill DRAM with values
+that must move down, with keys of one length (8, 33 or 60 bytes), and check
+the figures against what the server's own numbers give: the chunk part is
+the compact meta tuple's size (`ssd_meta_tuple_bytes` + key) rounded up to
+the 8-byte class step, the index part `hash_bytes` / `curr_items`, and the
+difference of the two lines the key length.  Every value read back is
+checked (it encodes its key, a version and a CRC).
+"""
+import pytest
+
+from mcserver import IS_STOCK
+from test_ssd import load, make_value, nvm_file, read_check, ssd_dir, ssd_server  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(IS_STOCK, reason="tac-only stats; TAC_SERVER is stock memcached")]
+
+
+def key_of(i, klen):
+    k = b"k%d-" % i
+    return k + b"x" * (klen - len(k))
+
+
+def tier_stats(srv):
+    c = srv.connect()
+    return {**c.stats(), **c.stats(b"tiers")}
+
+
+def fill(srv, klen, n, vlen=3000):
+    keys = [key_of(i, klen) for i in range(n)]
+    c = srv.connect()
+    stored, failures, _ = load(c, ((k, make_value(k, 1, vlen)) for k in keys))
+    assert not failures, "sets refused: %r" % list(failures.items())[:3]
+    return stored
+
+
+def check_values(srv, keys):
+    hits, misses, wrong = read_check(srv.connect(), keys, lambda k: (0, make_value(k, 1, 3000)))
+    assert not wrong, wrong[:3]
+    assert not misses, "%d of %d keys missing: %r" % (len(misses), len(keys), misses[:3])
+
+
+def index_share(st):
+    return int(st["hash_bytes"]) / int(st["curr_items"])
+
+
+@pytest.mark.parametrize("klen", [8, 33, 60])
+def test_ssd_resident_items_dram_cost(server, ssd_dir, klen):
+    srv = ssd_server(server, ssd_dir, "256m", mem=16)
+    keys = fill(srv, klen, 12000)
+    st = tier_stats(srv)
+    print({k: v for k, v in st.items() if "per_item" in k or k in ("hash_bytes", "curr_items", "ssd_items", "nvm_items")})
+    assert int(st["ssd_items"]) > 6000, "too few items reached the SSD: %s" % st["ssd_items"]
+    per = float(st["ssd_dram_bytes_per_item"])
+    past = float(st["ssd_dram_bytes_per_item_past_key"])
+    assert abs(per - past - klen) < 0.05, (per, past, klen)
+    hdr = int(st["ssd_meta_tuple_bytes"])
+    chunk = -(-(hdr + klen) // 8) * 8             # the 8-byte class step (ssd_path)
+    assert abs(per - chunk - index_share(st)) < 0.5, \
+        "ssd_dram_bytes_per_item %.1f, expected chunk %d + index %.1f" % (per, chunk, index_share(st))
+    check_values(srv, keys[::23])
+
+
+@pytest.mark.parametrize("klen", [8, 33])
+def test_nvm_resident_items_dram_cost(server, ssd_dir, nvm_file, klen):
+    srv = ssd_server(server, ssd_dir, "256m", mem=16, nvm=nvm_file() + ":24m")
+    keys = fill(srv, klen, 9000)
+    st = tier_stats(srv)
+    print({k: v for k, v in st.items() if "per_item" in k or k in ("hash_bytes", "curr_items", "ssd_items", "nvm_items")})
+    assert int(st["nvm_items"]) > 2000, "too few items reached NVM: %s" % st["nvm_items"]
+    per = float(st["nvm_dram_bytes_per_item"])
+    past = float(st["nvm_dram_bytes_per_item_past_key"])
+    assert abs(per - past - klen) < 0.05, (per, past, klen)
+    # A full meta tuple: the 64-byte header with LRU links, key, '\0' and
+    # the 8-byte reference, in a class of 8-byte steps up to 128 bytes.
+    chunk = -(-(64 + klen + 1 + 8) // 8) * 8
+    assert abs(per - chunk - index_share(st)) < 0.5, \
+        "nvm_dram_bytes_per_item %.1f, expected chunk %d + index %.1f" % (per, chunk, index_share(st))
+    check_values(srv, keys[::17])
