@@ -72,8 +72,11 @@ void *nvm_ptr(const struct nvm_region *r, uint64_t ref)
 
 void nvm_charge_read(struct nvm_region *r, uint64_t ref, size_t off, size_t len)
 {
-    if (r->read_ns != 0)
-        spin_ns(blocks_touched(ref, off, len) * r->read_ns);
+    if (r->read_ns != 0) {
+        uint64_t blocks = blocks_touched(ref, off, len);
+        __atomic_add_fetch(&r->read_blocks, blocks, __ATOMIC_RELAXED);
+        spin_ns(blocks * r->read_ns);
+    }
 }
 
 void nvm_charge_write(struct nvm_region *r, uint64_t ref, size_t off,

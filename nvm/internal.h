@@ -63,6 +63,7 @@ struct nvm_region {
     enum nvm_prev_state prev_state;
     uint64_t open_count;        /* of the header found (0: none), then written */
     unsigned read_ns, write_ns;
+    uint64_t read_blocks;   /* atomic: blocks charged as read (read_ns != 0) */
     uint8_t key_check[16];      /* nvm_config.key_check */
 
     /* Geometry; set at open. */

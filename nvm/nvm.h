@@ -267,6 +267,8 @@ struct nvm_info {
     uint64_t bytes_used;   /* sum of allocated slot sizes */
     size_t dram_bytes;     /* DRAM held by the allocator metadata (reserved) */
     unsigned read_ns, write_ns;
+    uint64_t read_blocks;  /* 256 B blocks charged as read; counted only
+                              with read_ns != 0 */
     unsigned nclasses;
     int partitions;
 };

@@ -571,6 +571,7 @@ void nvm_get_info(const struct nvm_region *r, struct nvm_info *out)
     out->dram_bytes = NVM_LOAD(&r->dram_bytes);
     out->read_ns = r->read_ns;
     out->write_ns = r->write_ns;
+    out->read_blocks = __atomic_load_n(&r->read_blocks, __ATOMIC_RELAXED);
     out->nclasses = r->nclasses;
     out->partitions = r->nparts;
     for (unsigned c = 1; c <= r->nclasses; c++)

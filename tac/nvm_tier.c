@@ -326,10 +326,11 @@ bool tac_nvm_meta_rehome(item *meta, uint32_t hv)
 /* Reads the header of NVM meta tuple meta's tuple (at ref) into hdr and
  * checks it: in bounds, and meta's own key and value lengths (the caller
  * compares the key).  The meta tuple alone owns the slot, so anything else
- * is damage. */
+ * is damage.  The header is not charged as read here: nvm_body charges
+ * the whole tuple, header included, once. */
 static bool nvm_hdr_read(const item *meta, uint64_t ref, struct tac_tuple_hdr *hdr)
 {
-    nvm_read(tac.nvm, ref, 0, hdr, sizeof(*hdr));
+    memcpy(hdr, nvm_ptr(tac.nvm, ref), sizeof(*hdr));
     /* The meta tuple's lengths bound every copy that follows. */
     return tac_tuple_sane(hdr, tac_tuple_size(meta->nkey, meta->nbytes)) &&
            hdr->nkey == meta->nkey && hdr->nbytes == meta->nbytes;
@@ -341,11 +342,11 @@ static void nvm_damaged(void)
     tac_tuple_refused();
 }
 
-/* The body of the tuple at ref (what follows its header), charged as read. */
+/* The body of the tuple at ref (what follows its header); the whole
+ * tuple is charged as read, each of its blocks once. */
 static const char *nvm_body(uint64_t ref, const struct tac_tuple_hdr *hdr)
 {
-    size_t len = tac_tuple_size(hdr->nkey, hdr->nbytes) - sizeof(*hdr);
-    nvm_charge_read(tac.nvm, ref, sizeof(*hdr), len);
+    nvm_charge_read(tac.nvm, ref, 0, tac_tuple_size(hdr->nkey, hdr->nbytes));
     return (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr);
 }
 
