@@ -171,12 +171,9 @@ static bool workers_outnumber_cores(void)
     return settings.num_threads > CPU_COUNT(&set);
 }
 
-/* With an SSD tier the loop runs a pass at a time and starts the reads
- * the pass queued with one system call (tac_reader_submit). */
 static void worker_loop(struct worker *w)
 {
-    bool turns = workers_outnumber_cores();
-    if (!turns && w->reader == NULL) {
+    if (!workers_outnumber_cores()) {
         event_base_dispatch(w->base);
         return;
     }
@@ -184,10 +181,6 @@ static void worker_loop(struct worker *w)
     while (!event_base_got_break(w->base)) {
         if (event_base_loop(w->base, EVLOOP_ONCE) != 0)
             break;
-        if (w->reader != NULL)
-            tac_reader_submit(w->reader);
-        if (!turns)
-            continue;
         uint64_t now = util_now_ns();
         if (now - turn >= WORKER_TURN_NS) {
             sched_yield();

@@ -101,7 +101,6 @@ struct ssd_ring {
     struct ssd_store *s;
     int efd;
     bool uring;
-    bool batched;                     /* owner: submit in ssd_ring_submit */
     struct io_uring ur;
     unsigned sq_inflight;             /* owner thread */
     unsigned pending;                 /* owner thread: not yet called back */

@@ -579,17 +579,6 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
     return ran;
 }
 
-void ssd_ring_set_batched(struct ssd_ring *r, bool on)
-{
-    r->batched = on;
-}
-
-void ssd_ring_submit(struct ssd_ring *r)
-{
-    if (r->uring && io_uring_sq_ready(&r->ur) != 0 && io_uring_submit(&r->ur) < 0)
-        efd_signal(r->efd);             /* the next reap retries */
-}
-
 void ssd_ring_destroy(struct ssd_ring *r)
 {
     if (r == NULL)
@@ -664,8 +653,8 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
     ST_ADD(s, reads_inflight, 1);
     if (r->uring) {
         ring_queue(r, q);
-        if (!r->batched)
-            ssd_ring_submit(r);
+        if (io_uring_submit(&r->ur) < 0)
+            efd_signal(r->efd);         /* the next reap retries */
     } else if (ssd_pool_push(s, q, NULL) != 0) {
         ST_SUB(s, reads_inflight, 1);
         ssd_inflight_done(s);

@@ -386,15 +386,6 @@ int ssd_ring_eventfd(const struct ssd_ring *r);
 unsigned ssd_ring_reap(struct ssd_ring *r);
 /* Reads not yet called back. */
 unsigned ssd_ring_pending(const struct ssd_ring *r);
-/* Batched submission.  A batched ring's reads are queued by ssd_read and
- * ssd_read_buf but handed to the kernel only by ssd_ring_submit (or by a
- * reap, or when the queue is full): the owner calls it once per pass of
- * its event loop, so that one system call starts every read the pass
- * queued, outside any lock its callers held.  Not batched (the default):
- * each read is submitted as it is queued.  Owner thread only; the thread
- * engine ignores both. */
-void ssd_ring_set_batched(struct ssd_ring *r, bool on);
-void ssd_ring_submit(struct ssd_ring *r);
 
 /* Reads the 4 KiB-aligned extent covering [offset, offset + len) of ref.
  * SSD_OK: cb will run exactly once, from ssd_ring_reap.  Otherwise it

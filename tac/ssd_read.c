@@ -117,7 +117,6 @@ struct tac_reader *tac_reader_new(void)
         free(rd);
         return NULL;
     }
-    ssd_ring_set_batched(rd->ring, true);   /* tac_reader_submit, per pass */
     return rd;
 }
 
@@ -129,11 +128,6 @@ int tac_reader_fd(const struct tac_reader *rd)
 void tac_reader_reap(struct tac_reader *rd)
 {
     ssd_ring_reap(rd->ring);
-}
-
-void tac_reader_submit(struct tac_reader *rd)
-{
-    ssd_ring_submit(rd->ring);
 }
 
 void tac_reader_free(struct tac_reader *rd)

@@ -51,9 +51,6 @@ struct tac_reader *tac_reader_new(void);
 int tac_reader_fd(const struct tac_reader *rd);
 /* Runs the ready completions (their tac_value_fn callbacks). */
 void tac_reader_reap(struct tac_reader *rd);
-/* Starts the reads queued since the last call (tac_read_value queues
- * them): the worker calls it after each pass of its event loop. */
-void tac_reader_submit(struct tac_reader *rd);
 /* Waits for outstanding reads, running their callbacks, and frees rd. */
 void tac_reader_free(struct tac_reader *rd);
 /* got->value: the value as of the read's start (or of a later version the
