@@ -245,7 +245,8 @@ const struct option_def settings_options[] = {
       "tuples to SSD; only with an SSD tier (default: 1% of the tier)") },
     { OPT(0, "ssd_path", OPT_STRING, S(ssd_path), 0, 0, true, "ssd_path",
       "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so "
-      "not tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g"),
+      "not tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g; one file: "
+      "given twice is refused"),
       .check = check_ssd_path,
       .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
     /* 0 leaves the page to the SSD tier, which raises its 8m to fit -I. */
@@ -266,8 +267,8 @@ const struct option_def settings_options[] = {
       "pages, at least 3)") },
     /* memcached's extstore options, mapped onto the SSD tier in its units. */
     { OPT(0, "ext_path", OPT_STRING, S(ext_path), 0, 0, true, NULL, "<path:size>",
-      "memcached's extstore file: the SSD tier's, as ssd_path (one file; an "
-      "extstore file needs tier_reformat=yes once)"), .check = check_ext_path,
+      "memcached's extstore file: the SSD tier's, as ssd_path (one file: given "
+      "twice is refused; an extstore file needs tier_reformat=yes once)"), .check = check_ext_path,
       .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
     { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
       "ssd_page_size in megabytes"), .check = check_ext_page_size,
@@ -463,13 +464,23 @@ static bool check_nvm_path(const struct option_def *o)
                            &settings.nvm_size);
 }
 
-static bool check_ssd_path(const struct option_def *o)
+/* settings.ssd_path into ssd_file and ssd_size (above 0). */
+static bool split_ssd_path(void)
 {
-    (void)o;
     free(settings.ssd_file);
     settings.ssd_file = NULL;
     return split_path_size(settings.ssd_path, &settings.ssd_file,
                            &settings.ssd_size) && settings.ssd_size > 0;
+}
+
+/* ssd_path: the SSD tier's file, once; a second is refused, never dropped. */
+static bool check_ssd_path(const struct option_def *o)
+{
+    (void)o;
+    if (++settings_ssd_paths > 1)
+        settings_die("-o ssd_path: given twice; tac-memcached takes one SSD file%s%s",
+            " (one ssd_path or one ext_path)", "");
+    return split_ssd_path();
 }
 
 /* A decimal number up to max; *end is left after it. */
@@ -527,7 +538,8 @@ static bool check_ext_path(const struct option_def *o)
             " (one ext_path or one ssd_path)", "");
     free(settings.ssd_path);
     settings.ssd_path = strdup(settings.ext_path);
-    return settings.ssd_path != NULL && check_ssd_path(o);
+    (void)o;
+    return settings.ssd_path != NULL && split_ssd_path();
 }
 
 /* ext_page_size and ext_wbuf_size: megabytes into the SSD tier's bytes. */

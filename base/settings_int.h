@@ -62,6 +62,8 @@ extern const struct option_def settings_options[];
 extern const size_t settings_noptions;
 /* -o ext_path seen so often (options.c's check refuses a second). */
 extern int settings_ext_paths;
+/* -o ssd_path seen so often (options.c's check refuses a second). */
+extern int settings_ssd_paths;
 
 /* Prints fmt with a and b and exits with EX_USAGE (settings.c). */
 void settings_die(const char *fmt, const char *a, const char *b);

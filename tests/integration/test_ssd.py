@@ -545,9 +545,10 @@ def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
 
 @pytest.mark.parametrize("opts,says", [
     ("ext_path={p}:64m,ext_path={p}2:64m", "given twice"),
+    ("ssd_path={p}:64m,ssd_path={p}2:64m", "ssd_path: given twice"),
     ("ext_path={p}:64m,ssd_path={p}2:64m", "give one"),
     ("ext_path={p}:64m,ext_wbuf_size=1,ssd_buf_size=1m", "give one of each"),
-], ids=["ext_path-twice", "ext_path-and-ssd_path", "ext_wbuf_size-and-ssd_buf_size"])
+], ids=["ext_path-twice", "ssd_path-twice", "ext_path-and-ssd_path", "ext_wbuf_size-and-ssd_buf_size"])
 def test_extstore_options_that_conflict_fail(ssd_dir, opts, says):
     o = opts.format(p=os.path.join(ssd_dir, "ext"))
     cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0", "-o", o]
