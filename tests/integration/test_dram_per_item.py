@@ -48,20 +48,30 @@ def index_share(st):
     return int(st["hash_bytes"]) / int(st["curr_items"])
 
 
+def check_tier_cost(srv, tier, klen, min_items, hdr):
+    """The tier's DRAM-per-item lines against its meta tuples' size: a
+    chunk of hdr + klen bytes rounded to the 8-byte class step, plus the
+    index's share; the two lines differ by the key length."""
+    st = tier_stats(srv)
+    print({k: v for k, v in st.items() if "per_item" in k or
+           k in ("hash_bytes", "curr_items", "ssd_items", "nvm_items")})
+    assert int(st[tier + "_items"]) > min_items, \
+        "too few items reached %s: %s" % (tier, st[tier + "_items"])
+    per = float(st[tier + "_dram_bytes_per_item"])
+    past = float(st[tier + "_dram_bytes_per_item_past_key"])
+    assert abs(per - past - klen) < 0.05, (per, past, klen)
+    chunk = -(-(hdr(st) + klen) // 8) * 8
+    assert abs(per - chunk - index_share(st)) < 0.5, \
+        "%s_dram_bytes_per_item %.1f, expected chunk %d + index %.1f" % (
+            tier, per, chunk, index_share(st))
+
+
 @pytest.mark.parametrize("klen", [8, 33, 60])
 def test_ssd_resident_items_dram_cost(server, ssd_dir, klen):
     srv = ssd_server(server, ssd_dir, "256m", mem=16)
     keys = fill(srv, klen, 12000)
-    st = tier_stats(srv)
-    print({k: v for k, v in st.items() if "per_item" in k or k in ("hash_bytes", "curr_items", "ssd_items", "nvm_items")})
-    assert int(st["ssd_items"]) > 6000, "too few items reached the SSD: %s" % st["ssd_items"]
-    per = float(st["ssd_dram_bytes_per_item"])
-    past = float(st["ssd_dram_bytes_per_item_past_key"])
-    assert abs(per - past - klen) < 0.05, (per, past, klen)
-    hdr = int(st["ssd_meta_tuple_bytes"])
-    chunk = -(-(hdr + klen) // 8) * 8             # the 8-byte class step (ssd_path)
-    assert abs(per - chunk - index_share(st)) < 0.5, \
-        "ssd_dram_bytes_per_item %.1f, expected chunk %d + index %.1f" % (per, chunk, index_share(st))
+    # A compact meta tuple: ssd_meta_tuple_bytes, then the key.
+    check_tier_cost(srv, "ssd", klen, 6000, lambda st: int(st["ssd_meta_tuple_bytes"]))
     check_values(srv, keys[::23])
 
 
@@ -69,15 +79,7 @@ def test_ssd_resident_items_dram_cost(server, ssd_dir, klen):
 def test_nvm_resident_items_dram_cost(server, ssd_dir, nvm_file, klen):
     srv = ssd_server(server, ssd_dir, "256m", mem=16, nvm=nvm_file() + ":24m")
     keys = fill(srv, klen, 9000)
-    st = tier_stats(srv)
-    print({k: v for k, v in st.items() if "per_item" in k or k in ("hash_bytes", "curr_items", "ssd_items", "nvm_items")})
-    assert int(st["nvm_items"]) > 2000, "too few items reached NVM: %s" % st["nvm_items"]
-    per = float(st["nvm_dram_bytes_per_item"])
-    past = float(st["nvm_dram_bytes_per_item_past_key"])
-    assert abs(per - past - klen) < 0.05, (per, past, klen)
     # A full meta tuple: the 64-byte header with LRU links, key, '\0' and
     # the 8-byte reference, in a class of 8-byte steps up to 128 bytes.
-    chunk = -(-(64 + klen + 1 + 8) // 8) * 8
-    assert abs(per - chunk - index_share(st)) < 0.5, \
-        "nvm_dram_bytes_per_item %.1f, expected chunk %d + index %.1f" % (per, chunk, index_share(st))
+    check_tier_cost(srv, "nvm", klen, 2000, lambda st: 64 + 1 + 8)
     check_values(srv, keys[::17])
