@@ -245,8 +245,8 @@ const struct option_def settings_options[] = {
       "tuples to SSD; only with an SSD tier (default: 1% of the tier)") },
     { OPT(0, "ssd_path", OPT_STRING, S(ssd_path), 0, 0, true, "ssd_path",
       "<path:size>", "SSD tier: a file or block device (opened O_DIRECT, so "
-      "not tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g; one file: "
-      "given twice is refused"),
+      "not tmpfs) and its size, e.g. /var/lib/tac/ssd.dat:64g; given again "
+      "(up to 8 times), one more file of the tier, its pages spread over them"),
       .check = check_ssd_path,
       .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
     /* 0 leaves the page to the SSD tier, which raises its 8m to fit -I. */
@@ -267,8 +267,9 @@ const struct option_def settings_options[] = {
       "pages, at least 3)") },
     /* memcached's extstore options, mapped onto the SSD tier in its units. */
     { OPT(0, "ext_path", OPT_STRING, S(ext_path), 0, 0, true, NULL, "<path:size>",
-      "memcached's extstore file: the SSD tier's, as ssd_path (one file: given "
-      "twice is refused; an extstore file needs tier_reformat=yes once)"), .check = check_ext_path,
+      "memcached's extstore file: a file of the SSD tier, as ssd_path (given "
+      "again, one more file; an extstore file needs tier_reformat=yes once)"),
+      .check = check_ext_path,
       .expect = "PATH:SIZE, e.g. /var/lib/tac/ssd.dat:64g" },
     { OPT(0, "ext_page_size", OPT_INT, S(ext_page_size), 1, 1024, true, NULL, "<mb>",
       "ssd_page_size in megabytes"), .check = check_ext_page_size,
@@ -464,23 +465,54 @@ static bool check_nvm_path(const struct option_def *o)
                            &settings.nvm_size);
 }
 
-/* settings.ssd_path into ssd_file and ssd_size (above 0). */
-static bool split_ssd_path(void)
+/* spec, an ssd_path or ext_path value, added to the SSD tier's files:
+ * ssd_files and ssd_sizes (above 0), ssd_file the first, ssd_size their
+ * sum, and ssd_path every spec given, joined with ','. */
+static bool add_ssd_file(const char *opt, const char *spec)
 {
-    free(settings.ssd_file);
-    settings.ssd_file = NULL;
-    return split_path_size(settings.ssd_path, &settings.ssd_file,
-                           &settings.ssd_size) && settings.ssd_size > 0;
+    if (settings.ssd_nfiles == SETTINGS_SSD_FILES)
+        settings_die("-o %s: given more than " "8" " times; the SSD tier takes at "
+                     "most 8 files%s", opt, "");
+    char *path;
+    size_t size;
+    if (!split_path_size(spec, &path, &size))
+        return false;
+    if (size == 0) {
+        free(path);
+        return false;
+    }
+    for (unsigned k = 0; k < settings.ssd_nfiles; k++)
+        if (strcmp(settings.ssd_files[k], path) == 0)
+            settings_die("-o %s: the file %s is given twice; each file of the "
+                         "SSD tier is given once", opt, path);
+    char *joined = NULL;
+    if (settings_ssd_spec == NULL)
+        joined = strdup(spec);
+    else if (asprintf(&joined, "%s,%s", settings_ssd_spec, spec) < 0)
+        joined = NULL;
+    if (joined == NULL) {
+        free(path);
+        return false;
+    }
+    free(settings_ssd_spec);
+    settings_ssd_spec = joined;
+    free(settings.ssd_path);
+    settings.ssd_path = strdup(joined);
+    settings.ssd_files[settings.ssd_nfiles] = path;
+    settings.ssd_sizes[settings.ssd_nfiles++] = size;
+    settings.ssd_file = settings.ssd_files[0];
+    settings.ssd_size += size;
+    return settings.ssd_path != NULL;
 }
 
-/* ssd_path: the SSD tier's file, once; a second is refused, never dropped. */
+/* ssd_path: a file of the SSD tier; given again, one more file. */
 static bool check_ssd_path(const struct option_def *o)
 {
     (void)o;
-    if (++settings_ssd_paths > 1)
-        settings_die("-o ssd_path: given twice; tac-memcached takes one SSD file%s%s",
-            " (one ssd_path or one ext_path)", "");
-    return split_ssd_path();
+    char *spec = strdup(settings.ssd_path);
+    bool ok = spec != NULL && add_ssd_file("ssd_path", spec);
+    free(spec);
+    return ok;
 }
 
 /* A decimal number up to max; *end is left after it. */
@@ -530,16 +562,11 @@ static bool check_nvm_admission(const struct option_def *o)
     return true;
 }
 
-/* ext_path: the SSD tier's file, once. */
+/* ext_path: a file of the SSD tier, as ssd_path. */
 static bool check_ext_path(const struct option_def *o)
 {
-    if (++settings_ext_paths > 1)
-        settings_die("-o ext_path: given twice; tac-memcached takes one SSD file%s%s",
-            " (one ext_path or one ssd_path)", "");
-    free(settings.ssd_path);
-    settings.ssd_path = strdup(settings.ext_path);
     (void)o;
-    return settings.ssd_path != NULL && split_ssd_path();
+    return add_ssd_file("ext_path", settings.ext_path);
 }
 
 /* ext_page_size and ext_wbuf_size: megabytes into the SSD tier's bytes. */

@@ -80,8 +80,7 @@ static bool given[SETTINGS_MAX_OPTIONS];
 /* What an OPT_IGNORED row was given ("yes" for a bare flag), shown under
  * memcached's `stats settings` name (mc_settings). */
 static char *ignored_arg[SETTINGS_MAX_OPTIONS];
-int settings_ext_paths;                   /* -o ext_path seen so often */
-int settings_ssd_paths;                   /* -o ssd_path seen so often */
+char *settings_ssd_spec;                  /* every ssd_path / ext_path value */
 
 static void *opt_field(const struct option_def *o)
 {
@@ -281,8 +280,8 @@ static void settings_defaults(void)
 {
     memset(&settings, 0, sizeof(settings));
     memset(given, 0, sizeof(given));
-    settings_ext_paths = 0;
-    settings_ssd_paths = 0;
+    free(settings_ssd_spec);
+    settings_ssd_spec = NULL;
     for (size_t i = 0; i < settings_noptions; i++) {
         const struct option_def *o = &settings_options[i];
         if (o->def == NULL)

@@ -38,6 +38,9 @@ typedef uint32_t rel_time_t;
 
 /* A single request line may grow a connection's read buffer up to this. */
 #define CONN_RBUF_MAX (16 * 1024 * 1024)
+/* Files of the SSD tier (ssd_path / ext_path given so often); the SSD
+ * library's SSD_MAX_FILES. */
+#define SETTINGS_SSD_FILES 8
 
 /* -o tier_policy */
 enum settings_tier_policy {
@@ -127,14 +130,19 @@ struct settings {
     int nvm_obp_pct;        /*   PCT, or -1 for always */
     int dram_free_watermark; /* -o dram_free_watermark, bytes (0 = auto) */
     int nvm_free_watermark; /* -o nvm_free_watermark, bytes (0 = auto) */
-    char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier) */
-    char *ssd_file;         /*   its PATH */
-    size_t ssd_size;        /*   its SIZE in bytes */
+    char *ssd_path;         /* -o ssd_path=PATH:SIZE (NULL = no SSD tier);
+                               given several times: each, joined with ',' */
+    char *ssd_file;         /*   the first PATH */
+    size_t ssd_size;        /*   the SIZEs in bytes, summed */
+    unsigned ssd_nfiles;    /*   the files, in the order given: */
+    char *ssd_files[SETTINGS_SSD_FILES];
+    size_t ssd_sizes[SETTINGS_SSD_FILES];
     int ssd_page_size;      /* -o ssd_page_size, bytes (0 = default) */
     int ssd_buf_size;       /* -o ssd_buf_size, bytes */
     int ssd_io_engine;      /* -o ssd_io_engine: enum settings_ssd_engine */
     int ssd_free_pages;     /* -o ssd_free_pages (0 = auto) */
-    char *ext_path;         /* -o ext_path (memcached's extstore): ssd_path */
+    char *ext_path;         /* -o ext_path (memcached's extstore): ssd_path;
+                               the last given */
     int ext_page_size;      /* -o ext_page_size, megabytes: ssd_page_size */
     int ext_wbuf_size;      /* -o ext_wbuf_size, megabytes: ssd_buf_size */
     int ext_item_size;      /* -o ext_item_size: smallest value written to SSD */

@@ -60,10 +60,8 @@ static inline bool opt_no_effect(const struct option_def *o)
 
 extern const struct option_def settings_options[];
 extern const size_t settings_noptions;
-/* -o ext_path seen so often (options.c's check refuses a second). */
-extern int settings_ext_paths;
-/* -o ssd_path seen so often (options.c's check refuses a second). */
-extern int settings_ssd_paths;
+/* Every -o ssd_path / ext_path value so far, joined with ',' (options.c). */
+extern char *settings_ssd_spec;
 
 /* Prints fmt with a and b and exits with EX_USAGE (settings.c). */
 void settings_die(const char *fmt, const char *a, const char *b);

@@ -60,6 +60,7 @@ static enum ssd_status buf_open(struct ssd_store *s, int page,
         b->page = (unsigned)id;
         b->version = (uint16_t)atomic_load(&s->pages[id].version);
         b->fpos = ssd_page_fpos(s, b->page) + (uint64_t)b->slot * s->buf_size;
+        b->fd = ssd_page_fd(s, b->page);
         b->next = s->bufs;
         if (s->bufs != NULL)
             s->bufs->prev = b;

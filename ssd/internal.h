@@ -18,8 +18,9 @@
 #include "ssd/ssd.h"
 
 #define SSD_MAGIC "TACSSD\x00\x01"
-#define SSD_FORMAT_VERSION 3u        /* 2: two header copies, generation, CRC32C;
-                                        3: key_check */
+#define SSD_FORMAT_VERSION 4u        /* 2: two header copies, generation, CRC32C;
+                                        3: key_check; 4: the file's place in a
+                                        set of files (file_index .. first_page) */
 #define SSD_HDR_COPIES 2u            /* copy i in block i */
 #define SSD_DATA_OFF ((uint64_t)SSD_HDR_COPIES * SSD_BLOCK)  /* pages follow */
 
@@ -42,6 +43,11 @@ struct ssd_disk_header {
     uint64_t data_off;
     uint32_t npages;
     uint32_t dirty;          /* 1 while open; 0 after a clean ssd_close */
+    uint32_t file_index;     /* this file's place in the set, from 0 */
+    uint32_t nfiles;         /* files in the set */
+    uint64_t set_id;         /* random, the same in every file of a set */
+    uint32_t first_page;     /* page id of this file's first page */
+    uint32_t pad;            /* 0 */
     uint8_t key_check[16];   /* ssd_config.key_check */
     uint32_t checksum;       /* CRC32C of every byte before it */
     uint32_t reserved;       /* 0 */
@@ -72,6 +78,7 @@ struct ssd_buf {
     size_t used;
     size_t wlen, wdone;            /* write length (rounded) and progress */
     uint64_t fpos;                 /* file offset of byte 0 */
+    int fd;                        /* the file holding its page */
     unsigned page, slot;           /* first slot of the buf */
     unsigned nslots;               /* consecutive slots it spans (>= 1) */
     uint16_t version;
@@ -88,6 +95,7 @@ struct ssd_req {
     struct ssd_ring *ring;
     uint64_t ref;
     uint64_t fpos;           /* file offset of the extent */
+    int fd;                  /* the file holding it */
     size_t xlen, done;       /* extent length, bytes read so far */
     size_t skip, len;        /* tuple start inside the extent, length */
     char *mem;               /* xlen bytes, 4 KiB aligned */
@@ -115,10 +123,24 @@ struct pool_job {
     struct ssd_buf *buf;     /* a write */
 };
 
-struct ssd_store {
+/* One file of the store: pages [first_page, first_page + npages). */
+struct ssd_file {
     int fd;
     char *path;
     uint64_t size;
+    unsigned first_page, npages;
+    bool created;                 /* this open created it (removed on failure) */
+    enum ssd_prev_state prev_state;
+    uint64_t prev_generation, set_id;   /* of the header found */
+    int free_head;                /* its free pages; store lock */
+};
+
+struct ssd_store {
+    struct ssd_file files[SSD_MAX_FILES];
+    unsigned nfiles;
+    unsigned next_file;           /* the file the next page comes from; lock */
+    uint64_t set_id;              /* written in every file's header */
+    uint64_t size;                /* of all files */
     size_t page_size, buf_size;
     unsigned npages, bufs_per_page;
     unsigned queue_depth, nthreads;
@@ -134,7 +156,6 @@ struct ssd_store {
     struct ssd_page *pages;       /* npages */
     uint32_t *buf_used;           /* npages * bufs_per_page; lock */
     uint32_t *buf_first;          /* per slot: first slot of its buf; lock */
-    int free_head;                /* lock */
     int cur_page;                 /* shared open page, -1 none; lock */
     uint64_t page_seq;            /* last page seq handed out; lock for
                                      writes, atomic (ssd_page_clock) */
@@ -177,7 +198,9 @@ struct ssd_store {
     atomic_fetch_sub_explicit(&(s)->st_##name, (uint64_t)(v), memory_order_relaxed)
 
 /* store.c */
+/* The offset of page in its file, and that file's descriptor. */
 uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page);
+int ssd_page_fd(const struct ssd_store *s, unsigned page);
 /* A buf of page finished (written or released): lock held. */
 void do_page_buf_done(struct ssd_store *s, unsigned page);
 /* Lock held.  Takes the next nslots consecutive buf slots of page (of the

@@ -64,7 +64,7 @@ static int do_wuring_queue(struct ssd_store *s, struct ssd_buf *b)
         if (sqe == NULL)
             return -EBUSY;
     }
-    io_uring_prep_write(sqe, s->fd, b->mem + b->wdone,
+    io_uring_prep_write(sqe, b->fd, b->mem + b->wdone,
                         (unsigned)(b->wlen - b->wdone), b->fpos + b->wdone);
     io_uring_sqe_set_data(sqe, b);
     int rc = io_uring_submit(&s->wur);
@@ -255,14 +255,14 @@ static void pool_main(struct bg *g, unsigned idx, void *arg)
 
         if (j->buf != NULL) {
             struct ssd_buf *b = j->buf;
-            int rc = rw_full(s->fd, b->mem, b->wlen, b->fpos, true, &b->wdone);
+            int rc = rw_full(b->fd, b->mem, b->wlen, b->fpos, true, &b->wdone);
             int err = rc == 0 ? 0 : (errno != 0 ? errno : EIO);
             free(j);
             ssd_buf_write_done(b, err);
         } else {
             struct ssd_req *q = j->req;
             free(j);
-            if (rw_full(s->fd, q->mem, q->xlen, q->fpos, false, &q->done) != 0)
+            if (rw_full(q->fd, q->mem, q->xlen, q->fpos, false, &q->done) != 0)
                 q->status = SSD_ERR_IO;
             read_finished(s, q);
         }
@@ -453,7 +453,7 @@ static void ring_queue(struct ssd_ring *r, struct ssd_req *q)
         r->backlog_tail = q;
         return;
     }
-    io_uring_prep_read(sqe, r->s->fd, q->mem + q->done,
+    io_uring_prep_read(sqe, q->fd, q->mem + q->done,
                        (unsigned)(q->xlen - q->done), q->fpos + q->done);
     io_uring_sqe_set_data(sqe, q);
     r->sq_inflight++;
@@ -472,7 +472,7 @@ static void ring_flush_backlog(struct ssd_ring *r)
         r->backlog = q->next;
         if (r->backlog == NULL)
             r->backlog_tail = NULL;
-        io_uring_prep_read(sqe, r->s->fd, q->mem + q->done,
+        io_uring_prep_read(sqe, q->fd, q->mem + q->done,
                            (unsigned)(q->xlen - q->done), q->fpos + q->done);
         io_uring_sqe_set_data(sqe, q);
         r->sq_inflight++;
@@ -648,6 +648,7 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
         return SSD_OK;
     }
     q->fpos = ssd_page_fpos(s, ssd_ref_page(ref)) + start;
+    q->fd = ssd_page_fd(s, ssd_ref_page(ref));
     q->xlen = end - start;
     ST_ADD(s, inflight, 1);
     ST_ADD(s, reads_inflight, 1);

@@ -60,7 +60,8 @@
 #define SSD_DEFAULT_BUF_SIZE (256u * 1024u)
 #define SSD_DEFAULT_QUEUE_DEPTH 64u
 #define SSD_DEFAULT_THREADS 4u
-#define SSD_MAX_PAGES 65536u         /* 16-bit page id */
+#define SSD_MAX_PAGES 65536u         /* 16-bit page id, over all files */
+#define SSD_MAX_FILES 8u             /* files of one store (ssd_config.paths) */
 
 struct ssd_store;                    /* opaque */
 struct ssd_buf;                      /* opaque */
@@ -92,9 +93,16 @@ enum ssd_engine {
 struct ssd_config {
     /* A file (created if absent) or a block device. */
     const char *path;
-    /* Bytes.  A file is preallocated to this size (fallocate, else
-     * ftruncate).  0 uses the existing file's or device's size. */
+    /* Bytes of pages.  A file is preallocated to this size plus the
+     * header blocks (fallocate, else ftruncate); a device gives at most
+     * its size.  0 uses the existing file's or device's size. */
     uint64_t size;
+    /* Several files, when nfiles > 0 (path and size are then unused):
+     * file k holds pages [first_k, first_k + pages_k), in the order given;
+     * each has its own header naming its place in the set. */
+    unsigned nfiles;
+    const char *paths[SSD_MAX_FILES];
+    uint64_t sizes[SSD_MAX_FILES];
     size_t page_size;     /* multiple of buf_size, <= 4 GB; 0 = 8 MB; the
                              largest tuple the store can take */
     size_t buf_size;      /* multiple of 4 KiB; 0 = 256 KB */
@@ -119,7 +127,9 @@ enum ssd_prev_state {
 
 struct ssd_info {
     enum ssd_engine engine;        /* engine actually in use */
-    uint64_t size;                 /* bytes of the device/file */
+    uint64_t size;                 /* bytes of the devices/files, summed
+                                      (their header blocks included) */
+    unsigned nfiles;               /* files of the store (1 or more) */
     size_t page_size, buf_size;
     unsigned npages, bufs_per_page;
     enum ssd_prev_state prev_state;
@@ -142,8 +152,10 @@ struct ssd_info {
 enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out);
 
 /* After SSD_ERR_NOT_OURS on this thread: what the path holds, as a phrase
- * that follows the path ("holds data that is not ..."). */
+ * that follows the path ("holds data that is not ...").  After any failed
+ * ssd_open: the path the failure is about ("" when about none). */
 const char *ssd_refusal(void);
+const char *ssd_refused_path(void);
 
 /*
  * Waits for buf writes in flight, syncs, clears the dirty flag, closes
@@ -424,6 +436,8 @@ struct ssd_stats {
 };
 
 void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out);
+/* The file (index in ssd_config.paths) that holds page; 0 for a bad page. */
+unsigned ssd_page_file(const struct ssd_store *s, unsigned page);
 /* One page's use, for `stats extstore`: its version (0 while free) and
  * the live bytes it holds. */
 void ssd_page_usage(struct ssd_store *s, unsigned page, uint32_t *version, uint64_t *live);

@@ -33,7 +33,9 @@
 #include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,16 +65,40 @@ const char *ssd_strerror(enum ssd_status st)
 
 uint64_t ssd_page_fpos(const struct ssd_store *s, unsigned page)
 {
-    return SSD_DATA_OFF + (uint64_t)page * s->page_size;
+    const struct ssd_file *f = &s->files[ssd_page_file(s, page)];
+    return SSD_DATA_OFF + (uint64_t)(page - f->first_page) * s->page_size;
 }
 
+int ssd_page_fd(const struct ssd_store *s, unsigned page)
+{
+    return s->files[ssd_page_file(s, page)].fd;
+}
+
+unsigned ssd_page_file(const struct ssd_store *s, unsigned page)
+{
+    unsigned k = s->nfiles;
+    while (k > 1 && page < s->files[k - 1].first_page)
+        k--;
+    return k - 1;
+}
+
+/* cfg's files into s (paths copied; one file when cfg->nfiles is 0). */
 static enum ssd_status check_config(const struct ssd_config *c,
                                     size_t *page, size_t *buf)
 {
     *page = c->page_size ? c->page_size : SSD_DEFAULT_PAGE_SIZE;
     *buf = c->buf_size ? c->buf_size : SSD_DEFAULT_BUF_SIZE;
-    if (c->path == NULL || c->path[0] == '\0')
+    if (c->nfiles > SSD_MAX_FILES)
         return SSD_ERR_ARG;
+    for (unsigned k = 0; k < (c->nfiles ? c->nfiles : 1); k++) {
+        const char *p = c->nfiles ? c->paths[k] : c->path;
+        uint64_t size = c->nfiles ? c->sizes[k] : c->size;
+        if (p == NULL || p[0] == '\0')
+            return SSD_ERR_ARG;
+        /* Size check before touching the file system where we can. */
+        if (size != 0 && size < *page)
+            return SSD_ERR_ARG;
+    }
     if (*buf < SSD_BLOCK || *buf % SSD_BLOCK != 0 || *buf > (1u << 30))
         return SSD_ERR_ARG;
     if (*page < *buf || *page % *buf != 0 || (uint64_t)*page > UINT32_MAX)
@@ -83,7 +109,10 @@ static enum ssd_status check_config(const struct ssd_config *c,
 }
 
 /* Opens the backing path (creating a file) and finds the size the store
- * will have; *size in/out.  Nothing is written: the header is read first.
+ * will have; *size in/out.  A size asked for is the pages' room: the
+ * header blocks come on top (a device gives at most its size), so that a
+ * file of N pages' bytes holds N pages, as memcached's extstore file of
+ * that size does.  Nothing is written: the header is read first.
  * *created says whether this call created the file, so that a failed
  * start removes it again. */
 static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
@@ -106,11 +135,14 @@ static enum ssd_status open_backing(const char *path, uint64_t *size, int *fdp,
         uint64_t dev;
         if (ioctl(fd, BLKGETSIZE64, &dev) != 0)
             goto fail;
-        if (*size == 0 || *size > dev)
+        if (*size == 0 || *size > dev - SSD_DATA_OFF || dev < SSD_DATA_OFF)
             *size = dev;
+        else
+            *size += SSD_DATA_OFF;
     } else if (*size == 0) {
         *size = (uint64_t)st.st_size;
     } else {
+        *size += SSD_DATA_OFF;
         *resize = (uint64_t)st.st_size != *size;
     }
     *fdp = fd;
@@ -139,10 +171,16 @@ static enum ssd_status size_backing(int fd, uint64_t size)
 }
 
 static _Thread_local char refusal[256];
+static _Thread_local const char *refused_path;
 
 const char *ssd_refusal(void)
 {
     return refusal;
+}
+
+const char *ssd_refused_path(void)
+{
+    return refused_path != NULL ? refused_path : "";
 }
 
 static uint32_t header_crc(const struct ssd_disk_header *h)
@@ -150,39 +188,55 @@ static uint32_t header_crc(const struct ssd_disk_header *h)
     return media_crc(h, offsetof(struct ssd_disk_header, checksum));
 }
 
-/* Writes the header, both copies in turn, each made durable before the
- * next; O_DIRECT needs aligned 4 KiB buffers. */
-static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
+/* Writes file f's header, both copies in turn, each made durable before
+ * the next; O_DIRECT needs aligned 4 KiB buffers. */
+static enum ssd_status write_file_header(struct ssd_store *s, unsigned k,
+                                         uint32_t dirty, void *blk)
 {
-    void *blk;
-    if (posix_memalign(&blk, SSD_BLOCK, SSD_BLOCK) != 0)
-        return SSD_ERR_NOMEM;
+    const struct ssd_file *f = &s->files[k];
     memset(blk, 0, SSD_BLOCK);
     struct ssd_disk_header *h = blk;
     media_stamp(h, SSD_MAGIC, SSD_FORMAT_VERSION, sizeof *h);
-    h->generation = ++s->generation;
+    h->generation = s->generation;
     h->dirty = dirty;
-    h->size = s->size;
+    h->size = f->size;
     h->page_size = s->page_size;
     h->buf_size = s->buf_size;
     h->data_off = SSD_DATA_OFF;
-    h->npages = s->npages;
+    h->npages = f->npages;
+    h->file_index = k;
+    h->nfiles = s->nfiles;
+    h->set_id = s->set_id;
+    h->first_page = f->first_page;
     memcpy(h->key_check, s->key_check, sizeof h->key_check);
     h->checksum = header_crc(h);
-    enum ssd_status st = SSD_OK;
-    for (unsigned i = 0; i < SSD_HDR_COPIES && st == SSD_OK; i++) {
-        ssize_t n = pwrite(s->fd, blk, SSD_BLOCK, (off_t)i * SSD_BLOCK);
+    for (unsigned i = 0; i < SSD_HDR_COPIES; i++) {
+        ssize_t n = pwrite(f->fd, blk, SSD_BLOCK, (off_t)i * SSD_BLOCK);
         int e = errno;
         if (n != (ssize_t)SSD_BLOCK) {
             ST_ADD(s, io_errors, 1);
             errno = n < 0 ? e : EIO;
             /* Some file systems accept O_DIRECT at open and refuse the I/O. */
-            st = n < 0 && e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
-        } else if (fdatasync(s->fd) != 0) {
+            return n < 0 && e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
+        }
+        if (fdatasync(f->fd) != 0) {
             ST_ADD(s, io_errors, 1);
-            st = SSD_ERR_IO;
+            return SSD_ERR_IO;
         }
     }
+    return SSD_OK;
+}
+
+/* Every file's header, all of one new generation. */
+static enum ssd_status write_header(struct ssd_store *s, uint32_t dirty)
+{
+    void *blk;
+    if (posix_memalign(&blk, SSD_BLOCK, SSD_BLOCK) != 0)
+        return SSD_ERR_NOMEM;
+    ++s->generation;
+    enum ssd_status st = SSD_OK;
+    for (unsigned k = 0; k < s->nfiles && st == SSD_OK; k++)
+        st = write_file_header(s, k, dirty, blk);
     free(blk);
     return st;
 }
@@ -204,62 +258,83 @@ static const struct media_format ssd_format = {
     .what = "SSD tier",
 };
 
-/* What the header area (SSD_DATA_OFF bytes, zeros past the end of a short
- * file) says, against the geometry s will have.  Sets s->prev_state and,
- * for SSD_PREV_OTHER, the refusal phrase. */
-static void classify_header(struct ssd_store *s, const unsigned char *area)
+/* A header of this format found in file k: its geometry and place in the
+ * set against what s will have.  Sets f->prev_state, and for
+ * SSD_PREV_OTHER the refusal phrase. */
+static void classify_ours(struct ssd_store *s, unsigned k,
+                          const struct ssd_disk_header *best)
 {
-    struct media_pick pick;
-    media_pick_copy(&ssd_format, area, &pick);
-    const struct ssd_disk_header *best = pick.best;
-    if (best != NULL) {
-        if (best->size == s->size && best->page_size == s->page_size &&
-            best->buf_size == s->buf_size && best->data_off == SSD_DATA_OFF &&
-            best->npages == s->npages) {
-            const char *why = util_key_check_refusal(best->key_check, s->key_check);
-            if (why != NULL) {
-                snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier %s", why);
-                s->prev_state = SSD_PREV_OTHER;
-                return;
-            }
-            s->prev_state = best->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
-            s->generation = s->prev_generation = best->generation;
-            return;
-        }
+    struct ssd_file *f = &s->files[k];
+    f->prev_state = SSD_PREV_OTHER;
+    if (best->size != f->size || best->page_size != s->page_size ||
+        best->buf_size != s->buf_size || best->data_off != SSD_DATA_OFF ||
+        best->npages != f->npages) {
         snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier of "
                  "another geometry (size %llu, page %llu, buf %llu bytes; "
                  "these options ask for %llu, %llu, %llu)",
                  (unsigned long long)best->size,
                  (unsigned long long)best->page_size,
                  (unsigned long long)best->buf_size,
-                 (unsigned long long)s->size, (unsigned long long)s->page_size,
+                 (unsigned long long)f->size, (unsigned long long)s->page_size,
                  (unsigned long long)s->buf_size);
-    } else if (pick.magic_seen) {
-        media_refusal(refusal, sizeof refusal, &ssd_format, &pick);
-    } else {
-        size_t i = 0;
-        while (i < SSD_DATA_OFF && area[i] == 0)
-            i++;
-        if (i == SSD_DATA_OFF && util_file_blank(s->fd, SSD_DATA_OFF, s->size)) {
-            s->prev_state = SSD_PREV_NONE;
-            return;
-        }
-        snprintf(refusal, sizeof refusal,
-                 "holds data that is not a tac-memcached SSD tier");
+        return;
     }
-    s->prev_state = SSD_PREV_OTHER;
+    if (best->nfiles != s->nfiles || best->file_index != k ||
+        best->first_page != f->first_page) {
+        snprintf(refusal, sizeof refusal, "holds file %u of an SSD tier of %u "
+                 "files, given here as file %u of %u (give every file of the "
+                 "tier, in the order it was first given)",
+                 best->file_index + 1, best->nfiles, k + 1, s->nfiles);
+        return;
+    }
+    const char *why = util_key_check_refusal(best->key_check, s->key_check);
+    if (why != NULL) {
+        snprintf(refusal, sizeof refusal, "holds a tac-memcached SSD tier %s", why);
+        return;
+    }
+    f->prev_state = best->dirty ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
+    f->prev_generation = best->generation;
+    f->set_id = best->set_id;
 }
 
-static enum ssd_status read_prev_header(struct ssd_store *s)
+/* What file k's header area (SSD_DATA_OFF bytes, zeros past the end of a
+ * short file) says. */
+static void classify_header(struct ssd_store *s, unsigned k,
+                            const unsigned char *area)
+{
+    struct ssd_file *f = &s->files[k];
+    struct media_pick pick;
+    media_pick_copy(&ssd_format, area, &pick);
+    if (pick.best != NULL) {
+        classify_ours(s, k, pick.best);
+        return;
+    }
+    f->prev_state = SSD_PREV_OTHER;
+    if (pick.magic_seen) {
+        media_refusal(refusal, sizeof refusal, &ssd_format, &pick);
+        return;
+    }
+    size_t i = 0;
+    while (i < SSD_DATA_OFF && area[i] == 0)
+        i++;
+    if (i == SSD_DATA_OFF && util_file_blank(f->fd, SSD_DATA_OFF, f->size)) {
+        f->prev_state = SSD_PREV_NONE;
+        return;
+    }
+    snprintf(refusal, sizeof refusal,
+             "holds data that is not a tac-memcached SSD tier");
+}
+
+static enum ssd_status read_prev_header(struct ssd_store *s, unsigned k)
 {
     void *area;
     if (posix_memalign(&area, SSD_BLOCK, SSD_DATA_OFF) != 0)
         return SSD_ERR_NOMEM;
     memset(area, 0, SSD_DATA_OFF);
-    ssize_t n = pread(s->fd, area, SSD_DATA_OFF, 0);
+    ssize_t n = pread(s->files[k].fd, area, SSD_DATA_OFF, 0);
     int e = errno;
     if (n >= 0)
-        classify_header(s, area);
+        classify_header(s, k, area);
     free(area);
     if (n < 0) {
         ST_ADD(s, io_errors, 1);
@@ -267,6 +342,85 @@ static enum ssd_status read_prev_header(struct ssd_store *s)
         return e == EINVAL ? SSD_ERR_DIRECT : SSD_ERR_IO;
     }
     return SSD_OK;
+}
+
+/* The files' headers, each ours, taken together: one set, one moment.
+ * A file new or blank beside files of the tier was lost or replaced;
+ * a file of another set or another generation was swapped in.  Sets
+ * s->prev_state (SSD_PREV_OTHER with the refusal of the file at fault)
+ * and the generation and set id the store goes on with. */
+static void classify_set(struct ssd_store *s)
+{
+    unsigned none = 0, dirty = 0, ref = s->nfiles;
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        const struct ssd_file *f = &s->files[k];
+        if (f->prev_state == SSD_PREV_OTHER) {
+            s->prev_state = SSD_PREV_OTHER;
+            refused_path = f->path;
+            return;
+        }
+        none += f->prev_state == SSD_PREV_NONE;
+        dirty += f->prev_state == SSD_PREV_DIRTY;
+        if (f->prev_state != SSD_PREV_NONE && ref == s->nfiles)
+            ref = k;
+    }
+    s->prev_state = none == s->nfiles ? SSD_PREV_NONE
+                  : dirty > 0 ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
+    if (none == s->nfiles)
+        return;
+    const struct ssd_file *r = &s->files[ref];
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        const struct ssd_file *f = &s->files[k];
+        if (f->prev_state == SSD_PREV_NONE)
+            snprintf(refusal, sizeof refusal, "is new or blank, while %s holds "
+                     "file %u of this SSD tier's %u (a file of the tier is "
+                     "missing or was replaced)", r->path, ref + 1, s->nfiles);
+        else if (f->set_id != r->set_id)
+            snprintf(refusal, sizeof refusal, "holds a file of another SSD "
+                     "tier than %s", r->path);
+        else if (f->prev_generation != r->prev_generation)
+            snprintf(refusal, sizeof refusal, "holds this SSD tier's file %u "
+                     "as of another moment than %s (generation %llu, not %llu)",
+                     k + 1, r->path, (unsigned long long)f->prev_generation,
+                     (unsigned long long)r->prev_generation);
+        else
+            continue;
+        s->prev_state = SSD_PREV_OTHER;
+        refused_path = f->path;
+        return;
+    }
+    s->generation = s->prev_generation = r->prev_generation;
+    s->set_id = r->set_id;
+}
+
+/* The same file given twice (by two names, or a link): refused. */
+static bool same_file_twice(struct ssd_store *s)
+{
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        struct stat a;
+        if (fstat(s->files[k].fd, &a) != 0)
+            continue;
+        for (unsigned j = 0; j < k; j++) {
+            struct stat b;
+            if (fstat(s->files[j].fd, &b) == 0 && a.st_dev == b.st_dev &&
+                a.st_ino == b.st_ino && a.st_rdev == b.st_rdev) {
+                snprintf(refusal, sizeof refusal, "is the same file as %s: "
+                         "each file of the SSD tier is given once",
+                         s->files[j].path);
+                refused_path = s->files[k].path;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Lock held or no other thread: page id onto file k's free list. */
+static void do_free_push(struct ssd_store *s, unsigned id)
+{
+    struct ssd_file *f = &s->files[ssd_page_file(s, id)];
+    s->pages[id].next_free = f->free_head;
+    f->free_head = (int)id;
 }
 
 static enum ssd_status init_pages(struct ssd_store *s)
@@ -278,12 +432,13 @@ static enum ssd_status init_pages(struct ssd_store *s)
                           sizeof *s->buf_first);
     if (s->pages == NULL || s->buf_used == NULL || s->buf_first == NULL)
         return SSD_ERR_NOMEM;
-    for (unsigned i = 0; i < s->npages; i++) {
+    for (unsigned k = 0; k < s->nfiles; k++)
+        s->files[k].free_head = -1;
+    for (unsigned i = s->npages; i-- > 0;) {
         atomic_init(&s->pages[i].version, 1);
         s->pages[i].state = PAGE_FREE;
-        s->pages[i].next_free = i + 1 < s->npages ? (int)i + 1 : -1;
+        do_free_push(s, i);
     }
-    s->free_head = 0;
     s->cur_page = -1;
     atomic_store(&s->st_pages_free, s->npages);
     return SSD_OK;
@@ -291,8 +446,11 @@ static enum ssd_status init_pages(struct ssd_store *s)
 
 static void free_store(struct ssd_store *s)
 {
-    if (s->fd >= 0)
-        close(s->fd);
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        if (s->files[k].fd >= 0)
+            close(s->files[k].fd);
+        free(s->files[k].path);
+    }
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->wlock);
     pthread_mutex_destroy(&s->pool_start_lock);
@@ -301,8 +459,87 @@ static void free_store(struct ssd_store *s)
     free(s->pages);
     free(s->buf_used);
     free(s->buf_first);
-    free(s->path);
     free(s);
+}
+
+/* Opens every file of cfg and gives each its range of page ids: a file's
+ * pages follow the previous file's, and the pages past SSD_MAX_PAGES in
+ * all go unused. */
+static enum ssd_status open_files(struct ssd_store *s, const struct ssd_config *cfg,
+                                  bool *resize)
+{
+    s->nfiles = cfg->nfiles ? cfg->nfiles : 1;
+    for (unsigned k = 0; k < s->nfiles; k++)
+        s->files[k].fd = -1;
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        struct ssd_file *f = &s->files[k];
+        f->size = cfg->nfiles ? cfg->sizes[k] : cfg->size;
+        f->path = strdup(cfg->nfiles ? cfg->paths[k] : cfg->path);
+        if (f->path == NULL)
+            return SSD_ERR_NOMEM;
+        refused_path = f->path;     /* the file an error is about */
+        enum ssd_status st = open_backing(f->path, &f->size, &f->fd,
+                                          &f->created, &resize[k]);
+        if (st != SSD_OK)
+            return st;
+        if (f->size < SSD_DATA_OFF + s->page_size || s->npages >= SSD_MAX_PAGES)
+            return SSD_ERR_ARG;
+        uint64_t np = (f->size - SSD_DATA_OFF) / s->page_size;
+        if (np > SSD_MAX_PAGES - s->npages)
+            np = SSD_MAX_PAGES - s->npages;
+        f->first_page = s->npages;
+        f->npages = (unsigned)np;
+        s->npages += f->npages;
+        s->size += f->size;
+    }
+    return SSD_OK;
+}
+
+static uint64_t new_set_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id || id == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    }
+    return id;
+}
+
+/* Reads every file's header and judges them; then sizes, formats. */
+static enum ssd_status open_headers(struct ssd_store *s, const struct ssd_config *cfg,
+                                    const bool *resize)
+{
+    enum ssd_status st;
+    refused_path = NULL;
+    if (same_file_twice(s))
+        return SSD_ERR_NOT_OURS;
+    /* Up to the first file refused: the refusal phrase is about it. */
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        if ((st = read_prev_header(s, k)) != SSD_OK)
+            return st;
+        if (s->files[k].prev_state == SSD_PREV_OTHER)
+            break;
+    }
+    classify_set(s);
+    if (s->prev_state == SSD_PREV_OTHER && !cfg->reformat)
+        return SSD_ERR_NOT_OURS;
+    if (s->prev_state != SSD_PREV_CLEAN && s->prev_state != SSD_PREV_DIRTY) {
+        /* A new set (or one reformatted): a generation above every file's. */
+        s->set_id = new_set_id();
+        for (unsigned k = 0; k < s->nfiles; k++)
+            if (s->files[k].prev_generation > s->generation)
+                s->generation = s->files[k].prev_generation;
+    }
+    for (unsigned k = 0; k < s->nfiles; k++) {
+        refused_path = s->files[k].path;
+        if (resize[k] && (st = size_backing(s->files[k].fd, s->files[k].size)) != SSD_OK)
+            return st;
+    }
+    refused_path = NULL;
+    if ((st = init_pages(s)) != SSD_OK)
+        return st;
+    return write_header(s, 1);
 }
 
 enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
@@ -310,21 +547,17 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     size_t page_size, buf_size;
     enum ssd_status st;
 
-    bool created = false;           /* the file is ours to remove */
     *out = NULL;
+    refused_path = NULL;
     if (cfg == NULL)
         return SSD_ERR_ARG;
     st = check_config(cfg, &page_size, &buf_size);
     if (st != SSD_OK)
         return st;
-    /* Size check before touching the file system where we can. */
-    if (cfg->size != 0 && cfg->size < SSD_DATA_OFF + page_size)
-        return SSD_ERR_ARG;
 
     struct ssd_store *s = calloc(1, sizeof *s);
     if (s == NULL)
         return SSD_ERR_NOMEM;
-    s->fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->wlock, NULL);
     pthread_mutex_init(&s->pool_start_lock, NULL);
@@ -338,31 +571,9 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     s->queue_depth = cfg->queue_depth ? cfg->queue_depth : SSD_DEFAULT_QUEUE_DEPTH;
     s->nthreads = cfg->threads ? cfg->threads : SSD_DEFAULT_THREADS;
     s->engine = cfg->engine;
-    s->size = cfg->size;
-    s->path = strdup(cfg->path);
-    if (s->path == NULL) {
-        st = SSD_ERR_NOMEM;
-        goto fail;
-    }
-    bool resize;
-    st = open_backing(s->path, &s->size, &s->fd, &created, &resize);
-    if (st != SSD_OK)
-        goto fail;
-    if (s->size < SSD_DATA_OFF + page_size) {
-        st = SSD_ERR_ARG;
-        goto fail;
-    }
-    uint64_t np = (s->size - SSD_DATA_OFF) / page_size;
-    s->npages = np > SSD_MAX_PAGES ? SSD_MAX_PAGES : (unsigned)np;
-    if ((st = read_prev_header(s)) != SSD_OK)
-        goto fail;
-    if (s->prev_state == SSD_PREV_OTHER && !cfg->reformat) {
-        st = SSD_ERR_NOT_OURS;
-        goto fail;
-    }
-    if ((resize && (st = size_backing(s->fd, s->size)) != SSD_OK) ||
-        (st = init_pages(s)) != SSD_OK ||
-        (st = write_header(s, 1)) != SSD_OK)
+    bool resize[SSD_MAX_FILES] = { false };
+    if ((st = open_files(s, cfg, resize)) != SSD_OK ||
+        (st = open_headers(s, cfg, resize)) != SSD_OK)
         goto fail;
 
     if (s->engine == SSD_IO_URING && ssd_wuring_start(s) != 0)
@@ -376,8 +587,15 @@ enum ssd_status ssd_open(const struct ssd_config *cfg, struct ssd_store **out)
     return SSD_OK;
 fail: {
         int e = errno;
-        if (created && s->fd >= 0)
-            unlink(s->path);
+        for (unsigned k = 0; k < s->nfiles; k++)
+            if (s->files[k].created && s->files[k].fd >= 0)
+                unlink(s->files[k].path);
+        if (refused_path != NULL) {
+            /* The refusal names a path of s, freed below. */
+            static _Thread_local char path_copy[4096];
+            snprintf(path_copy, sizeof path_copy, "%s", refused_path);
+            refused_path = path_copy;
+        }
         free_store(s);
         errno = e;
         return st;
@@ -427,7 +645,10 @@ uint64_t ssd_close(struct ssd_store *s)
     }
     pthread_mutex_unlock(&s->lock);
     uint64_t clean = 0;
-    if (fdatasync(s->fd) == 0 && write_header(s, 0) == SSD_OK)
+    bool synced = true;
+    for (unsigned k = 0; k < s->nfiles; k++)
+        synced = fdatasync(s->files[k].fd) == 0 && synced;
+    if (synced && write_header(s, 0) == SSD_OK)
         clean = s->generation;         /* a failure leaves it dirty */
     free_store(s);
     return clean;
@@ -437,6 +658,7 @@ void ssd_get_info(const struct ssd_store *s, struct ssd_info *out)
 {
     out->engine = s->engine;
     out->size = s->size;
+    out->nfiles = s->nfiles;
     out->page_size = s->page_size;
     out->buf_size = s->buf_size;
     out->npages = s->npages;
@@ -484,11 +706,19 @@ static uint32_t *do_table_page(struct ssd_store *s, unsigned page);
 /* Lock held. */
 static int do_page_alloc(struct ssd_store *s)
 {
-    int id = s->free_head;
+    /* Round robin over the files with a free page, spreading new pages
+     * (and so writes and later reads) over every file. */
+    int id = -1;
+    for (unsigned n = 0; n < s->nfiles && id < 0; n++) {
+        struct ssd_file *f = &s->files[s->next_file];
+        s->next_file = s->next_file + 1 < s->nfiles ? s->next_file + 1 : 0;
+        id = f->free_head;
+        if (id >= 0)
+            f->free_head = s->pages[id].next_free;
+    }
     if (id < 0)
         return -1;
     struct ssd_page *p = &s->pages[id];
-    s->free_head = p->next_free;
     p->next_free = -1;
     p->state = PAGE_OPEN;
     p->seq = s->page_seq + 1;
@@ -533,8 +763,7 @@ static void do_page_reclaim(struct ssd_store *s, unsigned id)
     atomic_store_explicit(&p->version, v, memory_order_release);
     p->state = PAGE_FREE;
     p->pinned = false;
-    p->next_free = s->free_head;
-    s->free_head = (int)id;
+    do_free_push(s, id);
     ST_ADD(s, reclaimed, 1);
     ST_SUB(s, pages_used, 1);
     ST_ADD(s, pages_free, 1);
@@ -858,8 +1087,9 @@ bool ssd_adopt_tuple(struct ssd_store *s, uint64_t ref, size_t len)
 void ssd_adopt_done(struct ssd_store *s)
 {
     pthread_mutex_lock(&s->lock);
-    int head = -1;
     unsigned nfree = 0;
+    for (unsigned k = 0; k < s->nfiles; k++)
+        s->files[k].free_head = -1;
     for (unsigned i = s->npages; i-- > 0;) {
         struct ssd_page *p = &s->pages[i];
         if (p->state == PAGE_SEALED && p->live == 0) {
@@ -870,12 +1100,10 @@ void ssd_adopt_done(struct ssd_store *s)
             p->pinned = false;
         }
         if (p->state == PAGE_FREE) {
-            p->next_free = head;
-            head = (int)i;
+            do_free_push(s, i);
             nfree++;
         }
     }
-    s->free_head = head;
     atomic_store(&s->st_pages_free, nfree);
     atomic_store(&s->st_pages_used, s->npages - nfree);
     pthread_mutex_unlock(&s->lock);

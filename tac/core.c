@@ -97,6 +97,9 @@ void tac_config_load(void)
     c->ssd_path = settings.ssd_path;
     c->ssd_file = settings.ssd_file;
     c->ssd_size = settings.ssd_size;
+    c->ssd_nfiles = settings.ssd_nfiles;
+    c->ssd_files = settings.ssd_files;
+    c->ssd_sizes = settings.ssd_sizes;
     c->ssd_page_size = settings.ssd_page_size;
     c->ssd_buf_size = settings.ssd_buf_size;
     c->ssd_io_engine = settings.ssd_io_engine;

@@ -101,7 +101,10 @@ struct tac_config {
     unsigned nvm_read_ns, nvm_write_ns;
     int nvm_free_watermark, nvm_obp_pct;
     char *ssd_path, *ssd_file;
-    size_t ssd_size;
+    size_t ssd_size;                    /* of all files */
+    unsigned ssd_nfiles;                /* the files, in order: */
+    char *const *ssd_files;
+    const size_t *ssd_sizes;
     int ssd_page_size, ssd_buf_size, ssd_io_engine, ssd_free_pages;
     int ext_threads, ext_compact_under;
     int evict_threads, fetch_threads;

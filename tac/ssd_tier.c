@@ -92,11 +92,17 @@ bool tac_ssd_open(void)
     const char *path = tac.cfg.ssd_file;
     cfg.engine = tac.cfg.ssd_io_engine == SSD_ENGINE_THREADS ? SSD_IO_THREADS
                                                               : SSD_IO_URING;
-    if (on_tmpfs(path)) {
-        fprintf(stderr, "cannot open the SSD tier at %s: it is on tmpfs, which is "
-                "memory; put the SSD file on a disk file system or use a block "
-                "device\n", path);
-        return false;
+    _Static_assert(SETTINGS_SSD_FILES <= SSD_MAX_FILES, "every file fits");
+    cfg.nfiles = tac.cfg.ssd_nfiles;
+    for (unsigned k = 0; k < cfg.nfiles; k++) {
+        cfg.paths[k] = tac.cfg.ssd_files[k];
+        cfg.sizes[k] = tac.cfg.ssd_sizes[k];
+        if (on_tmpfs(cfg.paths[k])) {
+            fprintf(stderr, "cannot open the SSD tier at %s: it is on tmpfs, which "
+                    "is memory; put the SSD file on a disk file system or use a "
+                    "block device\n", cfg.paths[k]);
+            return false;
+        }
     }
     cfg.path = path;
     cfg.size = tac.cfg.ssd_size;
@@ -116,8 +122,8 @@ bool tac_ssd_open(void)
                 cfg.page_size, need, (size_t)tac.cfg.item_size_max);
         cfg.page_size = need;
     }
-    /* A page id has 16 bits: a file larger than SSD_MAX_PAGES pages takes
-     * larger pages (whole bufs), rather than leaving the rest unused. */
+    /* A page id has 16 bits: files larger than SSD_MAX_PAGES pages in all
+     * take larger pages (whole bufs), rather than leaving the rest unused. */
     size_t ps = cfg.page_size ? cfg.page_size : SSD_DEFAULT_PAGE_SIZE;
     if (cfg.size / ps > SSD_MAX_PAGES) {
         size_t grown = (size_t)((cfg.size + SSD_MAX_PAGES - 1) / SSD_MAX_PAGES);
@@ -130,11 +136,12 @@ bool tac_ssd_open(void)
     memcpy(cfg.key_check, tac_crypt_key_check(), sizeof(cfg.key_check));
     enum ssd_status st = ssd_open(&cfg, &tac.ssd);
     if (st == SSD_ERR_NOT_OURS) {
-        tac_refuse_tier_file("ssd_path", path, ssd_refusal());
+        tac_refuse_tier_file("ssd_path", ssd_refused_path(), ssd_refusal());
         return false;
     }
     if (st != SSD_OK) {
-        fprintf(stderr, "cannot open the SSD tier at %s: %s", path, ssd_strerror(st));
+        fprintf(stderr, "cannot open the SSD tier at %s: %s", ssd_refused_path()[0] != '\0'
+                ? ssd_refused_path() : tac.cfg.ssd_path, ssd_strerror(st));
         if (st == SSD_ERR_DIRECT)
             fprintf(stderr, " (tmpfs such as /dev/shm cannot do O_DIRECT; put "
                     "the SSD file on a disk file system)");
@@ -150,7 +157,8 @@ bool tac_ssd_open(void)
     ssd_get_info(tac.ssd, &ssdt.info);
     tac.ssd_buf_size = ssdt.info.buf_size;
     if (ssdt.info.npages == SSD_MAX_PAGES &&
-        (uint64_t)ssdt.info.npages * ssdt.info.page_size + 2 * ssdt.info.page_size < ssdt.info.size)
+        (uint64_t)ssdt.info.npages * ssdt.info.page_size +
+        (ssdt.info.nfiles + 1ull) * ssdt.info.page_size < ssdt.info.size)
         fprintf(stderr, "SSD tier: only %u pages of %zu bytes of its %llu bytes are "
                 "used (a larger -o ssd_page_size uses it all)\n", ssdt.info.npages,
                 ssdt.info.page_size, (unsigned long long)ssdt.info.size);

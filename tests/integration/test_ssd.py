@@ -342,8 +342,8 @@ def test_ssd_settings_and_stats(server, ssd_dir, engine):
     missing = [k for k in SETTINGS_KEYS if k not in st]
     assert not missing, "stats settings lacks %r: %r" % (missing, {k: v for k, v in st.items() if "ssd" in k})
     assert st["ssd_path"].startswith(s.ssd_file), st["ssd_path"]
-    cap = stat_int(st, "ssd_capacity")  # the file size, or its usable pages (the header block costs one)
-    assert 64 * MB - 4 * MB <= cap <= 64 * MB, "ssd_capacity %d for a 64 MB file in 4 MB pages" % cap
+    cap = stat_int(st, "ssd_capacity")  # its pages: SIZE, the header blocks come on top
+    assert cap == 64 * MB, "ssd_capacity %d for a 64 MB file in 4 MB pages" % cap
     assert st["ssd_page_size"] == str(4 * MB), st
     assert st["ssd_buf_size"] == str(128 * 1024), st
     assert st["ssd_io_engine"] == engine, (
@@ -368,8 +368,9 @@ def test_ssd_settings_and_stats(server, ssd_dir, engine):
     if "tiers" in plain:
         assert plain["tiers"] == "dram,ssd", plain["tiers"]
     assert os.path.exists(s.ssd_file), "ssd_path file %s was not created" % s.ssd_file
-    assert os.path.getsize(s.ssd_file) == 64 * MB, "ssd file is %d bytes, want %d" % (
-        os.path.getsize(s.ssd_file), 64 * MB)
+    # SIZE is the pages' room; the two 4 KiB header copies come on top.
+    assert os.path.getsize(s.ssd_file) == 64 * MB + 8192, "ssd file is %d bytes, want %d" % (
+        os.path.getsize(s.ssd_file), 64 * MB + 8192)
     # and it is a working cache
     v = make_value(b"hello", 1)
     assert c.line(b"set hello 3 0 %d\r\n%s\r\n" % (len(v), v)) == b"STORED\r\n"
@@ -544,13 +545,14 @@ def test_ext_item_size_keeps_small_values_off_the_ssd(server, ssd_dir):
 
 
 @pytest.mark.parametrize("opts,says", [
-    ("ext_path={p}:64m,ext_path={p}2:64m", "given twice"),
-    ("ssd_path={p}:64m,ssd_path={p}2:64m", "ssd_path: given twice"),
+    ("ext_path={p}:64m,ext_path={p}:64m", "ext_path: the file %s is given twice"),
+    ("ssd_path={p}:64m,ssd_path={p}:64m", "ssd_path: the file %s is given twice"),
     ("ext_path={p}:64m,ssd_path={p}2:64m", "give one"),
     ("ext_path={p}:64m,ext_wbuf_size=1,ssd_buf_size=1m", "give one of each"),
-], ids=["ext_path-twice", "ssd_path-twice", "ext_path-and-ssd_path", "ext_wbuf_size-and-ssd_buf_size"])
+], ids=["ext_path-same-file-twice", "ssd_path-same-file-twice", "ext_path-and-ssd_path", "ext_wbuf_size-and-ssd_buf_size"])
 def test_extstore_options_that_conflict_fail(ssd_dir, opts, says):
     o = opts.format(p=os.path.join(ssd_dir, "ext"))
+    says = says.replace("%s", os.path.join(ssd_dir, "ext"))
     cmd = [SERVER_BIN] + base_args() + ["-l", "127.0.0.1", "-p", str(free_port()), "-U", "0", "-o", o]
     try:
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
@@ -1503,8 +1505,8 @@ def test_drop_unread_keeps_the_items_read_again(server, ssd_dir):
 
 def test_full_ssd_keeps_no_spare_page_and_low_ttl_pages_empty_whole(server, ssd_dir):
     """Cache mode with every SSD page all live (ext_max_frag=0, nothing to re-pack): the
-    writers take every free page, as memcached's extstore, so a 64 MB SSD of 8 MB pages
-    holds 6 pages of items with none dropped and shows at most 1 free page.  With
+    writers take every free page, as memcached's extstore, so a 56 MB SSD of 8 MB pages
+    (7 pages) holds 6 pages of items with none dropped and shows at most 1 free page.  With
     ext_low_ttl, items that expire within it go to pages of their own; once they expired,
     the crawler finds them (SSD items are on no LRU: it sweeps the index; `lru_crawler
     crawl all` hurries it) and their pages are reclaimed whole, while every long-lived item reads back
@@ -1512,7 +1514,7 @@ def test_full_ssd_keeps_no_spare_page_and_low_ttl_pages_empty_whole(server, ssd_
     seed = random.randrange(1 << 30)
     print("seed", seed)
     rng = random.Random(seed)
-    s = ssd_server(server, ssd_dir, "64m", mem=256,
+    s = ssd_server(server, ssd_dir, "56m", mem=256,
                    opts=["ssd_page_size=8m", "ssd_buf_size=2m", "ext_item_age=1",
                          "ext_max_frag=0", "ext_low_ttl=60"])
     c = s.connect()
