@@ -878,22 +878,30 @@ def test_kill9_dram_log_keeps_acknowledged_items(server, tier_files):
         "per restart (acknowledged, back): %s (%s)" % (back, want, worst[1], worst[0], kept, tag(seed)))
 
 
+def kill_idle_and_restart(server, srv, args, ds, n_lower, when):
+    """SIGKILLs the idle srv holding ds (n_lower items in NVM and SSD) and
+    restarts it on args: every hit exact, none dropped, and at least 99% of
+    the lower tiers' items back.  Returns the new server and a connection."""
+    seed = ds.seed
+    sigkill(srv, seed, "SIGKILL of the idle server (%s)" % when)
+    srv = start_again(server, srv, args, seed, "after SIGKILL of the idle server (%s)" % when)
+    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL of the idle server (%s)" % when)
+    print("recovery: %s; %s" % (rs["seen"], rs))
+    exact = check_loaded(c, ds, "after SIGKILL of the idle server (%s)" % when)
+    assert rs["dropped"] == 0, "recovery dropped %d tuples after SIGKILL of an idle server (%s, %s): %s" % (
+        rs["dropped"], when, tag(seed), rs)
+    assert exact >= 0.99 * n_lower, (
+        "only %d keys came back with their value, want at least 99%% of the %d in NVM/SSD before the kill "
+        "(%s, %s): %s" % (exact, n_lower, when, tag(seed), rs))
+    assert exact <= rs["items"], "%d keys hit, but recovery_items is %d (%s)" % (exact, rs["items"], tag(seed))
+    return srv, c
+
+
 @pytest.mark.tac_only
 def test_kill9_after_idle_keeps_lower_tiers(server, tier_files):
     seed = crash_seed()
     args, ds, srv, n_lower, _files = loaded_and_idle(server, tier_files, seed, 30000)
-    sigkill(srv, seed, "SIGKILL of the idle server")
-
-    srv = start_again(server, srv, args, seed, "after SIGKILL of the idle server")
-    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL of the idle server")
-    print("recovery: %s; %s" % (rs["seen"], rs))
-    exact = check_loaded(c, ds, "after SIGKILL of the idle server")
-    assert rs["dropped"] == 0, "recovery dropped %d tuples after SIGKILL of an idle server (%s): %s" % (
-        rs["dropped"], tag(seed), rs)
-    assert exact >= 0.99 * n_lower, (
-        "only %d keys came back with their value, want at least 99%% of the %d in NVM/SSD before the kill (%s): %s"
-        % (exact, n_lower, tag(seed), rs))
-    assert exact <= rs["items"], "%d keys hit, but recovery_items is %d (%s)" % (exact, rs["items"], tag(seed))
+    srv, _c = kill_idle_and_restart(server, srv, args, ds, n_lower, "one SSD file")
     sigkill(srv, seed, "at the end")
 
 

@@ -120,7 +120,9 @@ def run_full_disk(server, small_fs, settle, window, load_seconds=0):
     with open(fs + "/filler", "wb") as f:
         f.write(b"\0" * (40 * MB))
     ssd = fs + "/ssd.dat"
-    subprocess.run(["truncate", "-s", "512M", ssd], check=True)    # sparse, > the fs
+    # Sparse, > the fs: 512 MB of pages and the 8 KiB of headers the server
+    # puts on top, so that it finds the file at its size and allocates nothing.
+    subprocess.run(["truncate", "-s", str(512 * MB + 8192), ssd], check=True)
     srv = server(["-m", "32", "-t", "2", "-o", "ssd_path=%s:512m" % ssd])
     c = srv.connect()
     pid = srv.proc.pid

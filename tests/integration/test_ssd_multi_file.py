@@ -15,8 +15,7 @@ import time
 import pytest
 
 from mcserver import SERVER_BIN, base_args, free_port
-from test_crash import IDLE_WAIT, check_loaded, crash_seed, lower_count, sigkill, start_again, \
-    wait_crash_recovered
+from test_crash import IDLE_WAIT, check_loaded, crash_seed, kill_idle_and_restart, lower_count
 from test_restart import (  # noqa: F401 (tier_files: fixture)
     DataSet,
     check_clean_recovery,
@@ -100,16 +99,7 @@ def test_two_files_fill_restart_and_kill(server, tier_files, option):
 
     time.sleep(IDLE_WAIT)
     n_lower = lower_count(c, seed, "before the SIGKILL")
-    sigkill(srv, seed, "SIGKILL of the idle server")
-    srv = start_again(server, srv, args, seed, "after SIGKILL on two SSD files")
-    c, rs = wait_crash_recovered(srv, seed, "after SIGKILL on two SSD files")
-    print("recovery: %s; %s" % (rs["seen"], rs))
-    exact = check_loaded(c, ds, "after SIGKILL on two SSD files")
-    assert rs["dropped"] == 0, "recovery dropped %d tuples after SIGKILL of an idle server (seed %d): %s" % (
-        rs["dropped"], seed, rs)
-    assert exact >= 0.99 * n_lower, (
-        "only %d keys came back with their value, want at least 99%% of the %d in NVM/SSD before the kill "
-        "(seed %d): %s" % (exact, n_lower, seed, rs))
+    srv, c = kill_idle_and_restart(server, srv, args, ds, n_lower, "two SSD files")
     graceful_stop(srv, "SIGTERM")
 
     # The second file missing: the start is refused, naming it, and the
