@@ -465,7 +465,7 @@ static bool finalize_pairs(void)
 {
     if (opt_given("ext_path") && opt_given("ssd_path")) {
         fprintf(stderr, "-o ext_path and -o ssd_path both name the SSD tier's "
-                "file; give one\n");
+                "files; give one of the two, once per file\n");
         return false;
     }
     if (opt_given("ext_compact_under") && opt_given("ssd_free_pages")) {

@@ -436,7 +436,8 @@ struct ssd_stats {
 };
 
 void ssd_get_stats(const struct ssd_store *s, struct ssd_stats *out);
-/* The file (index in ssd_config.paths) that holds page; 0 for a bad page. */
+/* The file (index in ssd_config.paths) that holds page (the last file for
+ * an id past the last page). */
 unsigned ssd_page_file(const struct ssd_store *s, unsigned page);
 /* One page's use, for `stats extstore`: its version (0 while free) and
  * the live bytes it holds. */

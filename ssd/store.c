@@ -346,12 +346,16 @@ static enum ssd_status read_prev_header(struct ssd_store *s, unsigned k)
 
 /* The files' headers, each ours, taken together: one set, one moment.
  * A file new or blank beside files of the tier was lost or replaced;
- * a file of another set or another generation was swapped in.  Sets
- * s->prev_state (SSD_PREV_OTHER with the refusal of the file at fault)
- * and the generation and set id the store goes on with. */
+ * a file of another set or another generation was swapped in.  Headers
+ * are written file 0 first, so a crash among those writes leaves files
+ * 0..j one generation ahead of the rest: such a set is taken as dirty
+ * (a crash scan follows), at the newer generation.  Sets s->prev_state
+ * (SSD_PREV_OTHER with the refusal of the file at fault) and the
+ * generation and set id the store goes on with. */
 static void classify_set(struct ssd_store *s)
 {
     unsigned none = 0, dirty = 0, ref = s->nfiles;
+    uint64_t top = 0;
     for (unsigned k = 0; k < s->nfiles; k++) {
         const struct ssd_file *f = &s->files[k];
         if (f->prev_state == SSD_PREV_OTHER) {
@@ -363,14 +367,18 @@ static void classify_set(struct ssd_store *s)
         dirty += f->prev_state == SSD_PREV_DIRTY;
         if (f->prev_state != SSD_PREV_NONE && ref == s->nfiles)
             ref = k;
+        if (f->prev_state != SSD_PREV_NONE && f->prev_generation > top)
+            top = f->prev_generation;
     }
     s->prev_state = none == s->nfiles ? SSD_PREV_NONE
                   : dirty > 0 ? SSD_PREV_DIRTY : SSD_PREV_CLEAN;
     if (none == s->nfiles)
         return;
     const struct ssd_file *r = &s->files[ref];
+    bool behind = false;            /* a file one generation back seen */
     for (unsigned k = 0; k < s->nfiles; k++) {
         const struct ssd_file *f = &s->files[k];
+        bool torn = f->prev_generation + 1 == top;
         if (f->prev_state == SSD_PREV_NONE)
             snprintf(refusal, sizeof refusal, "is new or blank, while %s holds "
                      "file %u of this SSD tier's %u (a file of the tier is "
@@ -378,18 +386,24 @@ static void classify_set(struct ssd_store *s)
         else if (f->set_id != r->set_id)
             snprintf(refusal, sizeof refusal, "holds a file of another SSD "
                      "tier than %s", r->path);
-        else if (f->prev_generation != r->prev_generation)
+        else if ((f->prev_generation != top && !torn) ||
+                 (f->prev_generation == top && behind))
             snprintf(refusal, sizeof refusal, "holds this SSD tier's file %u "
-                     "as of another moment than %s (generation %llu, not %llu)",
-                     k + 1, r->path, (unsigned long long)f->prev_generation,
-                     (unsigned long long)r->prev_generation);
-        else
+                     "as of another moment than the others (generation %llu, "
+                     "the newest is %llu)", k + 1,
+                     (unsigned long long)f->prev_generation,
+                     (unsigned long long)top);
+        else {
+            behind |= torn;
             continue;
+        }
         s->prev_state = SSD_PREV_OTHER;
         refused_path = f->path;
         return;
     }
-    s->generation = s->prev_generation = r->prev_generation;
+    if (behind)
+        s->prev_state = SSD_PREV_DIRTY;
+    s->generation = s->prev_generation = top;
     s->set_id = r->set_id;
 }
 

@@ -1334,6 +1334,46 @@ static void test_two_files(void)
     /* tier_reformat: a new set over both. */
     CHECK_EQ(open_two(a, b, true, &s), SSD_OK);
     ssd_close(s);
+    /* File b's headers as of an earlier close (an old copy of b put back):
+     * refused as of another moment than a. */
+    unsigned char old_hdr[HDR];
+    int fd = open(b, O_RDWR);
+    CHECK(fd >= 0 && pread(fd, old_hdr, HDR, 0) == (ssize_t)HDR);
+    CHECK_EQ(open_two(a, b, false, &s), SSD_OK);
+    ssd_close(s);
+    CHECK(pwrite(fd, old_hdr, HDR, 0) == (ssize_t)HDR);
+    close(fd);
+    CHECK_EQ(open_two(a, b, false, &s), SSD_ERR_NOT_OURS);
+    CHECK(strcmp(ssd_refused_path(), b) == 0);
+    CHECK(strstr(ssd_refusal(), "another moment") != NULL);
+    CHECK_EQ(open_two(a, b, true, &s), SSD_OK);
+    ssd_close(s);
+    /* A crash in the middle of close's header writes: a (written first)
+     * clean and one generation ahead of b, still dirty.  Taken as a dirty
+     * set; the same with b ahead of a cannot come of a crash: refused. */
+    unsigned char hdr_a[HDR];
+    CHECK_EQ(open_two(a, b, false, &s), SSD_OK);
+    fd = open(b, O_RDWR);
+    int fda = open(a, O_RDWR);
+    CHECK(fd >= 0 && pread(fd, old_hdr, HDR, 0) == (ssize_t)HDR);
+    CHECK(fda >= 0 && pread(fda, hdr_a, HDR, 0) == (ssize_t)HDR);
+    ssd_close(s);
+    CHECK(pwrite(fd, old_hdr, HDR, 0) == (ssize_t)HDR);
+    CHECK_EQ(open_two(a, b, false, &s), SSD_OK);
+    ssd_get_info(s, &in);
+    CHECK_EQ(in.prev_state, SSD_PREV_DIRTY);
+    ssd_close(s);
+    CHECK(pread(fd, old_hdr, HDR, 0) == (ssize_t)HDR);    /* b now */
+    CHECK_EQ(open_two(a, b, false, &s), SSD_OK);
+    CHECK(pread(fda, hdr_a, HDR, 0) == (ssize_t)HDR);     /* a, open */
+    ssd_close(s);
+    CHECK(pwrite(fda, hdr_a, HDR, 0) == (ssize_t)HDR);
+    close(fd);
+    close(fda);
+    CHECK_EQ(open_two(a, b, false, &s), SSD_ERR_NOT_OURS);
+    CHECK(strcmp(ssd_refused_path(), b) == 0);
+    CHECK_EQ(open_two(a, b, true, &s), SSD_OK);
+    ssd_close(s);
     CHECK_EQ(open_two(a, b, false, &s), SSD_OK);
     ssd_get_info(s, &in);
     CHECK_EQ(in.prev_state, SSD_PREV_CLEAN);
