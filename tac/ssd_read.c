@@ -536,6 +536,8 @@ static bool fetch_place(item *meta, item *t, enum llru_temp temp,
 void tac_ssd_fetch_copy(item *want, const item *copy, uint32_t hv,
                         bool recache)
 {
+    if (tac.ssd == NULL)
+        return;
     item_lock(hv);
     /* want is pinned, so it is never linked again once unlinked: found
      * linked, it is the version copy holds, wherever defrag moved its
