@@ -646,6 +646,10 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
  * the maintainer thread calls it periodically.
  */
 int items_crawl_step(int budget);
+/* With -o lru_maintainer or -o temporary_ttl (memcached's segmented LRU,
+ * lru_seg.c): the maintainer's juggle of every class's queues, as
+ * memcached's LRU maintainer does it; nothing otherwise. */
+void items_seg_juggle(void);
 /* `lru_crawler crawl`: the maintainer steps the crawler at every tick
  * (items_crawl_rushed) until one whole cycle is done. */
 void items_crawl_soon(void);
