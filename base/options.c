@@ -208,12 +208,14 @@ const struct option_def settings_options[] = {
       "COLD queues (moved between by the maintainer, evicted from COLD) "
       "instead of the Lazy LRU; not with a lower tier (ignored, with a note)") },
     { OPT(0, "no_lru_maintainer", OPT_CLEAR, S(lru_segmented), 0, 0, true, NULL,
-      NULL, "the Lazy LRU (the default)") },
+      NULL, "keep the Lazy LRU (the default)") },
     { OPT(0, "hot_lru_pct", OPT_INT, S(hot_lru_pct), 1, 79, true, "hot_lru_pct",
-      "<pct>", "lru_maintainer: HOT's most share of a class's bytes"),
+      "<pct>", "lru_maintainer: the most HOT holds, in percent of its "
+      "class's bytes"),
       .def = "20" },
     { OPT(0, "warm_lru_pct", OPT_INT, S(warm_lru_pct), 1, 79, true, "warm_lru_pct",
-      "<pct>", "lru_maintainer: WARM's most share (hot + warm at most 80)"),
+      "<pct>", "lru_maintainer: likewise for WARM (the two add up to 80 "
+      "at most)"),
       .def = "40" },
     { OPT(0, "hot_max_factor", OPT_DOUBLE, S(hot_max_factor), 0.01, 1000, true,
       "hot_max_factor", "<x>", "lru_maintainer: an item older than this times "
@@ -222,9 +224,10 @@ const struct option_def settings_options[] = {
       "warm_max_factor", "<x>", "lru_maintainer: likewise for WARM"),
       .def = "2.0" },
     { OPT(0, "temporary_ttl", OPT_INT, S(temporary_ttl), 0, 1 << 30, true,
-      "temporary_ttl", "<secs>", "memcached's TEMP LRU: an item stored with "
-      "this many seconds or fewer to live goes to a queue that is never "
-      "evicted, only emptied as its items expire; not with a lower tier"),
+      "temporary_ttl", "<secs>", "given, memcached's TEMP LRU: an item stored "
+      "with this many seconds or fewer to live goes to a queue of its class "
+      "that nothing evicts from; it leaves as it expires. Not with a lower "
+      "tier"),
       .def = "61" },
     { OPT(0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
       NULL, "let the page mover move slab pages between classes"), .def = "on" },

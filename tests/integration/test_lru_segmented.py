@@ -1,0 +1,166 @@
+"""memcached's segmented LRU (engine/lru_seg.c): -o lru_maintainer and -o temporary_ttl.
+
+With -o lru_maintainer a slab class keeps HOT, WARM and COLD queues: a new item
+goes to HOT, the maintainer moves HOT's tail to COLD once HOT holds more than
+hot_lru_pct of the class's bytes, an item read twice while in COLD moves to WARM,
+and only COLD is evicted from.  With -o temporary_ttl an item stored with that many
+seconds or fewer to live goes to TEMP, which nothing evicts from.  The tests read
+the queues through `stats items` (number_hot/warm/cold/temp, moves_to_cold,
+moves_to_warm, hits_to_*), as memcached's t/lru-maintainer.t does, over raw
+sockets.  Each value read back is compared whole.  Waits for the maintainer (it
+juggles every 50 ms) are polls with a deadline.
+"""
+import re
+import time
+
+import pytest
+
+from mcserver import IS_STOCK
+
+pytestmark = [pytest.mark.tac_only,
+              pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
+
+
+def value_of(i, n):
+    head = b"%08d|" % i
+    return (head * (n // len(head) + 1))[:n]
+
+
+def class_stats(c):
+    per = {}
+    for name, val in c.stats(b"items").items():
+        m = re.match(r"items:(\d+):(\w+)$", name)
+        per.setdefault(int(m.group(1)), {})[m.group(2)] = int(val)
+    return per
+
+
+def class_of(c, key):
+    """The slab class of a stored key (`me` shows it as `cls`)."""
+    r = c.line(b"me " + key + b"\r\n")
+    m = re.search(rb" cls=(\d+)", r)
+    assert m, r
+    return int(m.group(1))
+
+
+def wait_until(pred, seconds):
+    end = time.time() + seconds
+    while True:
+        if pred():
+            return True
+        if time.time() > end:
+            return False
+        time.sleep(0.05)
+
+
+def fill(c, prefix, count, size, ttl=0):
+    """Pipelined noreply sets, then a round trip so that all are done."""
+    batch = []
+    for i in range(count):
+        batch.append(b"set %s%d 0 %d %d noreply\r\n%s\r\n" % (prefix, i, ttl, size, value_of(i, size)))
+        if len(batch) == 50:
+            c.send(b"".join(batch))
+            batch = []
+    c.send(b"".join(batch))
+    assert c.line(b"mn\r\n") == b"MN\r\n"
+
+
+def get_value(c, key):
+    r = c.get(b"get " + key + b"\r\n")
+    if r == b"END\r\n":
+        return None
+    head, rest = r.split(b"\r\n", 1)
+    n = int(head.split()[3])
+    return rest[:n]
+
+
+def test_settings_show_the_segmented_lru(server):
+    c = server(["-m", "8", "-o", "lru_maintainer,hot_lru_pct=25,warm_lru_pct=35,"
+                "hot_max_factor=0.5,temporary_ttl=30"]).connect()
+    st = c.stats(b"settings")
+    assert (st["lru_segmented"], st["temp_lru"], st["hot_lru_pct"], st["warm_lru_pct"],
+            st["hot_max_factor"], st["temporary_ttl"]) == ("yes", "yes", "25", "35", "0.50", "30"), st
+    d = server(["-m", "8"]).connect().stats(b"settings")
+    assert (d["lru_segmented"], d["temp_lru"]) == ("no", "no"), d
+
+
+def test_hot_moves_to_cold_and_only_cold_is_evicted(server):
+    c = server(["-m", "8", "-o", "lru_maintainer"]).connect()
+    fill(c, b"k", 1200, 10000)                      # ~12 MB into 8 MB, never read
+    st = c.stats()
+    assert int(st["evictions"]) > 0 and int(st["moves_to_cold"]) > 0, st
+    cls = class_of(c, b"k1199")
+    last = {}
+
+    def hot_within_share():
+        last.update(class_stats(c)[cls])
+        return last["number_hot"] * 100 <= 25 * last["number"]
+    assert wait_until(hot_within_share, 10), last
+    assert last["number_hot"] > 0 and last["number_cold"] > 0, last
+    assert last["number_warm"] == 0 and last["moves_to_warm"] == 0, last    # nothing read
+    assert last["number_hot"] + last["number_warm"] + last["number_cold"] == last["number"], last
+    assert last["moves_to_cold"] > 0 and last["evicted"] > 0, last
+    # The newest items are in HOT; the oldest were evicted from COLD.
+    assert get_value(c, b"k1199") == value_of(1199, 10000)
+    assert get_value(c, b"k0") is None
+
+
+def test_an_item_read_twice_in_cold_moves_to_warm(server):
+    c = server(["-m", "8", "-o", "lru_maintainer"]).connect()
+    fill(c, b"f", 50, 3000)
+    val = value_of(7, 3000)
+    assert c.line(b"set canary 0 0 3000\r\n" + val + b"\r\n") == b"STORED\r\n"
+    cls = class_of(c, b"canary")
+    # Unread, all 51 leave HOT for COLD: past HOT's share of the class's
+    # bytes, or older than hot_max_factor times COLD's oldest.
+    assert wait_until(lambda: class_stats(c)[cls]["number_cold"] == 51, 10), class_stats(c)[cls]
+    assert get_value(c, b"canary") == val           # FETCHED
+    assert get_value(c, b"canary") == val           # ACTIVE: the LRU thread moves it
+    last = {}
+
+    def in_warm():
+        last.update(class_stats(c)[cls])
+        return last["number_warm"] == 1
+    assert wait_until(in_warm, 5), last
+    assert (last["number_cold"], last["number_hot"], last["moves_to_warm"],
+            last["moves_to_cold"], last["hits_to_cold"]) == (50, 0, 1, 51, 2), last
+    # One item of 51 is within WARM's share: it stays there.
+    assert get_value(c, b"canary") == val
+    s = class_stats(c)[cls]
+    assert (s["number_warm"], s["hits_to_warm"], s["hits_to_hot"]) == (1, 1, 0), s
+    assert int(c.stats()["moves_to_warm"]) == 1
+    for i in (0, 49):
+        assert get_value(c, b"f%d" % i) == value_of(i, 3000)
+
+
+def test_temp_items_are_not_evicted_and_leave_when_they_expire(server):
+    c = server(["-m", "8", "-o", "temporary_ttl=61"]).connect()
+    assert c.stats(b"settings")["temp_lru"] == "yes"
+    keep = value_of(3, 10000)
+    assert c.line(b"set temp 0 30 10000\r\n" + keep + b"\r\n") == b"STORED\r\n"
+    assert c.line(b"set brief 0 1 10000\r\n" + keep + b"\r\n") == b"STORED\r\n"
+    cls = class_of(c, b"temp")
+    assert class_stats(c)[cls]["number_temp"] == 2
+    fill(c, b"long", 1600, 10000, ttl=3600)          # twice the memory, never read
+    st = class_stats(c)[cls]
+    assert st["evicted"] > 0, st
+    # `brief` expired meanwhile: the maintainer reclaims it from TEMP's tail.
+    last = {}
+
+    def brief_gone():
+        last.update(class_stats(c)[cls])
+        return last["number_temp"] == 1
+    assert wait_until(brief_gone, 10), last
+    assert last["reclaimed"] + last["crawler_reclaimed"] >= 1, last
+    assert get_value(c, b"temp") == keep
+    assert get_value(c, b"brief") is None
+    assert class_stats(c)[cls]["hits_to_temp"] == 1
+
+
+def test_a_lower_tier_keeps_the_lazy_lru(server, tmp_path):
+    s = server(["-m", "16", "-o", "lru_maintainer,temporary_ttl=61,ssd_path=%s/ssd:64m" % tmp_path])
+    c = s.connect()
+    st = c.stats(b"settings")
+    assert (st["lru_segmented"], st["temp_lru"]) == ("no", "no"), st
+    assert "have no effect with a lower tier" in s.stderr_text(), s.stderr_text()
+    assert c.line(b"set k 0 5 1\r\nx\r\n") == b"STORED\r\n"
+    assert "number_temp" not in " ".join(c.stats(b"items"))
