@@ -734,7 +734,7 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     static const char *const tls_names[] = { "tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
     out(ctx, "ssl_min_version", tls_names[settings.ssl_min_version]);
     out(ctx, "auth_enabled_sasl", settings.sasl ? "yes" : "no");
-    out(ctx, "temp_lru", settings.temp_lru ? "yes" : "no");
+    out(ctx, "temp_lru", __atomic_load_n(&settings.temp_lru, __ATOMIC_RELAXED) ? "yes" : "no");
     out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
     out(ctx, "tier_key", settings.tier_key != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {
@@ -811,9 +811,12 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
         case OPT_BYTES:
             snprintf(v, sizeof(v), "%zu", *(size_t *)opt_field(o));
             break;
-        case OPT_DOUBLE:
-            snprintf(v, sizeof(v), "%.2f", *(double *)opt_field(o));
+        case OPT_DOUBLE: {
+            double d;       /* `lru tune` writes some at run time */
+            __atomic_load((double *)opt_field(o), &d, __ATOMIC_RELAXED);
+            snprintf(v, sizeof(v), "%.2f", d);
             break;
+        }
         case OPT_STRING:
             str = *(char **)opt_field(o);
             if (str == NULL)
@@ -825,8 +828,8 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
         case OPT_CHOICE:
             str = o->choices[*(int *)opt_field(o)];
             break;
-        case OPT_SET:
-            str = *(bool *)opt_field(o) ? "yes" : "no";
+        case OPT_SET:       /* `lru mode` writes lru_segmented */
+            str = __atomic_load_n((bool *)opt_field(o), __ATOMIC_RELAXED) ? "yes" : "no";
             break;
         case OPT_CLEAR:
             /* Shown the way memcached shows them: "evictions on". */

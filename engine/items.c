@@ -253,19 +253,21 @@ static int sweep_ssd_step(int budget, bool *wrapped)
 }
 
 /* The LRU sets the crawler walks, in order: DRAM's (each class's one LRU,
- * or its COLD queue), the segmented LRU's other queues when they are in use
- * (lru_seg.c), the lower tiers' when tiers exist.  A set below TIER_COUNT
- * is items_lrus[set]; TIER_COUNT + s - 1 is queue s of items_seg_lrus. */
+ * or its COLD queue), the lower tiers' when tiers exist, the segmented
+ * LRU's other queues once they are in use (lru_seg.c).  A set below
+ * TIER_COUNT is items_lrus[set]; TIER_COUNT + s - 1 is queue s of
+ * items_seg_lrus.  The list only grows (the queues come into use at run
+ * time, `lru mode`), and at its end: the cursor's index keeps its set. */
 static unsigned int crawl_sets(unsigned int sets[TIER_COUNT + LRU_SEGS - 1])
 {
     unsigned int n = 0;
     sets[n++] = TIER_DRAM;
-    if (items_segmented || items_temp_lru)
-        for (unsigned int s = LRU_SEG_HOT; s < LRU_SEGS; s++)
-            sets[n++] = TIER_COUNT + s - 1;
     if (items_tier_ops != NULL)
         for (unsigned int t = TIER_DRAM + 1; t < TIER_COUNT; t++)
             sets[n++] = t;
+    if (items_seg_lists())
+        for (unsigned int s = LRU_SEG_HOT; s < LRU_SEGS; s++)
+            sets[n++] = TIER_COUNT + s - 1;
     return n;
 }
 
@@ -407,7 +409,7 @@ void items_stats(struct stat_sink *sink)
     struct thread_stats *ts = malloc(sizeof(*ts));     /* large */
     if (ts != NULL)
         stats_aggregate(ts, NULL);
-    bool seg = items_segmented || items_temp_lru;
+    bool seg = items_seg_lists();
     for (unsigned int c = 1; c <= slabs_nclasses(); c++) {
         struct item_seg_stats q;
         items_seg_class_stats(c, &q);
@@ -421,7 +423,7 @@ void items_stats(struct stat_sink *sink)
         class_line(sink, c, "number_hot", q.number[LRU_SEG_HOT]);
         class_line(sink, c, "number_warm", q.number[LRU_SEG_WARM]);
         class_line(sink, c, "number_cold", q.number[LRU_SEG_COLD]);
-        if (items_temp_lru)
+        if (items_temp_mode())
             class_line(sink, c, "number_temp", q.number[LRU_SEG_TEMP]);
         class_line(sink, c, "age_hot", q.age[LRU_SEG_HOT]);
         class_line(sink, c, "age_warm", q.age[LRU_SEG_WARM]);

@@ -646,7 +646,7 @@ void do_item_evict(item *it, uint32_t hv)
 static bool tail_spare_locked(struct lru *l, item *it)
 {
     /* The segmented LRU rescues read items into WARM instead. */
-    if (!items_lazy_lru || one_queue_lru || items_segmented ||
+    if (!items_lazy_lru || one_queue_lru || items_seg_mode() ||
         !llru_second_chance(it))
         return false;
     items_lru_unlink_locked(l, it);
@@ -1078,11 +1078,11 @@ void do_item_touch_access(item *it)
         it->it_flags |= ITEM_FETCHED;
     /* Segmented (lru_seg.c): the read that makes an item ACTIVE is the one
      * the LRU thread acts on, whatever the temperature says. */
-    if ((items_segmented || items_temp_lru) && it->tier == TIER_DRAM &&
+    if (items_seg_lists() && it->tier == TIER_DRAM &&
         (it->it_flags & ITEM_LINKED)) {
         bool seg_move = items_seg_hit(it, !was_active &&
                                           (it->it_flags & ITEM_ACTIVE));
-        if (items_segmented)
+        if (items_seg_mode())
             move = seg_move;
     }
 
@@ -1104,7 +1104,7 @@ void do_item_touch_access(item *it)
         /* A thread without rings (fetchers, tests) moves the item itself
          * when the LRU is free. */
         struct lru *l = items_lru_of(it);
-        if (items_segmented && it->tier == TIER_DRAM) {
+        if (items_seg_mode() && it->tier == TIER_DRAM) {
             items_seg_bump(it, now);
         } else if (pthread_mutex_trylock(&l->lock) == 0) {
             lru_bump_locked(l, it, now);
@@ -1122,7 +1122,7 @@ static void lru_apply(item **v, unsigned int n)
         item *it = v[i];
         uint32_t hv = item_hash(ITEM_key(it), it->nkey);
         item_lock(hv);
-        if ((it->it_flags & ITEM_LINKED) && items_segmented &&
+        if ((it->it_flags & ITEM_LINKED) && items_seg_mode() &&
             it->tier == TIER_DRAM) {
             items_seg_bump(it, now);
         } else if (it->it_flags & ITEM_LINKED) {

@@ -57,8 +57,22 @@ struct lru {
  * items_seg_lrus[seg - 1]. */
 enum lru_seg { LRU_SEG_COLD = 0, LRU_SEG_HOT, LRU_SEG_WARM, LRU_SEG_TEMP, LRU_SEGS };
 
-extern bool items_segmented;       /* HOT/WARM/COLD; set before threads start */
-extern bool items_temp_lru;        /* TEMP; set before threads start */
+extern bool items_segmented;       /* HOT/WARM/COLD (`lru mode`); atomic */
+extern bool items_temp_lru;        /* TEMP (`lru temp_ttl`); atomic */
+extern bool items_seg_used;        /* either was on: queues other than COLD
+                                      may hold items; atomic, never cleared */
+static inline bool items_seg_mode(void)
+{
+    return __atomic_load_n(&items_segmented, __ATOMIC_RELAXED);
+}
+static inline bool items_temp_mode(void)
+{
+    return __atomic_load_n(&items_temp_lru, __ATOMIC_RELAXED);
+}
+static inline bool items_seg_lists(void)
+{
+    return __atomic_load_n(&items_seg_used, __ATOMIC_RELAXED);
+}
 extern struct lru items_seg_lrus[LRU_SEGS - 1][MAX_SLAB_CLASSES][MAX_PARTITIONS];
 
 /* The queue seg of class clsid, partition p. */
@@ -75,7 +89,8 @@ bool items_seg_hit(item *it, bool newly_active);
  * any other gets its access time.  Caller holds the item lock. */
 void items_seg_bump(item *it, rel_time_t now);
 /* Allocation found COLD empty: moves HOT's (else WARM's) tail toward COLD;
- * true when an item reached COLD or was reclaimed. */
+ * true when an item reached COLD or was reclaimed.  Nothing unless the
+ * queues are in use. */
 bool items_seg_refill_cold(unsigned int clsid, int p);
 
 /* `stats items` of one class by queue (lru_seg.c). */

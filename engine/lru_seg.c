@@ -45,6 +45,7 @@
 struct lru items_seg_lrus[LRU_SEGS - 1][MAX_SLAB_CLASSES][MAX_PARTITIONS];
 bool items_segmented;
 bool items_temp_lru;
+bool items_seg_used;
 static bool seg_locks_ready;
 
 /* Per class: moves and hits by queue (relaxed atomics). */
@@ -88,6 +89,33 @@ void items_seg_init(void)
     memset(seg_stats, 0, sizeof(seg_stats));
     items_segmented = settings.lru_segmented;
     items_temp_lru = settings.temp_lru;
+    items_seg_used = items_segmented || items_temp_lru;
+}
+
+/* Turns one of the two on or off at run time (the flags are the engine's,
+ * the settings what `stats settings` shows).  The queues stay in use once
+ * used: a switch off leaves items in them, which the juggle drains. */
+static bool seg_switch(bool *flag, bool *setting, bool on)
+{
+    if (on && items_tiered())
+        return false;
+    if (on)
+        __atomic_store_n(&items_seg_used, true, __ATOMIC_RELAXED);
+    __atomic_store_n(flag, on, __ATOMIC_RELAXED);
+    __atomic_store_n(setting, on, __ATOMIC_RELAXED);
+    return true;
+}
+
+bool items_seg_set_mode(bool segmented)
+{
+    return seg_switch(&items_segmented, &settings.lru_segmented, segmented);
+}
+
+bool items_seg_set_temp(bool on, int ttl)
+{
+    if (on)
+        __atomic_store_n(&settings.temporary_ttl, ttl, __ATOMIC_RELAXED);
+    return seg_switch(&items_temp_lru, &settings.temp_lru, on);
 }
 
 enum lru_seg items_seg_of_new(const item *it)
@@ -95,10 +123,11 @@ enum lru_seg items_seg_of_new(const item *it)
     rel_time_t now = mc_now();
     /* As memcached: an item that never expires, or is already dead, is
      * not temporary. */
-    if (items_temp_lru && it->exptime != 0 && it->exptime >= now &&
-        it->exptime - now <= (rel_time_t)settings.temporary_ttl)
+    int ttl = __atomic_load_n(&settings.temporary_ttl, __ATOMIC_RELAXED);
+    if (items_temp_mode() && it->exptime != 0 && it->exptime >= now &&
+        it->exptime - now <= (rel_time_t)ttl)
         return LRU_SEG_TEMP;
-    return items_segmented ? LRU_SEG_HOT : LRU_SEG_COLD;
+    return items_seg_mode() ? LRU_SEG_HOT : LRU_SEG_COLD;
 }
 
 #define SEG_INCR(c, field) \
@@ -108,7 +137,7 @@ bool items_seg_hit(item *it, bool newly_active)
 {
     unsigned int seg = it->lru_seg < LRU_SEGS ? it->lru_seg : LRU_SEG_COLD;
     SEG_INCR(it->slabs_clsid, hits[seg]);
-    return items_segmented && newly_active;
+    return items_seg_mode() && newly_active;
 }
 
 /* Moves it from its queue to the head of queue dst of its class; with
@@ -164,9 +193,11 @@ enum seg_pull {
 
 /* The juggle's bounds for one class and partition. */
 struct seg_limits {
+    bool flat;              /* `lru mode flat`: HOT and WARM drain to COLD */
     uint64_t total;         /* HOT + WARM + COLD bytes; 0: move whatever */
     rel_time_t hot_age;     /* 0 with total 0 */
     rel_time_t warm_age;
+    int hot_pct, warm_pct;
 };
 
 /* Where the live tail item it of queue seg (l, locked; its item lock held)
@@ -175,13 +206,15 @@ static unsigned int seg_dest(struct lru *l, unsigned int seg, item *it,
                              const struct seg_limits *lim, rel_time_t now)
 {
     bool active = (it->it_flags & ITEM_ACTIVE) != 0;
+    if (seg == LRU_SEG_TEMP || (seg == LRU_SEG_COLD && lim->flat))
+        return LRU_SEGS;
+    if (lim->flat)
+        return LRU_SEG_COLD;
     if (seg == LRU_SEG_COLD)
         return active ? LRU_SEG_WARM : LRU_SEGS;
-    if (seg == LRU_SEG_TEMP)
-        return LRU_SEGS;
     if (active)
         return LRU_SEG_WARM;
-    int pct = seg == LRU_SEG_HOT ? settings.hot_lru_pct : settings.warm_lru_pct;
+    int pct = seg == LRU_SEG_HOT ? lim->hot_pct : lim->warm_pct;
     rel_time_t age = seg == LRU_SEG_HOT ? lim->hot_age : lim->warm_age;
     if (lim->total == 0 || l->bytes > lim->total * (uint64_t)pct / 100 ||
         (now > it->time && now - it->time > age))
@@ -245,9 +278,9 @@ static enum seg_pull seg_pull(unsigned int seg, unsigned int clsid, int p,
 
 bool items_seg_refill_cold(unsigned int clsid, int p)
 {
-    if (!items_segmented)
+    if (!items_seg_lists())
         return false;
-    static const struct seg_limits forced = { 0, 0, 0 };
+    const struct seg_limits forced = { .flat = !items_seg_mode() };
     for (int i = 0; i < SEG_SEARCH_DEPTH * 2; i++) {
         enum seg_pull r = seg_pull(LRU_SEG_HOT, clsid, p, &forced);
         if (r == PULL_NOTHING)
@@ -276,25 +309,35 @@ static uint64_t seg_bytes(unsigned int seg, unsigned int clsid, int p,
     return b;
 }
 
+/* The bounds of (clsid, p) now: `lru tune` may change the settings at any
+ * time. */
+static void seg_limits_now(unsigned int clsid, int p, struct seg_limits *lim)
+{
+    rel_time_t now = mc_now(), cold_tail;
+    lim->flat = !items_seg_mode();
+    lim->total = seg_bytes(LRU_SEG_COLD, clsid, p, &cold_tail) +
+                 seg_bytes(LRU_SEG_HOT, clsid, p, NULL) +
+                 seg_bytes(LRU_SEG_WARM, clsid, p, NULL);
+    rel_time_t cold_age = cold_tail != 0 && now > cold_tail ? now - cold_tail : 0;
+    double hot_factor, warm_factor;
+    __atomic_load(&settings.hot_max_factor, &hot_factor, __ATOMIC_RELAXED);
+    __atomic_load(&settings.warm_max_factor, &warm_factor, __ATOMIC_RELAXED);
+    lim->hot_age = (rel_time_t)(cold_age * hot_factor);
+    lim->warm_age = (rel_time_t)(cold_age * warm_factor);
+    lim->hot_pct = __atomic_load_n(&settings.hot_lru_pct, __ATOMIC_RELAXED);
+    lim->warm_pct = __atomic_load_n(&settings.warm_lru_pct, __ATOMIC_RELAXED);
+}
+
 static void juggle_one(unsigned int clsid, int p)
 {
-    if (items_temp_lru) {
-        for (int i = 0; i < SEG_JUGGLE_MAX; i++)
-            if (seg_pull(LRU_SEG_TEMP, clsid, p, NULL) == PULL_NOTHING)
-                break;
-    }
-    if (!items_segmented)
-        return;
-    rel_time_t now = mc_now(), cold_tail;
     struct seg_limits lim;
-    lim.total = seg_bytes(LRU_SEG_COLD, clsid, p, &cold_tail) +
-                seg_bytes(LRU_SEG_HOT, clsid, p, NULL) +
-                seg_bytes(LRU_SEG_WARM, clsid, p, NULL);
+    seg_limits_now(clsid, p, &lim);
+    /* TEMP only loses its dead items, also after `lru temp_ttl -1`. */
+    for (int i = 0; i < SEG_JUGGLE_MAX; i++)
+        if (seg_pull(LRU_SEG_TEMP, clsid, p, &lim) == PULL_NOTHING)
+            break;
     if (lim.total == 0)
         return;
-    rel_time_t cold_age = cold_tail != 0 && now > cold_tail ? now - cold_tail : 0;
-    lim.hot_age = (rel_time_t)(cold_age * settings.hot_max_factor);
-    lim.warm_age = (rel_time_t)(cold_age * settings.warm_max_factor);
     for (int i = 0; i < SEG_JUGGLE_MAX; i++) {
         int moved = (seg_pull(LRU_SEG_HOT, clsid, p, &lim) != PULL_NOTHING) +
                     (seg_pull(LRU_SEG_WARM, clsid, p, &lim) != PULL_NOTHING) +
@@ -306,7 +349,7 @@ static void juggle_one(unsigned int clsid, int p)
 
 void items_seg_juggle(void)
 {
-    if (!items_segmented && !items_temp_lru)
+    if (!items_seg_lists())
         return;
     for (unsigned int c = 1; c <= slabs_nclasses(); c++)
         for (int p = 0; p < items_npart; p++)

@@ -164,3 +164,52 @@ def test_a_lower_tier_keeps_the_lazy_lru(server, tmp_path):
     assert "have no effect with a lower tier" in s.stderr_text(), s.stderr_text()
     assert c.line(b"set k 0 5 1\r\nx\r\n") == b"STORED\r\n"
     assert "number_temp" not in " ".join(c.stats(b"items"))
+    for cmd, answer in [(b"lru mode segmented", b"ERROR lru mode segmented has no meaning "
+                                                 b"with a lower tier"),
+                        (b"lru temp_ttl 5", b"ERROR lru temp_ttl has no meaning with a lower tier"),
+                        (b"lru mode flat", b"OK"), (b"lru temp_ttl -1", b"OK")]:
+        got = c.line(cmd + b"\r\n")
+        assert got.startswith(answer), (cmd, got)
+    assert c.stats(b"settings")["lru_segmented"] == "no"
+
+
+def test_lru_commands_change_the_queues_at_run_time(server):
+    c = server(["-m", "8"]).connect()
+    for cmd, answer in [(b"lru tune 50 40 0.1 2", b"ERROR hot and warm pcts must not exceed 80"),
+                        (b"lru tune 10 10 0 1", b"ERROR hot/warm age factors must be greater than 0"),
+                        (b"lru tune x 10 1 1", b"ERROR"), (b"lru mode bogus", b"ERROR"),
+                        (b"lru temp_ttl x", b"ERROR"), (b"lru bogus", b"ERROR"), (b"lru", b"ERROR"),
+                        (b"lru tune 10 25 0.1 2.0", b"OK")]:
+        assert c.line(cmd + b"\r\n") == answer + b"\r\n", cmd
+    st = c.stats(b"settings")
+    assert (st["hot_lru_pct"], st["warm_lru_pct"], st["hot_max_factor"], st["warm_max_factor"],
+            st["lru_segmented"]) == ("10", "25", "0.10", "2.00", "no"), st
+    c.send(b"lru tune 20 40 0.2 2.0 noreply\r\n")
+    assert c.stats(b"settings")["hot_lru_pct"] == "20"
+
+    # Segmented from now on: new items enter HOT, and leave it for COLD.
+    assert c.line(b"lru mode segmented\r\n") == b"OK\r\n"
+    assert c.stats(b"settings")["lru_segmented"] == "yes"
+    fill(c, b"s", 40, 3000)
+    cls = class_of(c, b"s0")
+    assert wait_until(lambda: class_stats(c)[cls]["moves_to_cold"] > 0, 5), class_stats(c)[cls]
+    # Flat again: HOT and WARM drain into COLD, and new items go there directly.
+    assert c.line(b"lru mode flat\r\n") == b"OK\r\n"
+    assert wait_until(lambda: class_stats(c)[cls]["number_cold"] == 40, 5), class_stats(c)[cls]
+    moved = class_stats(c)[cls]["moves_to_cold"]
+    fill(c, b"t", 5, 3000)
+    time.sleep(0.2)
+    s = class_stats(c)[cls]
+    assert (s["number_cold"], s["number_hot"], s["moves_to_cold"]) == (45, 0, moved), s
+
+    assert c.line(b"lru temp_ttl 60\r\n") == b"OK\r\n"
+    st = c.stats(b"settings")
+    assert (st["temp_lru"], st["temporary_ttl"]) == ("yes", "60"), st
+    val = value_of(1, 3000)
+    assert c.line(b"set brief 0 30 3000\r\n" + val + b"\r\n") == b"STORED\r\n"
+    assert class_stats(c)[cls]["number_temp"] == 1
+    assert c.line(b"lru temp_ttl -1\r\n") == b"OK\r\n"
+    assert c.stats(b"settings")["temp_lru"] == "no"
+    assert get_value(c, b"brief") == val
+    for i in (0, 39):
+        assert get_value(c, b"s%d" % i) == value_of(i, 3000)
