@@ -339,6 +339,9 @@ struct lru *items_lru_of(const item *it)
         return NULL;
     if (it->tier != TIER_DRAM)
         return &items_lrus[it->tier][it->lru_cls][it->partition];
+    /* COLD (every item without the segmented LRU) is the class's LRU. */
+    if (it->lru_seg == LRU_SEG_COLD)
+        return &items_lrus[TIER_DRAM][it->slabs_clsid][it->partition];
     return items_seg_lru(it->lru_seg, it->slabs_clsid, it->partition);
 }
 
