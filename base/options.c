@@ -211,18 +211,15 @@ const struct option_def settings_options[] = {
       NULL, "keep the Lazy LRU (the default)") },
     { OPT(0, "hot_lru_pct", OPT_INT, S(hot_lru_pct), 1, 79, true, "hot_lru_pct",
       "<pct>", "lru_maintainer: the most HOT holds, in percent of its "
-      "class's bytes"),
-      .def = "20" },
+      "class's bytes"), .def = "20" },
     { OPT(0, "warm_lru_pct", OPT_INT, S(warm_lru_pct), 1, 79, true, "warm_lru_pct",
       "<pct>", "lru_maintainer: likewise for WARM (the two add up to 80 "
-      "at most)"),
-      .def = "40" },
+      "at most)"), .def = "40" },
     { OPT(0, "hot_max_factor", OPT_DOUBLE, S(hot_max_factor), 0.01, 1000, true,
       "hot_max_factor", "<x>", "lru_maintainer: an item older than this times "
       "COLD's oldest leaves HOT"), .def = "0.2" },
     { OPT(0, "warm_max_factor", OPT_DOUBLE, S(warm_max_factor), 0.01, 1000, true,
-      "warm_max_factor", "<x>", "lru_maintainer: likewise for WARM"),
-      .def = "2.0" },
+      "warm_max_factor", "<x>", "lru_maintainer: likewise for WARM"), .def = "2.0" },
     { OPT(0, "temporary_ttl", OPT_INT, S(temporary_ttl), 0, 1 << 30, true,
       "temporary_ttl", "<secs>", "given, memcached's TEMP LRU: an item stored "
       "with this many seconds or fewer to live goes to a queue of its class "

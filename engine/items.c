@@ -131,17 +131,7 @@ static void crawl_check_locked(struct lru *l, item *it)
     if (!item_trylock(hv))
         return;
     if (item_is_dead(it, NULL)) {
-        if (l->tail == it) {
-            GSTATS_INCR(reclaimed);
-            CLS_INCR(clsid, reclaimed);
-        } else {
-            GSTATS_INCR(crawler_reclaimed);
-            CLS_INCR(clsid, crawler_reclaimed);
-        }
-        if ((it->it_flags & ITEM_FETCHED) == 0) {
-            GSTATS_INCR(expired_unfetched);
-            CLS_INCR(clsid, expired_unfetched);
-        }
+        items_count_dead(clsid, it, l->tail != it);
         items_unlink_locked(l, it, hv);
         item_release(it);
     }
@@ -229,13 +219,7 @@ static int sweep_ssd_step(int budget, bool *wrapped)
         assoc_visit_stripe(stripe, sweep_one, &w);
         for (int i = 0; i < w.ndead; i++) {
             item *it = w.dead[i];
-            unsigned int clsid = it->slabs_clsid;
-            GSTATS_INCR(crawler_reclaimed);
-            CLS_INCR(clsid, crawler_reclaimed);
-            if ((it->it_flags & ITEM_FETCHED) == 0) {
-                GSTATS_INCR(expired_unfetched);
-                CLS_INCR(clsid, expired_unfetched);
-            }
+            items_count_dead(it->slabs_clsid, it, true);
             do_item_unlink(it, item_hash(ITEM_key(it), it->nkey));
         }
         item_unlock(stripe);

@@ -500,6 +500,21 @@ void items_tier_dram(enum item_tier tier, struct items_tier_dram *out)
     out->key_bytes = __atomic_load_n(&tier_key_bytes[tier], __ATOMIC_RELAXED);
 }
 
+void items_count_dead(unsigned int clsid, const item *it, bool by_crawler)
+{
+    if (by_crawler) {
+        GSTATS_INCR(crawler_reclaimed);
+        CLS_INCR(clsid, crawler_reclaimed);
+    } else {
+        GSTATS_INCR(reclaimed);
+        CLS_INCR(clsid, reclaimed);
+    }
+    if ((it->it_flags & ITEM_FETCHED) == 0) {
+        GSTATS_INCR(expired_unfetched);
+        CLS_INCR(clsid, expired_unfetched);
+    }
+}
+
 static void stats_unlinked(const item *it)
 {
     GSTATS_DECR(curr_items);
@@ -703,12 +718,7 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
         items_lru_unlink_locked(l, it);
         items_lru_link_locked(l, it);
     } else if (dead) {
-        GSTATS_INCR(reclaimed);
-        CLS_INCR(clsid, reclaimed);
-        if ((it->it_flags & ITEM_FETCHED) == 0) {
-            GSTATS_INCR(expired_unfetched);
-            CLS_INCR(clsid, expired_unfetched);
-        }
+        items_count_dead(clsid, it, false);
         got = it;
     } else {
         items_stats_evicted(it, clsid);

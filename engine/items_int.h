@@ -105,6 +105,11 @@ struct item_seg_stats {
 void items_seg_class_stats(unsigned int clsid, struct item_seg_stats *out);
 void items_seg_stats_reset(void);
 
+/* Counts dead item it of class clsid about to be unlinked: `reclaimed`
+ * (found at an LRU's tail) or `crawler_reclaimed` (by_crawler), and
+ * `expired_unfetched` when it was never read (items_core.c). */
+void items_count_dead(unsigned int clsid, const item *it, bool by_crawler);
+
 /* Defined in items_core.c; their comments are there. */
 extern struct lru items_lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
 extern const struct item_tier_ops *items_tier_ops;

@@ -238,12 +238,7 @@ static enum seg_pull seg_pull(unsigned int seg, unsigned int clsid, int p,
         if (!item_trylock(hv))
             continue;
         if (item_is_dead(it, NULL)) {
-            GSTATS_INCR(reclaimed);
-            CLS_INCR(clsid, reclaimed);
-            if ((it->it_flags & ITEM_FETCHED) == 0) {
-                GSTATS_INCR(expired_unfetched);
-                CLS_INCR(clsid, expired_unfetched);
-            }
+            items_count_dead(clsid, it, false);
             items_unlink_locked(l, it, hv);
             pthread_mutex_unlock(&l->lock);
             item_release(it);

@@ -127,6 +127,18 @@ def recv_for(sock, seconds=0.3, done=None):
         buf += chunk
 
 
+def wait_until(pred, seconds, step=0.05):
+    """Polls pred() every `step` seconds; True once it holds, False if it
+    still does not after `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        if pred():
+            return True
+        if time.time() > deadline:
+            return False
+        time.sleep(step)
+
+
 def is_closed(sock, timeout=3.0):
     """True if the peer closed the connection within `timeout` seconds."""
     sock.settimeout(timeout)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mcserver import IS_STOCK
+from mcserver import IS_STOCK, wait_until
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -40,16 +40,6 @@ def class_of(c, key):
     m = re.search(rb" cls=(\d+)", r)
     assert m, r
     return int(m.group(1))
-
-
-def wait_until(pred, seconds):
-    end = time.time() + seconds
-    while True:
-        if pred():
-            return True
-        if time.time() > end:
-            return False
-        time.sleep(0.05)
 
 
 def fill(c, prefix, count, size, ttl=0):
