@@ -85,11 +85,13 @@ def test_hot_moves_to_cold_and_only_cold_is_evicted(server):
         last.update(class_stats(c)[cls])
         return last["number_hot"] * 100 <= 25 * last["number"]
     assert wait_until(hot_within_share, 10), last
-    assert last["number_hot"] > 0 and last["number_cold"] > 0, last
+    # HOT may also have emptied by age (hot_max_factor) when the fill was
+    # slow, as under a sanitizer build.
+    assert last["number_cold"] > 0, last
     assert last["number_warm"] == 0 and last["moves_to_warm"] == 0, last    # nothing read
     assert last["number_hot"] + last["number_warm"] + last["number_cold"] == last["number"], last
     assert last["moves_to_cold"] > 0 and last["evicted"] > 0, last
-    # The newest items are in HOT; the oldest were evicted from COLD.
+    # The newest items are kept; the oldest were evicted from COLD.
     assert get_value(c, b"k1199") == value_of(1199, 10000)
     assert get_value(c, b"k0") is None
 
@@ -271,6 +273,9 @@ def test_queues_under_concurrent_load_keep_every_value_whole(server):
     for t in threads:
         t.join()
     assert not errors, (seed, errors[:5])
+    err = s.stderr_text()
+    for marker in ("WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "runtime error:"):
+        assert marker not in err, (seed, err)
     c = s.connect()
     st = c.stats()
     assert int(st["evictions"]) > 0, st
