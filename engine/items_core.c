@@ -538,7 +538,8 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
         if (!(it->it_flags & ITEM_META) || it->cas == 0)
             it->cas = item_next_cas();
         if (it->tier == TIER_DRAM)
-            it->lru_seg = (uint8_t)items_seg_of_new(it);
+            it->lru_seg = items_seg_lists() ? (uint8_t)items_seg_of_new(it)
+                                            : LRU_SEG_COLD;
     }
     assoc_insert(it, hv);
 
