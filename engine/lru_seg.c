@@ -32,6 +32,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -304,6 +305,14 @@ static uint64_t seg_bytes(unsigned int seg, unsigned int clsid, int p,
     return b;
 }
 
+/* factor times cold_age, capped at the longest age (a large factor from
+ * `lru tune` means "never by age"). */
+static rel_time_t seg_age(rel_time_t cold_age, double factor)
+{
+    double age = (double)cold_age * factor;
+    return age < (double)UINT32_MAX ? (rel_time_t)age : UINT32_MAX;
+}
+
 /* The bounds of (clsid, p) now: `lru tune` may change the settings at any
  * time. */
 static void seg_limits_now(unsigned int clsid, int p, struct seg_limits *lim)
@@ -317,8 +326,8 @@ static void seg_limits_now(unsigned int clsid, int p, struct seg_limits *lim)
     double hot_factor, warm_factor;
     __atomic_load(&settings.hot_max_factor, &hot_factor, __ATOMIC_RELAXED);
     __atomic_load(&settings.warm_max_factor, &warm_factor, __ATOMIC_RELAXED);
-    lim->hot_age = (rel_time_t)(cold_age * hot_factor);
-    lim->warm_age = (rel_time_t)(cold_age * warm_factor);
+    lim->hot_age = seg_age(cold_age, hot_factor);
+    lim->warm_age = seg_age(cold_age, warm_factor);
     lim->hot_pct = __atomic_load_n(&settings.hot_lru_pct, __ATOMIC_RELAXED);
     lim->warm_pct = __atomic_load_n(&settings.warm_lru_pct, __ATOMIC_RELAXED);
 }

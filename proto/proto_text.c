@@ -22,6 +22,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -775,7 +776,8 @@ static void pt_process_lru(conn *c, struct util_token *tok, size_t ntok)
         warm_factor = strtod(tok[5].value, &e2);
         if (!safe_strtoul(tok[2].value, &hot) || !safe_strtoul(tok[3].value, &warm) ||
             errno != 0 || e1 == tok[4].value || *e1 != '\0' ||
-            e2 == tok[5].value || *e2 != '\0') {
+            e2 == tok[5].value || *e2 != '\0' ||
+            !isfinite(hot_factor) || !isfinite(warm_factor)) {
             out_string(c, "ERROR");
         } else if ((uint64_t)hot + warm > 80) {
             out_string(c, "ERROR hot and warm pcts must not exceed 80");

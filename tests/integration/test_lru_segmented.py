@@ -169,7 +169,8 @@ def test_lru_commands_change_the_queues_at_run_time(server):
     c = server(["-m", "8"]).connect()
     for cmd, answer in [(b"lru tune 50 40 0.1 2", b"ERROR hot and warm pcts must not exceed 80"),
                         (b"lru tune 10 10 0 1", b"ERROR hot/warm age factors must be greater than 0"),
-                        (b"lru tune x 10 1 1", b"ERROR"), (b"lru mode bogus", b"ERROR"),
+                        (b"lru tune x 10 1 1", b"ERROR"), (b"lru tune 10 10 inf 1", b"ERROR"),
+                        (b"lru tune 10 10 1 nan", b"ERROR"), (b"lru mode bogus", b"ERROR"),
                         (b"lru temp_ttl x", b"ERROR"), (b"lru bogus", b"ERROR"), (b"lru", b"ERROR"),
                         (b"lru tune 10 25 0.1 2.0", b"OK")]:
         assert c.line(cmd + b"\r\n") == answer + b"\r\n", cmd
@@ -185,6 +186,11 @@ def test_lru_commands_change_the_queues_at_run_time(server):
     fill(c, b"s", 40, 3000)
     cls = class_of(c, b"s0")
     assert wait_until(lambda: class_stats(c)[cls]["moves_to_cold"] > 0, 5), class_stats(c)[cls]
+    # A huge factor means "never by age": juggles with COLD's oldest a
+    # second old or more multiply it into an age past any rel_time_t.
+    assert c.line(b"lru tune 20 40 1e300 1e300\r\n") == b"OK\r\n"
+    time.sleep(1.2)
+    assert get_value(c, b"s39") == value_of(39, 3000)
     # Flat again: HOT and WARM drain into COLD, and new items go there directly.
     assert c.line(b"lru mode flat\r\n") == b"OK\r\n"
     assert wait_until(lambda: class_stats(c)[cls]["number_cold"] == 40, 5), class_stats(c)[cls]
