@@ -203,6 +203,29 @@ const struct option_def settings_options[] = {
       "(lru_crawler enable|disable at run time)"), .def = "on" },
     { OPT(0, "no_lru_crawler", OPT_CLEAR, S(lru_crawler), 0, 0, true, NULL,
       NULL, "start with the expiry crawler off") },
+    { OPT(0, "lru_maintainer", OPT_SET, S(lru_segmented), 0, 0, true, "lru_segmented",
+      NULL, "memcached's segmented LRU: each slab class keeps HOT, WARM and "
+      "COLD queues (moved between by the maintainer, evicted from COLD) "
+      "instead of the Lazy LRU; not with a lower tier (ignored, with a note)") },
+    { OPT(0, "no_lru_maintainer", OPT_CLEAR, S(lru_segmented), 0, 0, true, NULL,
+      NULL, "keep the Lazy LRU (the default)") },
+    { OPT(0, "hot_lru_pct", OPT_INT, S(hot_lru_pct), 1, 79, true, "hot_lru_pct",
+      "<pct>", "lru_maintainer: the most HOT holds, in percent of its "
+      "class's bytes"), .def = "20" },
+    { OPT(0, "warm_lru_pct", OPT_INT, S(warm_lru_pct), 1, 79, true, "warm_lru_pct",
+      "<pct>", "lru_maintainer: likewise for WARM (the two add up to 80 "
+      "at most)"), .def = "40" },
+    { OPT(0, "hot_max_factor", OPT_DOUBLE, S(hot_max_factor), 0.01, 1000, true,
+      "hot_max_factor", "<x>", "lru_maintainer: an item older than this times "
+      "COLD's oldest leaves HOT"), .def = "0.2" },
+    { OPT(0, "warm_max_factor", OPT_DOUBLE, S(warm_max_factor), 0.01, 1000, true,
+      "warm_max_factor", "<x>", "lru_maintainer: likewise for WARM"), .def = "2.0" },
+    { OPT(0, "temporary_ttl", OPT_INT, S(temporary_ttl), 0, 1 << 30, true,
+      "temporary_ttl", "<secs>", "given, memcached's TEMP LRU: an item stored "
+      "with this many seconds or fewer to live goes to a queue of its class "
+      "that nothing evicts from; it leaves as it expires. Not with a lower "
+      "tier"),
+      .def = "61" },
     { OPT(0, "slab_reassign", OPT_SET, S(slab_reassign), 0, 0, true, "slab_reassign",
       NULL, "let the page mover move slab pages between classes"), .def = "on" },
     { OPT(0, "no_slab_reassign", OPT_CLEAR, S(slab_reassign), 0, 0, true, NULL,
@@ -398,19 +421,12 @@ const struct option_def settings_options[] = {
      * existing command lines keep working. */
     IGNORED("modern"),
     IGNORED("no_modern"),
-    IGNORED("lru_maintainer"),
-    IGNORED("no_lru_maintainer"),
     IGNORED("hash_algorithm"),
     IGNORED("tail_repair_time"),
     IGNORED("slab_chunk_max"),
     IGNORED("no_maxconns_fast"),
     IGNORED("lru_crawler_sleep"),
     IGNORED("lru_crawler_tocrawl"),
-    IGNORED("hot_lru_pct"),
-    IGNORED("warm_lru_pct"),
-    IGNORED("hot_max_factor"),
-    IGNORED("warm_max_factor"),
-    IGNORED("temporary_ttl"),
     IGNORED("watcher_logbuf_size"),
     IGNORED("worker_logbuf_size"),
     IGNORED("track_sizes"),

@@ -107,6 +107,11 @@ static bool opt_given(const char *name)
     return o != NULL && given[o - settings_options];
 }
 
+bool settings_given(const char *name)
+{
+    return opt_given(name);
+}
+
 void settings_die(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, fmt, a, b);
@@ -644,10 +649,34 @@ static bool finalize_connections(void)
     return true;
 }
 
+/* memcached's segmented LRU and TEMP queue (engine/lru_seg.c): as memcached,
+ * temporary_ttl given turns TEMP on, and no_modern keeps one queue.  With a
+ * lower tier, the Lazy LRU's temperatures decide what moves down and up,
+ * so both stay off there. */
+static bool finalize_lru(void)
+{
+    settings.temp_lru = opt_given("temporary_ttl");
+    if (settings_ignored_arg("no_modern") != NULL)
+        settings.lru_segmented = false;
+    if (settings.hot_lru_pct + settings.warm_lru_pct > 80) {
+        fprintf(stderr, "hot_lru_pct + warm_lru_pct cannot be more than 80%%\n");
+        return false;
+    }
+    if ((settings.lru_segmented || settings.temp_lru) &&
+        (settings.nvm_path != NULL || settings.ssd_path != NULL)) {
+        fprintf(stderr, "note: -o lru_maintainer and -o temporary_ttl have no "
+                "effect with a lower tier: its Lazy LRU is kept\n");
+        settings.lru_segmented = false;
+        settings.temp_lru = false;
+    }
+    return true;
+}
+
 bool settings_finalize(void)
 {
     return finalize_listen() && finalize_pairs() && finalize_security() &&
-           finalize_threads_and_sizes() && finalize_tiers() && finalize_connections();
+           finalize_threads_and_sizes() && finalize_tiers() && finalize_connections() &&
+           finalize_lru();
 }
 
 const char *settings_choice(const char *name)
@@ -677,13 +706,6 @@ static const struct {
     { "tail_repair_time", NULL, "0", 0, false },
     { "hash_algorithm", NULL, "tac-mix64", 0, false },
     { "lru_maintainer_thread", NULL, "yes", 0, false },
-    { "lru_segmented", NULL, "no", 0, false },
-    { "hot_lru_pct", "hot_lru_pct", "20", 0, false },
-    { "warm_lru_pct", "warm_lru_pct", "40", 0, false },
-    { "hot_max_factor", "hot_max_factor", "0.20", 0, false },
-    { "warm_max_factor", "warm_max_factor", "2.00", 0, false },
-    { "temp_lru", NULL, "no", 0, false },
-    { "temporary_ttl", "temporary_ttl", "61", 0, false },
     { "watcher_logbuf_size", "watcher_logbuf_size", "262144", 1024, false },
     { "worker_logbuf_size", "worker_logbuf_size", "65536", 1024, false },
     { "track_sizes", NULL, "no", 0, false },
@@ -711,6 +733,7 @@ static void mc_settings(void (*out)(void *ctx, const char *name, const char *val
     static const char *const tls_names[] = { "tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3" };
     out(ctx, "ssl_min_version", tls_names[settings.ssl_min_version]);
     out(ctx, "auth_enabled_sasl", settings.sasl ? "yes" : "no");
+    out(ctx, "temp_lru", __atomic_load_n(&settings.temp_lru, __ATOMIC_RELAXED) ? "yes" : "no");
     out(ctx, "auth_enabled_ascii", settings.auth_file != NULL ? "yes" : "no");
     out(ctx, "tier_key", settings.tier_key != NULL ? "yes" : "no");
     if (settings.ssd_path != NULL) {
@@ -787,9 +810,12 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
         case OPT_BYTES:
             snprintf(v, sizeof(v), "%zu", *(size_t *)opt_field(o));
             break;
-        case OPT_DOUBLE:
-            snprintf(v, sizeof(v), "%.2f", *(double *)opt_field(o));
+        case OPT_DOUBLE: {
+            double d;       /* `lru tune` writes some at run time */
+            __atomic_load((double *)opt_field(o), &d, __ATOMIC_RELAXED);
+            snprintf(v, sizeof(v), "%.2f", d);
             break;
+        }
         case OPT_STRING:
             str = *(char **)opt_field(o);
             if (str == NULL)
@@ -801,8 +827,8 @@ void settings_each(void (*out)(void *ctx, const char *name, const char *value),
         case OPT_CHOICE:
             str = o->choices[*(int *)opt_field(o)];
             break;
-        case OPT_SET:
-            str = *(bool *)opt_field(o) ? "yes" : "no";
+        case OPT_SET:       /* `lru mode` writes lru_segmented */
+            str = __atomic_load_n((bool *)opt_field(o), __ATOMIC_RELAXED) ? "yes" : "no";
             break;
         case OPT_CLEAR:
             /* Shown the way memcached shows them: "evictions on". */

@@ -110,6 +110,14 @@ struct settings {
                                `lru_crawler enable|disable` command writes it) */
     int lru_crawler_sleep;  /* `lru_crawler sleep`: shown, no effect (atomic) */
     int lru_crawler_tocrawl; /* `lru_crawler tocrawl`: shown, no effect (atomic) */
+    /* memcached's segmented LRU (engine/lru_seg.c), DRAM only */
+    bool lru_segmented;     /* -o lru_maintainer: HOT, WARM and COLD queues */
+    int hot_lru_pct;        /* -o hot_lru_pct: HOT's share of a class's bytes */
+    int warm_lru_pct;       /* -o warm_lru_pct: WARM's share */
+    double hot_max_factor;  /* -o hot_max_factor: HOT's age bound / COLD's age */
+    double warm_max_factor; /* -o warm_max_factor: WARM's likewise */
+    bool temp_lru;          /* -o temporary_ttl given: the TEMP queue */
+    int temporary_ttl;      /* -o temporary_ttl: seconds */
     bool dump_enabled;      /* false with -X: no key dumps */
     bool watch_enabled;     /* false with -W: no watch */
     char prefix_delimiter;  /* -D: ends a key's prefix for stats detail */
@@ -202,6 +210,8 @@ void settings_init(void);
 /* What the command line gave a memcached option that is accepted and
  * ignored here ("yes" for a bare flag), or NULL: it was not given. */
 const char *settings_ignored_arg(const char *name);
+/* True if option `name` (its long name) was on the command line. */
+bool settings_given(const char *name);
 
 /*
  * Parses the command line (memcached's short and long flags, and -o

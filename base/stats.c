@@ -292,9 +292,9 @@ static bool shown_lru_crawler(void)
 static bool shown_lru_maintainer(void)
 {
     /* memcached's no_modern stops its LRU maintainer too */
-    return settings_ignored_arg("no_lru_maintainer") == NULL &&
+    return !settings_given("no_lru_maintainer") &&
            (settings_ignored_arg("no_modern") == NULL ||
-            settings_ignored_arg("lru_maintainer") != NULL);
+            settings_given("lru_maintainer"));
 }
 
 static void local_pid(const struct general_snap *g, char *val, size_t len)
@@ -645,10 +645,12 @@ static const struct stat_row general_stats[] = {
     ROW("direct_reclaims", COUNTER, IF(shown_lru_maintainer, GSTATS(direct_reclaims)),
         "items a worker took from an LRU tail (expired, or evicted) to store "
         "a new one, for want of a free chunk"),
-    ROW("moves_to_cold", CONST, IF(shown_lru_maintainer, LOCAL(local_zero)),
-        "always 0: one LRU per class, not segmented (see `stats items`)"),
-    ROW("moves_to_warm", CONST, IF(shown_lru_maintainer, LOCAL(local_zero)),
-        "always 0: one LRU per class, not segmented"),
+    ROW("moves_to_cold", COUNTER, IF(shown_lru_maintainer, GSTATS(moves_to_cold)),
+        "with -o lru_maintainer (memcached's segmented LRU), items moved from "
+        "HOT or WARM to COLD; 0 with the Lazy LRU, which has one queue per class"),
+    ROW("moves_to_warm", COUNTER, IF(shown_lru_maintainer, GSTATS(moves_to_warm)),
+        "with -o lru_maintainer, items moved to WARM: an item read twice, from "
+        "COLD on its read or from HOT's tail; 0 with the Lazy LRU"),
     ROW("moves_within_lru", COUNTER, IF(shown_lru_maintainer, GSTATS(lru_bumps)),
         "items moved to the head of their LRU after a read (`lru_bumps`)"),
     ROW("lru_bumps_dropped", COUNTER, IF(shown_lru_maintainer, GSTATS(lru_bumps_dropped)),

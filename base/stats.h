@@ -106,6 +106,8 @@ struct thread_stats {
     X(lru_bumps_queued)      \
     X(lru_bumps_dropped)     \
     X(lru_bumps)             \
+    X(moves_to_cold)         \
+    X(moves_to_warm)         \
     X(lru_second_chances)    \
     X(outofmemory)           \
     X(store_waits)           \

@@ -73,7 +73,10 @@ struct item {
     rel_time_t time;        /* last access, server clock (item_time()) */
     uint8_t lru_cls;        /* meta tuple: class of its lower-tier slot,
                                which picks its LRU; fixed while linked */
-    uint8_t unused[3];
+    uint8_t lru_seg;        /* DRAM item: its queue of the segmented LRU
+                               (enum lru_seg, items_int.h; 0 = the class's
+                               one LRU); item lock and the LRU locks */
+    uint8_t unused[2];
     item *next;             /* LRU links: partition LRU lock; free-list */
     item *prev;             /*   links while the chunk is free */
     char data[];            /* key, '\0', value (nbytes, ends "\r\n") */

@@ -69,6 +69,7 @@ static bool item_rescue(item *it, uint32_t hv)
     n->nkey = it->nkey;
     n->time = it->time;
     n->lru_cls = it->lru_cls;
+    n->lru_seg = it->lru_seg;
     memcpy(n->data, it->data, (size_t)it->nkey + 1 + it->nbytes);
     __atomic_store_n(&n->refcount, 1, __ATOMIC_RELEASE);
     do_item_unlink(it, hv);
@@ -130,17 +131,7 @@ static void crawl_check_locked(struct lru *l, item *it)
     if (!item_trylock(hv))
         return;
     if (item_is_dead(it, NULL)) {
-        if (l->tail == it) {
-            GSTATS_INCR(reclaimed);
-            CLS_INCR(clsid, reclaimed);
-        } else {
-            GSTATS_INCR(crawler_reclaimed);
-            CLS_INCR(clsid, crawler_reclaimed);
-        }
-        if ((it->it_flags & ITEM_FETCHED) == 0) {
-            GSTATS_INCR(expired_unfetched);
-            CLS_INCR(clsid, expired_unfetched);
-        }
+        items_count_dead(clsid, it, l->tail != it);
         items_unlink_locked(l, it, hv);
         item_release(it);
     }
@@ -228,13 +219,7 @@ static int sweep_ssd_step(int budget, bool *wrapped)
         assoc_visit_stripe(stripe, sweep_one, &w);
         for (int i = 0; i < w.ndead; i++) {
             item *it = w.dead[i];
-            unsigned int clsid = it->slabs_clsid;
-            GSTATS_INCR(crawler_reclaimed);
-            CLS_INCR(clsid, crawler_reclaimed);
-            if ((it->it_flags & ITEM_FETCHED) == 0) {
-                GSTATS_INCR(expired_unfetched);
-                CLS_INCR(clsid, expired_unfetched);
-            }
+            items_count_dead(it->slabs_clsid, it, true);
             do_item_unlink(it, item_hash(ITEM_key(it), it->nkey));
         }
         item_unlock(stripe);
@@ -251,23 +236,56 @@ static int sweep_ssd_step(int budget, bool *wrapped)
     return seen;
 }
 
+/* The LRU sets the crawler walks, in order: DRAM's (each class's one LRU,
+ * or its COLD queue), the lower tiers' when tiers exist, the segmented
+ * LRU's other queues once they are in use (lru_seg.c).  A set below
+ * TIER_COUNT is items_lrus[set]; TIER_COUNT + s - 1 is queue s of
+ * items_seg_lrus.  The list only grows (the queues come into use at run
+ * time, `lru mode`), and at its end: the cursor's index keeps its set. */
+static unsigned int crawl_sets(unsigned int sets[TIER_COUNT + LRU_SEGS - 1])
+{
+    unsigned int n = 0;
+    sets[n++] = TIER_DRAM;
+    if (items_tier_ops != NULL)
+        for (unsigned int t = TIER_DRAM + 1; t < TIER_COUNT; t++)
+            sets[n++] = t;
+    if (items_seg_lists())
+        for (unsigned int s = LRU_SEG_HOT; s < LRU_SEGS; s++)
+            sets[n++] = TIER_COUNT + s - 1;
+    return n;
+}
+
+static struct lru *crawl_list(unsigned int set, unsigned int cls, int p)
+{
+    if (set < TIER_COUNT)
+        return &items_lrus[set][cls][p];
+    return items_seg_lru(set - TIER_COUNT + 1, cls, p);
+}
+
+/* Classes of a set: DRAM's queues have the slab classes; the lower tiers'
+ * sets are by the class of their slots. */
+static unsigned int crawl_classes(unsigned int set)
+{
+    return set == TIER_DRAM || set >= TIER_COUNT ? slabs_nclasses()
+                                                 : MAX_SLAB_CLASSES - 1;
+}
+
 int items_crawl_step(int budget)
 {
     int checked = 0;
     pthread_mutex_lock(&items_crawl_lock);
     /* At most one full cycle: every LRU once, plus the rest of the one
-     * the cursor sits in.  Lower-tier sets are crawled only when tiers
-     * exist; their classes are those of the lower tier's slots. */
-    unsigned int ntiers = items_tier_ops != NULL ? TIER_COUNT : 1;
-    unsigned int ncls[TIER_COUNT] = { slabs_nclasses(), MAX_SLAB_CLASSES - 1,
-                                      MAX_SLAB_CLASSES - 1 };
+     * the cursor sits in.  items_crawl_tier indexes sets[]. */
+    unsigned int sets[TIER_COUNT + LRU_SEGS - 1];
+    unsigned int nsets = crawl_sets(sets);
     unsigned int limit = (items_crawler_in_lru ? 1 : 0);
-    for (unsigned int t = 0; t < ntiers; t++)
-        limit += ncls[t] * (unsigned int)items_npart;
+    for (unsigned int t = 0; t < nsets; t++)
+        limit += crawl_classes(sets[t]) * (unsigned int)items_npart;
     for (unsigned int visited = 0; checked < budget && visited < limit;) {
-        if (items_crawl_tier >= ntiers)
+        if (items_crawl_tier >= nsets)
             items_crawl_tier = 0;
-        if (items_crawl_cls < 1 || items_crawl_cls > ncls[items_crawl_tier])
+        unsigned int set = sets[items_crawl_tier];
+        if (items_crawl_cls < 1 || items_crawl_cls > crawl_classes(set))
             items_crawl_cls = 1;
         bool at_start = items_crawl_tier == 0 && items_crawl_cls == 1 && items_crawl_part == 0;
         if (at_start && !items_crawler_in_lru) {
@@ -275,15 +293,15 @@ int items_crawl_step(int budget)
             __atomic_store_n(&items_crawl_running, 1, __ATOMIC_RELAXED);
         }
         bool done = false;
-        checked += crawl_lru(&items_lrus[items_crawl_tier][items_crawl_cls][items_crawl_part],
+        checked += crawl_lru(crawl_list(set, items_crawl_cls, items_crawl_part),
                              budget - checked, &done);
         if (done) {
             visited++;
             if (++items_crawl_part >= items_npart) {
                 items_crawl_part = 0;
-                if (++items_crawl_cls > ncls[items_crawl_tier]) {
+                if (++items_crawl_cls > crawl_classes(set)) {
                     items_crawl_cls = 1;
-                    items_crawl_tier = (items_crawl_tier + 1) % ntiers;
+                    items_crawl_tier = (items_crawl_tier + 1) % nsets;
                     if (items_crawl_tier == 0)
                         __atomic_store_n(&items_crawl_running, 0, __ATOMIC_RELAXED);
                 }
@@ -354,29 +372,6 @@ void items_view_stripe(unsigned int stripe,
 
 /* ---- Stats. ---------------------------------------------------------- */
 
-/* Items in class clsid, their bytes and the last access time of its
- * oldest one. */
-static uint64_t class_count(unsigned int clsid, rel_time_t *oldest,
-                            uint64_t *bytes)
-{
-    uint64_t n = 0;
-    *bytes = 0;
-    *oldest = mc_now();
-    for (int p = 0; p < items_npart; p++) {
-        struct lru *l = &items_lrus[TIER_DRAM][clsid][p];
-        pthread_mutex_lock(&l->lock);
-        n += l->count;
-        *bytes += l->bytes;
-        item *t = l->tail;
-        while (t == &items_crawler)
-            t = t->prev;
-        if (t != NULL && t->time < *oldest)
-            *oldest = t->time;
-        pthread_mutex_unlock(&l->lock);
-    }
-    return n;
-}
-
 /* One "items:<class>:<name> <value>" line. */
 static void class_line(struct stat_sink *sink, unsigned int c,
                        const char *name, unsigned long long v)
@@ -387,41 +382,47 @@ static void class_line(struct stat_sink *sink, unsigned int c,
 }
 
 /*
- * memcached's names, in its order.  Each class has one LRU, which reads as
- * memcached's cold segment: number_cold is number, hits_to_cold the class's
- * hits, and the hot, warm and temp names are 0 (doc/stats.md).
+ * memcached's names, in its order.  With the segmented LRU (lru_seg.c) each
+ * name has memcached's meaning; with the Lazy LRU each class has one LRU,
+ * which reads as memcached's cold segment: number_cold is number,
+ * hits_to_cold the class's hits, and the hot, warm and temp names are 0
+ * (doc/stats.md).  age is the age of the oldest COLD item.
  */
 void items_stats(struct stat_sink *sink)
 {
     struct thread_stats *ts = malloc(sizeof(*ts));     /* large */
     if (ts != NULL)
         stats_aggregate(ts, NULL);
-    rel_time_t now = mc_now();
+    bool seg = items_seg_lists();
     for (unsigned int c = 1; c <= slabs_nclasses(); c++) {
-        rel_time_t oldest;
-        uint64_t bytes;
-        uint64_t n = class_count(c, &oldest, &bytes);
+        struct item_seg_stats q;
+        items_seg_class_stats(c, &q);
+        uint64_t n = q.number[LRU_SEG_HOT] + q.number[LRU_SEG_WARM] +
+                     q.number[LRU_SEG_COLD] + q.number[LRU_SEG_TEMP];
         struct lru_stats *s = &items_cls_stats[c];
         if (n == 0 && STATS_GET(s, evicted) == 0 &&
             STATS_GET(s, outofmemory) == 0)
             continue;
         class_line(sink, c, "number", n);
-        class_line(sink, c, "number_hot", 0);
-        class_line(sink, c, "number_warm", 0);
-        class_line(sink, c, "number_cold", n);
-        class_line(sink, c, "age_hot", 0);
-        class_line(sink, c, "age_warm", 0);
-        class_line(sink, c, "age", n ? now - oldest : 0);
-        class_line(sink, c, "mem_requested", bytes);
+        class_line(sink, c, "number_hot", q.number[LRU_SEG_HOT]);
+        class_line(sink, c, "number_warm", q.number[LRU_SEG_WARM]);
+        class_line(sink, c, "number_cold", q.number[LRU_SEG_COLD]);
+        if (items_temp_mode())
+            class_line(sink, c, "number_temp", q.number[LRU_SEG_TEMP]);
+        class_line(sink, c, "age_hot", q.age[LRU_SEG_HOT]);
+        class_line(sink, c, "age_warm", q.age[LRU_SEG_WARM]);
+        class_line(sink, c, "age", q.age[LRU_SEG_COLD]);
+        class_line(sink, c, "mem_requested", q.bytes);
 #define EMIT_LRU_STAT(name) class_line(sink, c, #name, STATS_GET(s, name));
         LRU_STATS_FIELDS(EMIT_LRU_STAT)
 #undef EMIT_LRU_STAT
-        class_line(sink, c, "moves_to_cold", 0);
-        class_line(sink, c, "moves_to_warm", 0);
-        class_line(sink, c, "hits_to_hot", 0);
-        class_line(sink, c, "hits_to_warm", 0);
-        class_line(sink, c, "hits_to_cold", ts ? ts->slab[c].get_hits : 0);
-        class_line(sink, c, "hits_to_temp", 0);
+        class_line(sink, c, "moves_to_cold", q.moves_to_cold);
+        class_line(sink, c, "moves_to_warm", q.moves_to_warm);
+        class_line(sink, c, "hits_to_hot", q.hits[LRU_SEG_HOT]);
+        class_line(sink, c, "hits_to_warm", q.hits[LRU_SEG_WARM]);
+        class_line(sink, c, "hits_to_cold", seg ? q.hits[LRU_SEG_COLD]
+                                                : ts ? ts->slab[c].get_hits : 0);
+        class_line(sink, c, "hits_to_temp", q.hits[LRU_SEG_TEMP]);
     }
     free(ts);
 }
@@ -439,6 +440,7 @@ void items_stats_reset(void)
         LRU_STATS_FIELDS(RESET_LRU_STAT)
 #undef RESET_LRU_STAT
     }
+    items_seg_stats_reset();
 }
 
 /* lru_crawler_running: 1 inside a pass, and from `lru_crawler crawl` on

@@ -646,6 +646,15 @@ bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
  * the maintainer thread calls it periodically.
  */
 int items_crawl_step(int budget);
+/* With -o lru_maintainer or -o temporary_ttl (memcached's segmented LRU,
+ * lru_seg.c): the maintainer's juggle of every class's queues, as
+ * memcached's LRU maintainer does it; nothing otherwise. */
+void items_seg_juggle(void);
+/* memcached's `lru mode flat|segmented` and `lru temp_ttl <ttl>` (on with
+ * ttl, off): false when turning one on with a lower tier, which keeps the
+ * Lazy LRU.  Off, the queues drain into COLD (TEMP as its items expire). */
+bool items_seg_set_mode(bool segmented);
+bool items_seg_set_temp(bool on, int ttl);
 /* `lru_crawler crawl`: the maintainer steps the crawler at every tick
  * (items_crawl_rushed) until one whole cycle is done. */
 void items_crawl_soon(void);

@@ -86,7 +86,7 @@ uint64_t items_oldest_cas;         /* atomic; 0 = none */
  * links are protected by the lock of the LRU it sits in. */
 pthread_mutex_t items_crawl_lock = PTHREAD_MUTEX_INITIALIZER;
 item items_crawler;
-unsigned int items_crawl_tier;        /* TIER_DRAM, then the lower tiers */
+unsigned int items_crawl_tier;        /* index of items.c's crawl_sets() */
 unsigned int items_crawl_cls = 1;
 int items_crawl_part;
 bool items_crawler_in_lru;
@@ -323,6 +323,7 @@ void items_core_init(void)
     items_lazy_lru = true;
 
     llru_init();
+    items_seg_init();
     slabs_init();
     assoc_init(settings.hashpower_init);
     items_npart = slabs_npartitions();
@@ -338,7 +339,10 @@ struct lru *items_lru_of(const item *it)
         return NULL;
     if (it->tier != TIER_DRAM)
         return &items_lrus[it->tier][it->lru_cls][it->partition];
-    return &items_lrus[TIER_DRAM][it->slabs_clsid][it->partition];
+    /* COLD (every item without the segmented LRU) is the class's LRU. */
+    if (it->lru_seg == LRU_SEG_COLD)
+        return &items_lrus[TIER_DRAM][it->slabs_clsid][it->partition];
+    return items_seg_lru(it->lru_seg, it->slabs_clsid, it->partition);
 }
 
 void items_set_tier_ops(const struct item_tier_ops *ops)
@@ -496,6 +500,21 @@ void items_tier_dram(enum item_tier tier, struct items_tier_dram *out)
     out->key_bytes = __atomic_load_n(&tier_key_bytes[tier], __ATOMIC_RELAXED);
 }
 
+void items_count_dead(unsigned int clsid, const item *it, bool by_crawler)
+{
+    if (by_crawler) {
+        GSTATS_INCR(crawler_reclaimed);
+        CLS_INCR(clsid, crawler_reclaimed);
+    } else {
+        GSTATS_INCR(reclaimed);
+        CLS_INCR(clsid, reclaimed);
+    }
+    if ((it->it_flags & ITEM_FETCHED) == 0) {
+        GSTATS_INCR(expired_unfetched);
+        CLS_INCR(clsid, expired_unfetched);
+    }
+}
+
 static void stats_unlinked(const item *it)
 {
     GSTATS_DECR(curr_items);
@@ -518,6 +537,9 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
             it->time = mc_now();
         if (!(it->it_flags & ITEM_META) || it->cas == 0)
             it->cas = item_next_cas();
+        if (it->tier == TIER_DRAM)
+            it->lru_seg = items_seg_lists() ? (uint8_t)items_seg_of_new(it)
+                                            : LRU_SEG_COLD;
     }
     assoc_insert(it, hv);
 
@@ -642,7 +664,9 @@ void do_item_evict(item *it, uint32_t hv)
  * holds l->lock. */
 static bool tail_spare_locked(struct lru *l, item *it)
 {
-    if (!items_lazy_lru || one_queue_lru || !llru_second_chance(it))
+    /* The segmented LRU rescues read items into WARM instead. */
+    if (!items_lazy_lru || one_queue_lru || items_seg_mode() ||
+        !llru_second_chance(it))
         return false;
     items_lru_unlink_locked(l, it);
     items_lru_link_locked(l, it);
@@ -695,12 +719,7 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
         items_lru_unlink_locked(l, it);
         items_lru_link_locked(l, it);
     } else if (dead) {
-        GSTATS_INCR(reclaimed);
-        CLS_INCR(clsid, reclaimed);
-        if ((it->it_flags & ITEM_FETCHED) == 0) {
-            GSTATS_INCR(expired_unfetched);
-            CLS_INCR(clsid, expired_unfetched);
-        }
+        items_count_dead(clsid, it, false);
         got = it;
     } else {
         items_stats_evicted(it, clsid);
@@ -778,6 +797,8 @@ static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
                 return it;
             }
         }
+        /* Segmented: COLD had nothing to give; HOT's tail moves down. */
+        items_seg_refill_cold(clsid, p);
     }
     return NULL;
 }
@@ -798,6 +819,7 @@ static void item_init_fields(item *it, const char *key, size_t nkey,
     it->tier = TIER_DRAM;
     it->nkey = (uint8_t)nkey;
     it->lru_cls = 0;
+    it->lru_seg = LRU_SEG_COLD;
     it->cas = 0;
     llru_init_access(it, it->time);
     memcpy(ITEM_key(it), key, nkey);
@@ -1063,10 +1085,20 @@ void do_item_touch_access(item *it)
 {
     rel_time_t now = mc_now();
     bool move = llru_access(it, now);
+    bool was_active = (it->it_flags & ITEM_ACTIVE) != 0;
     if (it->it_flags & ITEM_FETCHED)
         it->it_flags |= ITEM_ACTIVE;
     else
         it->it_flags |= ITEM_FETCHED;
+    /* Segmented (lru_seg.c): the read that makes an item ACTIVE is the one
+     * the LRU thread acts on, whatever the temperature says. */
+    if (items_seg_lists() && it->tier == TIER_DRAM &&
+        (it->it_flags & ITEM_LINKED)) {
+        bool seg_move = items_seg_hit(it, !was_active &&
+                                          (it->it_flags & ITEM_ACTIVE));
+        if (items_seg_mode())
+            move = seg_move;
+    }
 
     /* Only a rise in temperature class moves an item (lazy_lru.h); an SSD
      * meta tuple is on no LRU. */
@@ -1086,7 +1118,9 @@ void do_item_touch_access(item *it)
         /* A thread without rings (fetchers, tests) moves the item itself
          * when the LRU is free. */
         struct lru *l = items_lru_of(it);
-        if (pthread_mutex_trylock(&l->lock) == 0) {
+        if (items_seg_mode() && it->tier == TIER_DRAM) {
+            items_seg_bump(it, now);
+        } else if (pthread_mutex_trylock(&l->lock) == 0) {
             lru_bump_locked(l, it, now);
             pthread_mutex_unlock(&l->lock);
         }
@@ -1102,7 +1136,10 @@ static void lru_apply(item **v, unsigned int n)
         item *it = v[i];
         uint32_t hv = item_hash(ITEM_key(it), it->nkey);
         item_lock(hv);
-        if (it->it_flags & ITEM_LINKED) {
+        if ((it->it_flags & ITEM_LINKED) && items_seg_mode() &&
+            it->tier == TIER_DRAM) {
+            items_seg_bump(it, now);
+        } else if (it->it_flags & ITEM_LINKED) {
             struct lru *l = items_lru_of(it);
             pthread_mutex_lock(&l->lock);
             lru_bump_locked(l, it, now);

@@ -50,6 +50,66 @@ struct lru {
 
 #define CLS_INCR(cls, field) STATS_INCR(&items_cls_stats[(cls)], field)
 
+/* memcached's segmented LRU (lru_seg.c; -o lru_maintainer, -o
+ * temporary_ttl): a DRAM item's queue.  COLD is the class's LRU of
+ * items_lrus[TIER_DRAM], so every walk of that LRU (eviction, the page
+ * mover's callers, the crawler) sees the cold queue; the others are in
+ * items_seg_lrus[seg - 1]. */
+enum lru_seg { LRU_SEG_COLD = 0, LRU_SEG_HOT, LRU_SEG_WARM, LRU_SEG_TEMP, LRU_SEGS };
+
+extern bool items_segmented;       /* HOT/WARM/COLD (`lru mode`); atomic */
+extern bool items_temp_lru;        /* TEMP (`lru temp_ttl`); atomic */
+extern bool items_seg_used;        /* either was on: queues other than COLD
+                                      may hold items; atomic, never cleared */
+static inline bool items_seg_mode(void)
+{
+    return __atomic_load_n(&items_segmented, __ATOMIC_RELAXED);
+}
+static inline bool items_temp_mode(void)
+{
+    return __atomic_load_n(&items_temp_lru, __ATOMIC_RELAXED);
+}
+static inline bool items_seg_lists(void)
+{
+    return __atomic_load_n(&items_seg_used, __ATOMIC_RELAXED);
+}
+extern struct lru items_seg_lrus[LRU_SEGS - 1][MAX_SLAB_CLASSES][MAX_PARTITIONS];
+
+/* The queue seg of class clsid, partition p. */
+struct lru *items_seg_lru(unsigned int seg, unsigned int clsid, int p);
+/* Reads the settings and readies the queues (items_core_init). */
+void items_seg_init(void);
+/* The queue a new version of DRAM item it goes to (do_item_link). */
+enum lru_seg items_seg_of_new(const item *it);
+/* A read hit of linked DRAM item it, whose ACTIVE flag the read just set
+ * (newly_active): counts hits_to_<queue>; true when the LRU thread should
+ * act on it (items_seg_bump).  Caller holds the item lock. */
+bool items_seg_hit(item *it, bool newly_active);
+/* The LRU thread's move of a read item: an active COLD item goes to WARM,
+ * any other gets its access time.  Caller holds the item lock. */
+void items_seg_bump(item *it, rel_time_t now);
+/* Allocation found COLD empty: moves HOT's (else WARM's) tail toward COLD;
+ * true when an item reached COLD or was reclaimed.  Nothing unless the
+ * queues are in use. */
+bool items_seg_refill_cold(unsigned int clsid, int p);
+
+/* `stats items` of one class by queue (lru_seg.c). */
+struct item_seg_stats {
+    uint64_t number[LRU_SEGS];
+    rel_time_t age[LRU_SEGS];      /* of the queue's oldest item; 0 if empty */
+    uint64_t hits[LRU_SEGS];
+    uint64_t bytes;
+    uint64_t moves_to_cold;
+    uint64_t moves_to_warm;
+};
+void items_seg_class_stats(unsigned int clsid, struct item_seg_stats *out);
+void items_seg_stats_reset(void);
+
+/* Counts dead item it of class clsid about to be unlinked: `reclaimed`
+ * (found at an LRU's tail) or `crawler_reclaimed` (by_crawler), and
+ * `expired_unfetched` when it was never read (items_core.c). */
+void items_count_dead(unsigned int clsid, const item *it, bool by_crawler);
+
 /* Defined in items_core.c; their comments are there. */
 extern struct lru items_lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
 extern const struct item_tier_ops *items_tier_ops;

@@ -46,6 +46,8 @@
 /* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
  * hash resize step, items checked by the expiry crawler. */
 #define MAINT_TICK_MS 10
+/* Ticks between juggles of the segmented LRU's queues (lru_seg.c). */
+#define MAINT_JUGGLE_TICKS 5
 #define MAINT_EXPAND_BUDGET 4096
 #define MAINT_CRAWL_BUDGET 2000
 #define MAINT_SLAB_MOVE_BUDGET 4096
@@ -246,6 +248,10 @@ static void maintainer_main(struct bg *g, unsigned idx, void *arg)
         if (__atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED) &&
             (crawl_every <= 1 || ticks % crawl_every == 0 || items_crawl_rushed()))
             items_crawl_step(MAINT_CRAWL_BUDGET);
+        /* memcached's LRU maintainer, with -o lru_maintainer or
+         * temporary_ttl: every MAINT_JUGGLE_TICKS ticks. */
+        if (ticks % MAINT_JUGGLE_TICKS == 0)
+            items_seg_juggle();
         if (settings.slab_reassign) {
             if (__atomic_load_n(&settings.slab_automove, __ATOMIC_RELAXED))
                 slabs_automove_step();

@@ -22,6 +22,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -758,23 +759,58 @@ static void pt_process_slabs(conn *c, struct util_token *tok, size_t ntok)
     out_string(c, "ERROR");
 }
 
-/* lru mode|tune|temp_ttl: memcached's segmented LRU (hot, warm, cold and
- * temp queues) does not exist here, so each answers an error that says
- * so; the shape of the answer is memcached's ("ERROR <why>"). */
+/* lru tune|mode|temp_ttl: memcached's run-time settings of its segmented
+ * LRU (engine/lru_seg.c), with memcached's answers.  With a lower tier,
+ * turning the segmented LRU or the TEMP queue on answers an error that
+ * says why: the tiers keep the Lazy LRU. */
 static void pt_process_lru(conn *c, struct util_token *tok, size_t ntok)
 {
+    pt_noreply_maybe(c, tok, ntok);
     const char *sub = tok[1].value;
-    if (ntok >= 3 && strcmp(sub, "mode") == 0)
-        out_string(c, "ERROR lru mode has no meaning here: each class has one lazy LRU "
-                      "per tier, with no hot/warm/cold segments (see -o tier_policy)");
-    else if (ntok >= 6 && strcmp(sub, "tune") == 0)
-        out_string(c, "ERROR lru tune has no meaning here: there are no hot and warm "
-                      "segments to size");
-    else if (ntok >= 3 && strcmp(sub, "temp_ttl") == 0)
-        out_string(c, "ERROR lru temp_ttl has no meaning here: there is no temporary LRU; "
-                      "short-lived items are evicted like any other");
-    else
+    if (ntok >= 6 && strcmp(sub, "tune") == 0) {
+        uint32_t hot, warm;
+        double hot_factor, warm_factor;
+        char *e1, *e2;
+        errno = 0;
+        hot_factor = strtod(tok[4].value, &e1);
+        warm_factor = strtod(tok[5].value, &e2);
+        if (!safe_strtoul(tok[2].value, &hot) || !safe_strtoul(tok[3].value, &warm) ||
+            errno != 0 || e1 == tok[4].value || *e1 != '\0' ||
+            e2 == tok[5].value || *e2 != '\0' ||
+            !isfinite(hot_factor) || !isfinite(warm_factor)) {
+            out_string(c, "ERROR");
+        } else if ((uint64_t)hot + warm > 80) {
+            out_string(c, "ERROR hot and warm pcts must not exceed 80");
+        } else if (!(hot_factor > 0) || !(warm_factor > 0)) {
+            out_string(c, "ERROR hot/warm age factors must be greater than 0");
+        } else {
+            __atomic_store_n(&settings.hot_lru_pct, (int)hot, __ATOMIC_RELAXED);
+            __atomic_store_n(&settings.warm_lru_pct, (int)warm, __ATOMIC_RELAXED);
+            __atomic_store(&settings.hot_max_factor, &hot_factor, __ATOMIC_RELAXED);
+            __atomic_store(&settings.warm_max_factor, &warm_factor, __ATOMIC_RELAXED);
+            out_string(c, "OK");
+        }
+    } else if (ntok >= 3 && strcmp(sub, "mode") == 0) {
+        bool seg = strcmp(tok[2].value, "segmented") == 0;
+        if (!seg && strcmp(tok[2].value, "flat") != 0)
+            out_string(c, "ERROR");
+        else if (!items_seg_set_mode(seg))
+            out_string(c, "ERROR lru mode segmented has no meaning with a lower tier: "
+                          "its Lazy LRU decides what moves down");
+        else
+            out_string(c, "OK");
+    } else if (ntok >= 3 && strcmp(sub, "temp_ttl") == 0) {
+        int32_t ttl;
+        if (!safe_strtol(tok[2].value, &ttl))
+            out_string(c, "ERROR");
+        else if (!items_seg_set_temp(ttl >= 0, ttl))
+            out_string(c, "ERROR lru temp_ttl has no meaning with a lower tier: "
+                          "its Lazy LRU decides what moves down");
+        else
+            out_string(c, "OK");
+    } else {
         out_string(c, "ERROR");
+    }
 }
 
 /* extstore <setting> <value> [noreply]: memcached's run-time tuning of its

@@ -13,7 +13,9 @@
  * copies out of it).  The list holds one buf per writer thread plus the
  * writes in flight, so a linear search is short.  A buf is freed when it
  * is off the list and its last pin is gone: after a successful write's
- * callback returned, or at ssd_buf_release.
+ * callback returned, or at ssd_buf_release.  Each page counts its bufs on
+ * the list (mem_bufs), so that a read of a page with none, the usual case,
+ * goes to the device without taking store->lock.
  *
  * Threads: append/submit/release by the buf's owner; lookup/unpin and the
  * write completion (ssd_buf_write_done, on the uring reaper or a pool
@@ -65,6 +67,7 @@ static enum ssd_status buf_open(struct ssd_store *s, int page,
         if (s->bufs != NULL)
             s->bufs->prev = b;
         s->bufs = b;
+        atomic_fetch_add_explicit(&s->pages[id].mem_bufs, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&s->lock);
     if (id < 0) {
@@ -162,6 +165,7 @@ static void do_buf_unlink(struct ssd_store *s, struct ssd_buf *b)
     if (b->next != NULL)
         b->next->prev = b->prev;
     b->next = b->prev = NULL;
+    atomic_fetch_sub_explicit(&s->pages[b->page].mem_bufs, 1, memory_order_relaxed);
     do_page_buf_done(s, b->page);
 }
 
@@ -264,12 +268,26 @@ size_t do_buf_extent(struct ssd_store *s, unsigned page, size_t off,
     return start;
 }
 
+/* Whether ref's page may have a buf in memory; false means every tuple a
+ * reader can hold a reference to on that page is on the device.  A buf
+ * is counted before its first tuple is appended, and a reader got its
+ * reference from an item published after that append (under the item
+ * lock, which orders the count before the reference); it is uncounted
+ * only once written, so a read that finds 0 reads the device, and one
+ * that finds a stale count takes the lock and finds no buf. */
+static bool page_has_mem_bufs(struct ssd_store *s, uint64_t ref)
+{
+    unsigned page = ssd_ref_page(ref);
+    return page < s->npages &&
+           atomic_load_explicit(&s->pages[page].mem_bufs, memory_order_acquire) != 0;
+}
+
 const void *ssd_buf_lookup(struct ssd_store *s, uint64_t ref, size_t len,
                            struct ssd_buf **pin)
 {
     const void *p = NULL;
     *pin = NULL;
-    if (ref == 0)
+    if (ref == 0 || !page_has_mem_bufs(s, ref))
         return NULL;
     pthread_mutex_lock(&s->lock);
     struct ssd_buf *b = do_buf_find(s, ref);
@@ -293,6 +311,8 @@ bool ssd_buf_copy_if_mem(struct ssd_store *s, uint64_t ref, size_t len,
                          bool whole, size_t cap, char *dst, size_t *used_out)
 {
     bool hit = false;
+    if (!page_has_mem_bufs(s, ref))
+        return false;
     pthread_mutex_lock(&s->lock);
     struct ssd_buf *b = do_buf_find(s, ref);
     if (b != NULL) {

@@ -66,6 +66,9 @@ struct ssd_page {
     uint64_t seq;               /* order in which pages were opened */
     int next_free;              /* free list link, -1 ends */
     bool pinned;                /* adopted, not yet released by a restart */
+    _Atomic uint32_t mem_bufs;  /* its bufs on store->bufs (changed under
+                                   store->lock): 0 lets a read skip that
+                                   lock (buf.c, page_has_mem_bufs) */
 };
 
 enum buf_state { BUF_FILLING = 0, BUF_INFLIGHT, BUF_FAILED };

@@ -12,6 +12,13 @@
  *     tuple in it with the shared validity check: valid hot tuples go to
  *     DRAM, valid warm ones to NVM (or DRAM without NVM), cold ones stay
  *     (tac_ssd_fetch_buf in ssd_read.c).
+ * The reader's copy.  The read that finds an item hot or warm has just
+ * copied and checked its value: the request carries that copy, pinned
+ * with the meta tuple, and the fetcher moves the copy up without reading
+ * NVM or SSD again (fetch_copies_used), if the meta tuple is still linked
+ * (a pinned item is never linked again, so it is the same version).
+ * Requests without a copy (a whole buf, or past the queue's bound on the
+ * copies it holds) read the tier.
  * Each move happens under the key's item lock and only if the item is
  * still the version that was queued and its tuple passes the read-back
  * checks (tuple.h); a damaged tuple is not moved, its item is unlinked.  A
@@ -37,6 +44,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/bg.h"
 #include "base/settings.h"
@@ -45,18 +53,29 @@
 #include "tac/nvm_tier.h"
 #include "tac/ssd_tier.h"
 
-/* Copies a hot NVM item to DRAM if it is still the version queued. */
+/* Copies a hot NVM item to DRAM if it is still the version queued: the
+ * meta tuple the reader pinned, with its copy; else one of the CAS
+ * queued, read from NVM again. */
 static void fetch_nvm(const struct fetch_req *r)
 {
     item_lock(r->hv);
     item *it = do_item_get(r->key, r->nkey, r->hv, NULL, false);
-    if (it != NULL && it->tier == TIER_NVM && (it->it_flags & ITEM_META) &&
-        it->cas == r->cas) {
+    bool same = r->copy != NULL
+        ? it == r->meta && r->copy->nbytes == it->nbytes
+        : it != NULL && it->cas == r->cas;
+    if (same && it->tier == TIER_NVM && (it->it_flags & ITEM_META)) {
         item *n = item_alloc_promote(it, it->partition);
         if (n == NULL) {
             TAC_INCR(fetch_no_room);
         } else {
-            if (tac_nvm_read_value(it, ITEM_data(n))) {
+            bool ok = true;
+            if (r->copy != NULL) {
+                memcpy(ITEM_data(n), ITEM_data(r->copy), it->nbytes);
+                TAC_INCR(fetch_copies_used);
+            } else {
+                ok = tac_nvm_read_value(it, ITEM_data(n));
+            }
+            if (ok) {
                 do_item_move(it, n, r->hv);
                 TAC_INCR(fetch_nvm_to_dram);
             } else {
@@ -84,12 +103,15 @@ static void fetcher_main(struct bg *g, unsigned idx, void *arg)
     while (tac_fetchq_take(g, &r)) {
         if (r.kind == FETCH_NVM) {
             fetch_nvm(&r);
+        } else if (r.kind == FETCH_SSD_TUPLE && r.copy != NULL) {
+            tac_ssd_fetch_copy(r.meta, r.copy, r.hv, r.recache);
         } else if (r.kind == FETCH_SSD_TUPLE) {
             tac_ssd_fetch_one(r.key, r.nkey, r.hv, r.ref, r.len, r.recache, &io);
         } else {
             TAC_INCR(fetch_ssd_bufs);
             tac_ssd_fetch_buf(r.ref, &io);
         }
+        tac_fetch_req_done(&r);
     }
     free(io.mem);
 }

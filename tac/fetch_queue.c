@@ -27,6 +27,9 @@
 #define BUF_QUEUE 64
 #define RECENT_BUFS 4096         /* bufs remembered for their temperature */
 #define BUF_WARM_SECS 2
+/* Readers' copies (fetch.h) the queue may hold: outside -m, like every
+ * transient item.  With 1 KB values the 1,024 requests hold 1 MB. */
+#define FETCH_COPY_BYTES (8u << 20)
 
 struct fetch_ring {
     struct fetch_req *req;
@@ -41,9 +44,15 @@ static struct {
     /* lock: warm reads seen per buf; a buf fetched whole is forgotten
      * (buf 0) so it is not fetched again at once. */
     struct { uint64_t buf; rel_time_t when; } recent[RECENT_BUFS];
+    size_t copy_bytes;                   /* lock: copies queued */
     int n;                               /* atomic: 0 = no pushes */
 } fq = { .cheap = { fq.cheap_req, FETCH_QUEUE, 0, 0 },
          .bufs = { fq.buf_req, BUF_QUEUE, 0, 0 } };
+
+static size_t copy_size(const item *copy)
+{
+    return item_make_size(copy->nkey, copy->nbytes);
+}
 
 static bool ring_put(struct fetch_ring *q, const struct fetch_req *r)
 {
@@ -90,7 +99,16 @@ static bool fetch_push(struct fetch_req *r)
     if (bg_running(&fq.bg)) {
         if (r->kind == FETCH_SSD_BUF && !buf_turns_warm(r))
             r->kind = FETCH_SSD_TUPLE;
+        if (r->copy != NULL && (r->kind == FETCH_SSD_BUF || item_refs_crowded(r->meta) ||
+                                fq.copy_bytes + copy_size(r->copy) > FETCH_COPY_BYTES))
+            r->copy = r->meta = NULL;
         ok = ring_put(r->kind == FETCH_SSD_BUF ? &fq.bufs : &fq.cheap, r);
+        if (ok && r->copy != NULL) {
+            /* Pinned before the lock is let go: no fetcher has it yet. */
+            item_ref(r->copy);
+            item_ref(r->meta);
+            fq.copy_bytes += copy_size(r->copy);
+        }
         if (ok)
             bg_wake_locked(&fq.bg);
     }
@@ -102,10 +120,12 @@ static bool fetch_push(struct fetch_req *r)
     return ok;
 }
 
-void tac_fetch_nvm(const item *meta)
+void tac_fetch_nvm(item *meta, item *copy)
 {
     struct fetch_req r = { .kind = FETCH_NVM, .cas = meta->cas,
-                           .nkey = meta->nkey };
+                           .nkey = meta->nkey, .meta = meta, .copy = copy };
+    if (copy == NULL)
+        r.meta = NULL;
     memcpy(r.key, ITEM_key(meta), meta->nkey);
     r.hv = item_hash(r.key, r.nkey);
     fetch_push(&r);
@@ -114,10 +134,13 @@ void tac_fetch_nvm(const item *meta)
 /* A request for SSD meta tuple meta's own tuple (pinned by the caller);
  * false, and nothing queued, when its item lock is busy.  Defrag rewrites
  * the reference under that lock. */
-static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
+static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, item *meta,
+                    item *copy)
 {
     r->kind = kind;
     r->recache = false;
+    r->meta = copy != NULL ? meta : NULL;
+    r->copy = copy;
     r->len = tac_tuple_size(meta->nkey, meta->nbytes);
     r->nkey = meta->nkey;
     memcpy(r->key, ITEM_key(meta), meta->nkey);
@@ -129,27 +152,36 @@ static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, const item *meta)
     return true;
 }
 
-void tac_fetch_ssd_tuple(const item *meta)
+void tac_fetch_ssd_tuple(item *meta, item *copy)
 {
     struct fetch_req r;
-    if (ssd_req(&r, FETCH_SSD_TUPLE, meta))
+    if (ssd_req(&r, FETCH_SSD_TUPLE, meta, copy))
         fetch_push(&r);
 }
 
-void tac_fetch_ssd_recache(const item *meta)
+void tac_fetch_ssd_recache(item *meta, item *copy)
 {
     struct fetch_req r;
-    if (ssd_req(&r, FETCH_SSD_TUPLE, meta)) {
+    if (ssd_req(&r, FETCH_SSD_TUPLE, meta, copy)) {
         r.recache = true;
         fetch_push(&r);
     }
 }
 
-void tac_fetch_ssd_buf(const item *meta)
+void tac_fetch_ssd_buf(item *meta, item *copy)
 {
     struct fetch_req r;
-    if (ssd_req(&r, FETCH_SSD_BUF, meta))
+    if (ssd_req(&r, FETCH_SSD_BUF, meta, copy))
         fetch_push(&r);
+}
+
+void tac_fetch_req_done(struct fetch_req *r)
+{
+    if (r->copy != NULL) {
+        item_release(r->copy);
+        item_release(r->meta);
+        r->copy = r->meta = NULL;
+    }
 }
 
 bool tac_fetchq_take(struct bg *g, struct fetch_req *out)
@@ -162,6 +194,8 @@ bool tac_fetchq_take(struct bg *g, struct fetch_req *out)
         return false;
     }
     ring_take(fq.cheap.count > 0 ? &fq.cheap : &fq.bufs, out);
+    if (out->copy != NULL)
+        fq.copy_bytes -= copy_size(out->copy);
     bg_unlock(g);
     return true;
 }
@@ -182,5 +216,8 @@ void tac_fetchq_stop(void)
         return;
     __atomic_store_n(&fq.n, 0, __ATOMIC_RELEASE);   /* no more pushes */
     bg_stop(&fq.bg);
+    for (unsigned i = 0; i < fq.cheap.count; i++)
+        tac_fetch_req_done(&fq.cheap.req[(fq.cheap.head + i) % fq.cheap.size]);
     fq.cheap.count = fq.bufs.count = 0;
+    fq.copy_bytes = 0;
 }

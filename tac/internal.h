@@ -63,6 +63,7 @@ struct tac_tuple_hdr;
     X(fetch_ssd_to_dram)     \
     X(fetch_ssd_to_nvm)      \
     X(fetch_no_room)         \
+    X(fetch_copies_used)     \
     X(nvm_inserts)           \
     X(nvm_removals)          \
     X(nvm_admission_refused) \

@@ -239,13 +239,13 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
         TAC_INCR(get_hits_ssd);
         switch (tac_policy_ssd_hit(pr->meta)) {
         case SSD_UP_BUF:
-            tac_fetch_ssd_buf(pr->meta);
+            tac_fetch_ssd_buf(pr->meta, pr->t);
             break;
         case SSD_UP_TUPLE:
-            tac_fetch_ssd_tuple(pr->meta);
+            tac_fetch_ssd_tuple(pr->meta, pr->t);
             break;
         case SSD_UP_RECACHE:
-            tac_fetch_ssd_recache(pr->meta);
+            tac_fetch_ssd_recache(pr->meta, pr->t);
             break;
         case SSD_UP_NONE:
             break;
@@ -455,6 +455,24 @@ size_t tac_ssd_buf_size(void)
  * tac_tuple_key_hint) up if it is valid and warm or hot, or with recache
  * (-o ext_recache_rate) to DRAM whatever its temperature.  Caller holds
  * the key's item lock. */
+/* Whether a fetch may move SSD meta tuple meta up, and where (sets temp
+ * and place).  A stale-marked item (`md ... I`) stays where it is: a copy
+ * written up would be a new tuple without the mark, served fresh, and its
+ * new seq lies above the invalidation the mark recorded, so a crash would
+ * bring it back fresh too (tac_demote drops such an item for the same
+ * reason).  Item lock held. */
+static bool fetch_may_move(item *meta, bool recache, enum llru_temp *temp,
+                           enum item_tier place[2])
+{
+    tac_policy_fetch_place(meta, recache, temp, place);
+    return item_value_async(meta) && !(meta->it_flags & ITEM_STALE) &&
+           !(recache && !(meta->it_flags & ITEM_ACTIVE)) &&
+           *temp != LLRU_COLD;
+}
+
+static bool fetch_place(item *meta, item *t, enum llru_temp temp,
+                        const enum item_tier place[2], uint32_t hv);
+
 static void fetch_tuple(uint64_t tref, const char *data, const char *key,
                         uint32_t hv, bool recache)
 {
@@ -467,17 +485,9 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
         return;
     enum llru_temp temp;
     enum item_tier place[2];
-    tac_policy_fetch_place(meta, recache, &temp, place);
     item *t = NULL;
-    /* A stale-marked item (`md ... I`) stays where it is: a copy written up
-     * would be a new tuple without the mark, served fresh, and its new seq
-     * lies above the invalidation the mark recorded, so a crash would bring
-     * it back fresh too (tac_demote drops such an item for the same
-     * reason). */
-    if (!item_value_async(meta) || item_meta_ref(meta) != tref ||
-        (meta->it_flags & ITEM_STALE) ||
-        (recache && !(meta->it_flags & ITEM_ACTIVE)) ||
-        temp == LLRU_COLD || (t = tac_transient_new(meta)) == NULL) {
+    if (!fetch_may_move(meta, recache, &temp, place) ||
+        item_meta_ref(meta) != tref || (t = tac_transient_new(meta)) == NULL) {
         item_release(meta);
         return;
     }
@@ -489,6 +499,15 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
         do_tuple_damaged(key, hdr.nkey, hv, tref);
         return;
     }
+    fetch_place(meta, t, temp, place, hv);
+    item_release(meta);
+}
+
+/* Moves meta's value, held by transient item t, up to place[0] or else
+ * place[1], and releases t; true if it moved.  Item lock held. */
+static bool fetch_place(item *meta, item *t, enum llru_temp temp,
+                        const enum item_tier place[2], uint32_t hv)
+{
     item *up = NULL;
     for (int i = 0; i < 2 && up == NULL; i++) {
         if (place[i] == TIER_NVM) {
@@ -507,11 +526,37 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
     if (up == NULL) {
         if (temp == LLRU_HOT)
             TAC_INCR(fetch_no_room);
-    } else {
-        do_item_move(meta, up, hv); /* frees the SSD bytes with meta */
-        item_release(up);
+        return false;
     }
-    item_release(meta);
+    do_item_move(meta, up, hv);     /* frees the SSD bytes with meta */
+    item_release(up);
+    return true;
+}
+
+void tac_ssd_fetch_copy(item *want, const item *copy, uint32_t hv,
+                        bool recache)
+{
+    if (tac.ssd == NULL)
+        return;
+    item_lock(hv);
+    /* want is pinned, so it is never linked again once unlinked: found
+     * linked, it is the version copy holds, wherever defrag moved its
+     * tuple.  The value goes through a transient item of meta's current
+     * fields (a touch may have changed its expiry since the read). */
+    item *meta = do_item_get(ITEM_key(want), want->nkey, hv, NULL, false);
+    enum llru_temp temp;
+    enum item_tier place[2];
+    item *t = NULL;
+    if (meta == want && copy->nbytes == meta->nbytes &&
+        fetch_may_move(meta, recache, &temp, place) &&
+        (t = tac_transient_new(meta)) != NULL) {
+        memcpy(ITEM_data(t), ITEM_data(copy), meta->nbytes);
+        if (fetch_place(meta, t, temp, place, hv))
+            TAC_INCR(fetch_copies_used);
+    }
+    if (meta != NULL)
+        item_release(meta);
+    item_unlock(hv);
 }
 
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,

@@ -22,6 +22,10 @@ struct tac_tuple_hdr;
 void tac_ssd_fetch_one(const char *key, size_t nkey, uint32_t hv,
                        uint64_t ref, size_t len, bool recache,
                        struct tac_iobuf *io);
+/* The same from a reader's copy of the value (fetch.h): moves it up if
+ * want, the meta tuple read (pinned), is still linked (fetcher). */
+void tac_ssd_fetch_copy(item *want, const item *copy, uint32_t hv,
+                        bool recache);
 /* Fetches the buf holding ref (fetcher thread): valid hot tuples go to
  * DRAM, warm ones to NVM, cold ones stay. */
 void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io);

@@ -52,7 +52,7 @@ static item *tier_materialize(item *meta)
     if (meta->tier == TIER_NVM && tac.nvm != NULL) {
         item *copy = tac_nvm_materialize(meta);
         if (copy != NULL && tac_policy_nvm_hit_up(meta))
-            tac_fetch_nvm(meta);
+            tac_fetch_nvm(meta, copy);
         return copy;
     }
     if (meta->tier == TIER_SSD)

@@ -71,7 +71,7 @@ make_tree() {
 
 # The core files: memcached's text protocol, the binary protocol's two files.
 # The files doc/design.md ("memcached's test suite") says cannot pass here.
-KNOWN="lru-maintainer.t slabs-reassign-chunked.t
+KNOWN="slabs-reassign-chunked.t
 extstore.t error-extstore.t"
 
 # The core files, the slowest (binary, metaget) first.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs each libFuzzer harness (tests/fuzz/build.sh) for FUZZ_SECONDS
-# (default 10) on its seed corpus and dictionary, inputs up to FUZZ_MAX_LEN
-# bytes (default 256 KB, room for one key repeated past 65,536 times); a crash, a sanitizer
-# report or a damaged canary fails the run.  libFuzzer's seed is printed;
-# FUZZ_SEED sets it.  With TAC_JUNIT_DIR set, writes one JUnit XML
-# (fuzz.xml) with a test case per protocol.
+# Runs each libFuzzer harness (tests/fuzz/build.sh), two at a time
+# (FUZZ_JOBS), for FUZZ_SECONDS (default 10) on its seed corpus and
+# dictionary, inputs up to FUZZ_MAX_LEN bytes (default 256 KB, room for one
+# key repeated past 65,536 times); a crash, a sanitizer report or a damaged
+# canary fails the run.  libFuzzer's seed is printed; FUZZ_SEED sets it.
+# With TAC_JUNIT_DIR set, writes one JUnit XML (fuzz.xml) with a test case
+# per protocol.
 # Usage: tests/fuzz/run.sh [text|meta|binary ...]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -15,8 +16,9 @@ protos=("$@")
 work=$(mktemp -d /tmp/tac-fuzz.XXXXXX)
 cases=""
 fails=0
-for p in "${protos[@]}"; do
-    bin="$here/bin/fuzz_$p"
+# One harness: its log in $work/$p.log, its result line in $work/$p.result.
+fuzz_one() {
+    local p=$1 bin="$here/bin/fuzz_$1" start rc
     mkdir -p "$work/corpus-$p" "$work/art-$p"
     start=$(date +%s)
     "$bin" -seed="$seed" -max_total_time="$secs" -print_final_stats=1 -dict="$here/$p.dict" \
@@ -24,9 +26,24 @@ for p in "${protos[@]}"; do
         -artifact_prefix="$work/art-$p/" "$work/corpus-$p" "$here/corpus/$p" \
         > "$work/$p.log" 2>&1
     rc=$?
-    took=$(( $(date +%s) - start ))
+    echo "$rc $(( $(date +%s) - start ))" > "$work/$p.result"
+}
+# Two at a time: each libFuzzer process uses one core, and -max_total_time is
+# wall time, so on two cores this runs as many inputs in less time.
+running=0
+for p in "${protos[@]}"; do
+    fuzz_one "$p" &
+    running=$((running + 1))
+    if [ $running -ge "${FUZZ_JOBS:-2}" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+done
+wait
+for p in "${protos[@]}"; do
+    read -r rc took < "$work/$p.result" || { rc=1; took=0; }
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$p.log")
-    if [ $rc -eq 0 ]; then
+    if [ "$rc" -eq 0 ]; then
         echo "fuzz $p: ok, ${runs:-?} inputs in ${took}s (FUZZ_SEED=$seed)"
         cases+="<testcase classname=\"fuzz\" name=\"$p\" time=\"$took\"/>"
     else

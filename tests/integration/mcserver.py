@@ -40,6 +40,9 @@ SANITIZED = _sanitized(SERVER_BIN)
 # loaded 2-core machine once took more than 5 s (test_hardening_files, ASan
 # pass).  A stop that never ends still fails, only later.
 STOP_TIMEOUT = 20.0 if SANITIZED else 5.0
+# The long stress runs' default length: a sanitizer build runs every path they
+# reach within seconds, and its pass already takes twice the release pass's time.
+STRESS_DEFAULT_SECONDS = "12" if SANITIZED else "20"
 
 
 def free_port(kind=socket.SOCK_STREAM):
@@ -122,6 +125,18 @@ def recv_for(sock, seconds=0.3, done=None):
         if not chunk:
             return buf + b"<EOF>"
         buf += chunk
+
+
+def wait_until(pred, seconds, step=0.05):
+    """Polls pred() every `step` seconds; True once it holds, False if it
+    still does not after `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        if pred():
+            return True
+        if time.time() > deadline:
+            return False
+        time.sleep(step)
 
 
 def is_closed(sock, timeout=3.0):

@@ -219,3 +219,49 @@ def test_bad_policy_is_refused():
                                                       "-o", "tier_policy=lru2"],
                        capture_output=True, timeout=15)
     assert p.returncode != 0 and b"tier_policy=lru2" in p.stderr
+
+
+def test_moves_up_use_the_readers_copy(server, dirs):
+    """A read that finds an item warm or hot hands the copy of the value it
+    just made to the fetcher, which moves that copy up instead of reading
+    the tier again: every SSD read is a get's own (ssd_reads grows with
+    get_hits_ssd alone), and each move counts in fetch_copies_used.  The
+    items keep their values, flags and CAS."""
+    d, nvm = dirs
+    srv = server(["-m", "16", "-o", "nvm_path=%s:24m,ssd_path=%s/ssd:256m,fetch_threads=1,"
+                                    "temp_sample_interval=0" % (nvm, d)])
+    c = Client(srv.addr, timeout=10)
+    s = socket.create_connection((srv.host, srv.port))
+    where = load_and_find(c, s, 24000)
+    # One key per SSD buf (keys 500 apart, 1.7 MB of values): a lone warm
+    # read moves its own tuple, never its buf.
+    ssd_keys = [i for i in where.get("ssd", []) if i % 485 == 0][:4]
+    nvm_keys = where.get("nvm", [])[:2]
+    assert len(ssd_keys) >= 2 and nvm_keys, {t: len(v) for t, v in where.items()}
+
+    def tiers():
+        return {k.decode(): v for k, v in c.stats(b"tiers").items() if isinstance(v, int)}
+
+    before = tiers()
+    for i in ssd_keys + nvm_keys:
+        key = b"k%05d" % i
+        cas0 = c.gets(key)[1]
+        deadline = time.time() + 10
+        while tier_of(s, key) not in ("dram",) and time.time() < deadline:
+            assert c.get(key) == value_of(i), "wrong value for %r while it moves up" % key
+            time.sleep(0.02)
+        assert tier_of(s, key) == "dram", "hot item %r did not come up to DRAM" % key
+        got, cas1 = c.gets(key)
+        assert got == value_of(i) and cas1 == cas0, "the move changed %r" % key
+    after = tiers()
+    d_reads = after["ssd_reads"] - before["ssd_reads"]
+    d_hits = after["get_hits_ssd"] - before["get_hits_ssd"]
+    moves = sum(after[k] - before[k] for k in ("fetch_nvm_to_dram", "fetch_ssd_to_dram", "fetch_ssd_to_nvm"))
+    print("SSD reads %d for %d SSD hits; moves up %d, from the reader's copy %d; whole bufs %d"
+          % (d_reads, d_hits, moves, after["fetch_copies_used"] - before["fetch_copies_used"],
+             after["fetch_ssd_bufs"] - before["fetch_ssd_bufs"]))
+    assert after["fetch_ssd_bufs"] == before["fetch_ssd_bufs"], "a lone read brought its buf up"
+    assert d_hits >= len(ssd_keys) and d_reads == d_hits, \
+        "%d SSD reads for %d SSD hits: a move up read the SSD again" % (d_reads, d_hits)
+    assert moves >= len(ssd_keys) + len(nvm_keys)
+    assert after["fetch_copies_used"] - before["fetch_copies_used"] == moves, (before, after)

@@ -35,7 +35,8 @@ import uuid
 import pytest
 from pymemcache.client.base import Client
 
-from mcserver import IS_STOCK, SERVER_BIN, base_args, free_port, remove_tier_file
+from mcserver import (IS_STOCK, SERVER_BIN, base_args, free_port, remove_tier_file,
+                      wait_until)
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -80,16 +81,6 @@ def meta(sock, key):
     assert buf.startswith(b"ME " + key + b" "), buf
     return {m.group(1).decode(): m.group(2).decode()
             for m in re.finditer(rb"(\w+)=(\S+)", buf)}
-
-
-def wait_until(pred, seconds, step=0.05):
-    deadline = time.time() + seconds
-    while True:
-        if pred():
-            return True
-        if time.time() > deadline:
-            return False
-        time.sleep(step)
 
 
 def load(c, keys):

@@ -109,19 +109,6 @@ def test_cache_memlimit_moves_items_down_a_tier(server, shm_file):
     assert nvm_items > len(keys) // 2, nvm_items
 
 
-@pytest.mark.tac_only
-def test_lru_commands_say_why_they_do_not_apply(server):
-    c = server(["-m", "64"]).connect()
-    for cmd, words in [(b"lru mode flat", b"lru mode has no meaning here"),
-                       (b"lru mode segmented", b"lru mode has no meaning here"),
-                       (b"lru tune 10 25 0.1 2.0", b"lru tune has no meaning here"),
-                       (b"lru temp_ttl 60", b"lru temp_ttl has no meaning here")]:
-        got = c.line(cmd + b"\r\n")
-        assert got.startswith(b"ERROR " + words), (cmd, got)
-    assert c.line(b"lru bogus\r\n") == b"ERROR\r\n"
-    assert c.line(b"lru\r\n") == b"ERROR\r\n"
-
-
 BIN_VERSION = bytes([0x80, 0x0b, 0, 0, 0, 0, 0, 0]) + bytes(16)     # binary "version"
 
 

@@ -389,13 +389,13 @@ def test_stats_settings_show_the_table_defaults(server):
 
 @pytest.mark.tac_only
 def test_ignored_options_say_so_at_start(server):
-    s = server(["-o", "hot_lru_pct=20,idle_timeout=0", "-t", "2", "-o", "track_sizes"])
+    s = server(["-o", "lru_crawler_sleep=100,idle_timeout=0", "-t", "2", "-o", "track_sizes"])
     c = s.connect()
     assert c.line(b"version\r\n").startswith(b"VERSION ")
     assert c.line(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
     notes = [ln for ln in s.stderr_text().splitlines() if "no effect" in ln]
     assert sorted(notes) == [
-        "tac-memcached: -o hot_lru_pct is accepted for compatibility and has no effect",
+        "tac-memcached: -o lru_crawler_sleep is accepted for compatibility and has no effect",
         "tac-memcached: -o track_sizes is accepted for compatibility and has no effect",
     ], s.stderr_text()
 
@@ -404,8 +404,7 @@ def test_ignored_options_say_so_at_start(server):
 # beyond -h) that have no meaning here, in the forms memcached takes: each
 # starts the server with one line naming it.
 MEMCACHED_TUNING = ["no_maxconns_fast", "lru_crawler_sleep=100", "lru_crawler_tocrawl=0",
-                    "hot_lru_pct=20", "warm_lru_pct=40", "hot_max_factor=0.2",
-                    "warm_max_factor=2.0", "temporary_ttl=61", "watcher_logbuf_size=256",
+                    "watcher_logbuf_size=256",
                     "worker_logbuf_size=64", "track_sizes", "no_hashexpand",
                     "sock_cookie_id=7", "slab_automove_ratio=0.8", "slab_automove_window=30",
                     "slab_automove_freeratio=0.01", "inline_ascii_resp",

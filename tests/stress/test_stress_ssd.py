@@ -11,7 +11,8 @@ key that misses is "lost".
 The preload stores every key twice (in a different random order each time), so
 SSD pages are left partly dead and defrag works while the clients run.
 
-Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20).
+Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20; 12 against a
+sanitizer build).
 SSD file directory: $TAC_SSD_DIR (default: the system temp dir; must take O_DIRECT).
 """
 import os
@@ -25,7 +26,7 @@ import uuid
 import pytest
 
 import test_stress_tiers as tt
-from mcserver import IS_STOCK, remove_tier_file
+from mcserver import IS_STOCK, STRESS_DEFAULT_SECONDS, remove_tier_file
 from test_stress_tiers import COUNTERS, OWNED, SHARED, THREADS, Raw, Shared, preload, worker
 
 pytestmark = [pytest.mark.tac_only,
@@ -62,7 +63,7 @@ def test_stress_ssd(server, ssd_dir, nvm_path, engine, fetch):
     opts = ("nvm_path=%s:16m,ssd_path=%s:64m,ssd_page_size=1m,ssd_buf_size=128k,ssd_free_pages=20,"
             "ssd_io_engine=%s,fetch_threads=%d" % (nvm_path, ssd, engine, fetch))
     srv = server(["-m", "16", "-t", "4", "-o", opts])
-    seconds = float(os.environ.get("STRESS_SECONDS", "20"))
+    seconds = float(os.environ.get("STRESS_SECONDS", STRESS_DEFAULT_SECONDS))
     seed = int(os.environ.get("STRESS_SEED", random.randrange(1 << 30)))
     print("STRESS_SEED=%d (threads=%d keys=%d seconds=%s opts=%s)"
           % (seed, THREADS, OWNED + SHARED, seconds, opts))
