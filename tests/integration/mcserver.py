@@ -42,7 +42,7 @@ SANITIZED = _sanitized(SERVER_BIN)
 STOP_TIMEOUT = 20.0 if SANITIZED else 5.0
 # The long stress runs' default length: a sanitizer build runs every path they
 # reach within seconds, and its pass already takes twice the release pass's time.
-STRESS_DEFAULT_SECONDS = "12" if SANITIZED else "20"
+STRESS_DEFAULT_SECONDS = "10" if SANITIZED else "20"
 
 
 def free_port(kind=socket.SOCK_STREAM):

@@ -39,7 +39,7 @@ import pytest
 
 import subprocess
 
-from mcserver import SERVER_BIN, START_TIMEOUT, base_args, free_port
+from mcserver import SANITIZED, SERVER_BIN, START_TIMEOUT, base_args, free_port
 from test_restart import (  # noqa: F401 (tier_files: fixture)
     IO_TIMEOUT,
     MB,
@@ -64,7 +64,7 @@ from test_restart import (  # noqa: F401 (tier_files: fixture)
 SEED_ENV = "TAC_CRASH_SEED"
 M_MB = 16
 IDLE_WAIT = 2.5         # seconds; the server writes out an open SSD buf idle for 1 s
-N_ITER = 20             # SIGKILL restarts in the mixed-load test
+N_ITER = 14 if SANITIZED else 20   # SIGKILL restarts in the mixed-load test
 N_MAIN, N_HOT, N_NUM = 3000, 300, 200
 N_LOADER = 22000        # 1-3 KB each: with the op keys past 3x -m
 # flush_all empties the 3000 op keys; one in 4000 ops lets the stream refill

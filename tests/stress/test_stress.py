@@ -4,7 +4,7 @@ Value format: b"key|version|crc32|padding", crc32 over b"key|version|padding".
 Each thread owns the keys k % THREADS == tid and remembers the last version the
 server acknowledged; a read of an owned key must never return an older version.
 All threads also read (and append to / count with incr) shared keys.
-Seed: STRESS_SEED (printed). Duration: STRESS_SECONDS (default 20; 12 against a
+Seed: STRESS_SEED (printed). Duration: STRESS_SECONDS (default 20; 10 against a
 sanitizer build); the eviction variant STRESS_EVICT_SECONDS (8).
 """
 import os

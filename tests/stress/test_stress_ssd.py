@@ -11,7 +11,7 @@ key that misses is "lost".
 The preload stores every key twice (in a different random order each time), so
 SSD pages are left partly dead and defrag works while the clients run.
 
-Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20; 12 against a
+Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20; 10 against a
 sanitizer build).
 SSD file directory: $TAC_SSD_DIR (default: the system temp dir; must take O_DIRECT).
 """

@@ -18,7 +18,7 @@ s<k> are written by everybody; a read must return a version somebody wrote
 The NVM tier is big enough for everything, so nothing may be dropped: an
 acknowledged key that misses is "lost".
 
-Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20; 12 against a
+Seed: STRESS_SEED (printed).  Duration: STRESS_SECONDS per run (default 20; 10 against a
 sanitizer build).
 """
 import os
