@@ -123,9 +123,8 @@ static bool fetch_push(struct fetch_req *r)
 void tac_fetch_nvm(item *meta, item *copy)
 {
     struct fetch_req r = { .kind = FETCH_NVM, .cas = meta->cas,
-                           .nkey = meta->nkey, .meta = meta, .copy = copy };
-    if (copy == NULL)
-        r.meta = NULL;
+                           .nkey = meta->nkey, .copy = copy,
+                           .meta = copy != NULL ? meta : NULL };
     memcpy(r.key, ITEM_key(meta), meta->nkey);
     r.hv = item_hash(r.key, r.nkey);
     fetch_push(&r);
