@@ -89,21 +89,24 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
     enum chunk_evict_result res = CHUNK_BUSY;
     if (item_trylock(hv)) {
         if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
-            if (items_tier_ops != NULL && items_tier_ops->demote != NULL &&
+            /* A dead item is reclaimed, never moved: written down after a
+             * flush_all it would get a write sequence above the flush's,
+             * and a crash would bring it back. */
+            bool dead = item_is_dead(it, NULL);
+            if (!dead && items_tier_ops != NULL && items_tier_ops->demote != NULL &&
                 items_tier_ops->demote(it, hv)) {
                 /* Moved to a lower tier; `it` is unlinked already. */
                 res = CHUNK_RESCUED;
-            } else if (items_tier_ops != NULL && !item_is_dead(it, NULL)) {
+            } else if (items_tier_ops != NULL && !dead) {
                 /* A lower tier exists but had no room this time: keep
                  * the item and let the mover retry, or give up the move,
                  * rather than lose it. */
                 res = CHUNK_BUSY;
-            } else if (items_tier_ops == NULL && !item_is_dead(it, NULL) &&
-                       item_rescue(it, hv)) {
+            } else if (items_tier_ops == NULL && !dead && item_rescue(it, hv)) {
                 res = CHUNK_RESCUED;
             } else {
                 res = CHUNK_RECLAIMED;
-                if (!item_is_dead(it, NULL)) {
+                if (!dead) {
                     items_stats_evicted(it, it->slabs_clsid);
                     res = CHUNK_EVICTED;
                 }
