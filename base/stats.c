@@ -599,8 +599,7 @@ static const struct stat_row general_stats[] = {
     ROW("lru_crawler_starts", COUNTER, IF(shown_lru_crawler, GSTATS(lru_crawler_starts)),
         "expiry crawl passes started (by the timer or `lru_crawler crawl`)"),
     ROW("lru_maintainer_juggles", COUNTER, IF(shown_lru_maintainer, MODULE),
-        "rounds of the DRAM and NVM LRU threads (Lazy LRU); not cleared by "
-        "`stats reset`"),
+        "rounds of the LRU thread (Lazy LRU); not cleared by `stats reset`"),
     ROW("malloc_fails", CONST, LOCAL(local_zero),
         "always 0: memory is taken as slab pages, whose failures count in "
         "`outofmemory`"),
@@ -714,7 +713,7 @@ static const struct stat_row tac_stats[] = {
         "worker's bump ring for its LRU thread (Lazy LRU: workers never take "
         "an LRU lock)"),
     ROW("lru_bumps", COUNTER, GSTATS(lru_bumps),
-        "items the DRAM and NVM LRU threads moved to their LRU head"),
+        "items the LRU thread moved to their LRU head"),
     ROW("lru_second_chances", COUNTER, GSTATS(lru_second_chances),
         "items at an LRU's cold end that were read since they were linked, "
         "moved to the head instead of being evicted or moved down (their "

@@ -39,21 +39,21 @@
 
 /* Tier of the item's value (doc/design.md, "The data model").  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same
- * header and key, then an 8-byte reference to the tuple in that tier.  Its
+ * core and an 8-byte reference to the tuple in that tier, then the key.  Its
  * nbytes, flags, exptime and CAS describe the value, so every check that
  * needs only metadata stays in DRAM. */
 enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
 
 /*
  * Layout.  Every item begins with the same 40-byte core (h_next .. nkey):
- * all that lookups, the protocols and expiry need.  A full item (DRAM
- * data, or an NVM meta tuple) continues with its LRU fields and then data:
- * key, '\0', value or reference.  A compact item (item_compact(): the meta
- * tuple of an SSD-resident item, which is on no LRU) continues right after
- * the core with its 8-byte SSD reference and the key, with no '\0': it
- * costs ITEM_COMPACT_HDR + nkey bytes of DRAM.  Its `time` is the access
- * field's (item_time()), and its next/prev/time/lru_cls do not exist:
- * only code that knows the item is not compact may touch them.
+ * all that lookups, the protocols and expiry need.  A DRAM item continues
+ * with its LRU fields and then data: key, '\0', value.  A compact item
+ * (item_compact(): a meta tuple, the DRAM part of an NVM- or SSD-resident
+ * item, which is on no LRU) continues right after the core with its
+ * 8-byte reference and the key, with no '\0': it costs ITEM_COMPACT_HDR +
+ * nkey bytes of DRAM.  Its `time` is the access field's (item_time()),
+ * and its next/prev/time/lru_seg do not exist: only code that knows the
+ * item is not compact may touch them.
  */
 typedef struct item item;
 struct item {
@@ -71,12 +71,10 @@ struct item {
     uint8_t nkey;           /* key length, <= KEY_MAX_LENGTH */
     /* ---- end of the core; a compact item has its reference here ---- */
     rel_time_t time;        /* last access, server clock (item_time()) */
-    uint8_t lru_cls;        /* meta tuple: class of its lower-tier slot,
-                               which picks its LRU; fixed while linked */
-    uint8_t lru_seg;        /* DRAM item: its queue of the segmented LRU
-                               (enum lru_seg, items_int.h; 0 = the class's
-                               one LRU); item lock and the LRU locks */
-    uint8_t unused[2];
+    uint8_t lru_seg;        /* its queue of the segmented LRU (enum
+                               lru_seg, items_int.h; 0 = the class's one
+                               LRU); item lock and the LRU locks */
+    uint8_t unused[3];
     item *next;             /* LRU links: partition LRU lock; free-list */
     item *prev;             /*   links while the chunk is free */
     char data[];            /* key, '\0', value (nbytes, ends "\r\n") */
@@ -87,7 +85,7 @@ struct item {
 
 /* Compact layout.  Told by the tier, which is fixed for an item's life
  * (a tier move makes a new item), so it may be read without the lock. */
-#define item_compact(it) ((it)->tier == TIER_SSD)
+#define item_compact(it) ((it)->tier != TIER_DRAM)
 
 #define ITEM_key(it)    (item_compact(it) \
                          ? (char *)(it) + ITEM_COMPACT_HDR : (it)->data)
@@ -99,14 +97,8 @@ struct item {
  * start. */
 extern size_t item_meta_seq_bytes;
 
-/* Size of an NVM meta tuple (full layout) for a key of nkey bytes. */
-static inline size_t item_meta_size(size_t nkey)
-{
-    return sizeof(item) + nkey + 1 + sizeof(uint64_t) + item_meta_seq_bytes;
-}
-
-/* Size of an SSD meta tuple (compact layout): the DRAM an SSD-resident
- * item costs, before rounding up to its slab chunk. */
+/* Size of a meta tuple (compact layout): the DRAM an NVM- or
+ * SSD-resident item costs, before rounding up to its slab chunk. */
 static inline size_t item_compact_size(size_t nkey)
 {
     return ITEM_COMPACT_HDR + nkey + item_meta_seq_bytes;
@@ -117,16 +109,13 @@ static inline size_t ITEM_ntotal(const item *it)
 {
     if (item_compact(it))
         return item_compact_size(it->nkey);
-    if (it->it_flags & ITEM_META)
-        return item_meta_size(it->nkey);
     return sizeof(item) + it->nkey + 1 + it->nbytes;
 }
 
 /* Where a meta tuple keeps its lower-tier reference (unaligned). */
 static inline char *item_ref_ptr_(const item *it)
 {
-    return item_compact(it) ? (char *)it + ITEM_CORE_SIZE
-                                       : (char *)ITEM_data(it);
+    return (char *)it + ITEM_CORE_SIZE;
 }
 static inline uint64_t item_meta_ref(const item *it)
 {
@@ -142,8 +131,7 @@ static inline void item_set_meta_ref(item *it, uint64_t ref)
 /* A meta tuple's write sequence (item_meta_seq_bytes); 0 without one. */
 static inline char *item_seq_ptr_(const item *it)
 {
-    return item_compact(it) ? (char *)it + ITEM_COMPACT_HDR + it->nkey
-                            : (char *)ITEM_data(it) + sizeof(uint64_t);
+    return (char *)it + ITEM_COMPACT_HDR + it->nkey;
 }
 static inline uint64_t item_meta_seq(const item *it)
 {

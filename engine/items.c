@@ -68,7 +68,6 @@ static bool item_rescue(item *it, uint32_t hv)
     n->tier = TIER_DRAM;
     n->nkey = it->nkey;
     n->time = it->time;
-    n->lru_cls = it->lru_cls;
     n->lru_seg = it->lru_seg;
     memcpy(n->data, it->data, (size_t)it->nkey + 1 + it->nbytes);
     __atomic_store_n(&n->refcount, 1, __ATOMIC_RELEASE);
@@ -175,10 +174,10 @@ static int crawl_lru(struct lru *l, int budget, bool *done)
     return checked;
 }
 
-/* SSD meta tuples are on no LRU: the crawler finds the dead ones by
- * walking the index one item lock stripe at a time (sweep_stripe, under
- * crawl_lock), so that an expired or flushed item's SSD bytes are freed
- * as memcached's crawler frees an expired extstore item's.  The items of
+/* Meta tuples are on no LRU: the crawler finds the dead ones by walking
+ * the index one item lock stripe at a time (sweep_stripe, under
+ * crawl_lock), so that an expired or flushed item's NVM slot or SSD bytes
+ * are freed as memcached's crawler frees an expired extstore item's.  The items of
  * a stripe are gathered (assoc_visit_stripe may not change the index),
  * then unlinked under the same stripe lock. */
 #define SWEEP_BATCH 128
@@ -194,7 +193,7 @@ struct sweep_walk {
 static void sweep_one(item *it, void *arg)
 {
     struct sweep_walk *w = arg;
-    if (!item_value_async(it) || !(it->it_flags & ITEM_LINKED))
+    if (!item_compact(it) || !(it->it_flags & ITEM_LINKED))
         return;
     w->seen++;
     if (!item_is_dead(it, NULL))
@@ -208,7 +207,7 @@ static void sweep_one(item *it, void *arg)
 
 /* Sweeps stripes until about budget items were looked at; returns how
  * many.  *wrapped when the sweep passed the last stripe. */
-static int sweep_ssd_step(int budget, bool *wrapped)
+static int sweep_meta_step(int budget, bool *wrapped)
 {
     int seen = 0;
     struct sweep_walk w;
@@ -239,38 +238,32 @@ static int sweep_ssd_step(int budget, bool *wrapped)
     return seen;
 }
 
-/* The LRU sets the crawler walks, in order: DRAM's (each class's one LRU,
- * or its COLD queue), the lower tiers' when tiers exist, the segmented
- * LRU's other queues once they are in use (lru_seg.c).  A set below
- * TIER_COUNT is items_lrus[set]; TIER_COUNT + s - 1 is queue s of
- * items_seg_lrus.  The list only grows (the queues come into use at run
- * time, `lru mode`), and at its end: the cursor's index keeps its set. */
-static unsigned int crawl_sets(unsigned int sets[TIER_COUNT + LRU_SEGS - 1])
+/* The LRU sets the crawler walks, in order: set 0 is each class's one LRU
+ * (or its COLD queue), items_lrus; set s > 0 is queue s of the segmented
+ * LRU (lru_seg.c), once those are in use.  The list only grows (the queues
+ * come into use at run time, `lru mode`), and at its end: the cursor's
+ * index keeps its set. */
+static unsigned int crawl_sets(unsigned int sets[LRU_SEGS])
 {
     unsigned int n = 0;
-    sets[n++] = TIER_DRAM;
-    if (items_tier_ops != NULL)
-        for (unsigned int t = TIER_DRAM + 1; t < TIER_COUNT; t++)
-            sets[n++] = t;
+    sets[n++] = 0;
     if (items_seg_lists())
         for (unsigned int s = LRU_SEG_HOT; s < LRU_SEGS; s++)
-            sets[n++] = TIER_COUNT + s - 1;
+            sets[n++] = s;
     return n;
 }
 
 static struct lru *crawl_list(unsigned int set, unsigned int cls, int p)
 {
-    if (set < TIER_COUNT)
-        return &items_lrus[set][cls][p];
-    return items_seg_lru(set - TIER_COUNT + 1, cls, p);
+    if (set == 0)
+        return &items_lrus[cls][p];
+    return items_seg_lru(set, cls, p);
 }
 
-/* Classes of a set: DRAM's queues have the slab classes; the lower tiers'
- * sets are by the class of their slots. */
 static unsigned int crawl_classes(unsigned int set)
 {
-    return set == TIER_DRAM || set >= TIER_COUNT ? slabs_nclasses()
-                                                 : MAX_SLAB_CLASSES - 1;
+    (void)set;
+    return slabs_nclasses();
 }
 
 int items_crawl_step(int budget)
@@ -279,7 +272,7 @@ int items_crawl_step(int budget)
     pthread_mutex_lock(&items_crawl_lock);
     /* At most one full cycle: every LRU once, plus the rest of the one
      * the cursor sits in.  items_crawl_tier indexes sets[]. */
-    unsigned int sets[TIER_COUNT + LRU_SEGS - 1];
+    unsigned int sets[LRU_SEGS];
     unsigned int nsets = crawl_sets(sets);
     unsigned int limit = (items_crawler_in_lru ? 1 : 0);
     for (unsigned int t = 0; t < nsets; t++)
@@ -311,12 +304,12 @@ int items_crawl_step(int budget)
             }
         }
     }
-    /* Fewer than asked: the LRUs' cycle is done; with an SSD tier the
-     * sweep of its meta tuples follows, and ends the cycle. */
+    /* Fewer than asked: the LRUs' cycle is done; with a lower tier the
+     * sweep of the meta tuples follows, and ends the cycle. */
     bool cycle_done = checked < budget;
-    if (cycle_done && settings.ssd_path != NULL) {
+    if (cycle_done && items_tier_ops != NULL) {
         bool wrapped = false;
-        checked += sweep_ssd_step(budget - checked, &wrapped);
+        checked += sweep_meta_step(budget - checked, &wrapped);
         cycle_done = wrapped;
     }
     pthread_mutex_unlock(&items_crawl_lock);

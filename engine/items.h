@@ -41,7 +41,7 @@
  *                   an LRU lock (below).
  *
  * Level 3
- *   LRU lock        items_core.c items_lrus[tier][class][partition].lock: that LRU's
+ *   LRU lock        items_core.c items_lrus[class][partition].lock: that LRU's
  *                   links, head, tail, count, and the crawler placeholder
  *   writer lock     tac/ssd_int.h struct writer: one SSD writer's open buf
  *                   and page
@@ -579,22 +579,21 @@ void items_set_tier_ops(const struct item_tier_ops *ops);
  * LRU is a FIFO by link time (tier_policy=anti2).  Before threads start;
  * items_init() resets it to true. */
 void items_set_lazy_lru(bool on);
-/* Starts the Lazy LRU threads (DRAM, and NVM if `nvm`) that apply the
- * workers' queued LRU moves; stop them after the workers. */
-void items_lru_threads_start(bool nvm);
+/* Starts the Lazy LRU thread that applies the workers' queued LRU moves;
+ * stop it after the workers. */
+void items_lru_threads_start(void);
 void items_lru_threads_stop(void);
 bool items_tiered(void);
 
 /*
  * Allocates an unlinked meta tuple (refcount 1) describing `src`: same key,
  * flags, exptime, nbytes, CAS, access time and fetch flags, pointing at
- * `ref` in `tier`, kept in that tier's LRU of class lru_cls.  Never evicts
+ * `ref` in `tier` (compact: on no LRU).  Never evicts
  * a live DRAM item to find room; NULL when DRAM has no chunk for it.
  * `reserved`: may take the slab reserve (slabs_alloc_ex).
  */
-item *item_alloc_meta(const item *src, enum item_tier tier,
-                      unsigned int lru_cls, uint64_t ref, int partition,
-                      bool reserved);
+item *item_alloc_meta(const item *src, enum item_tier tier, uint64_t ref,
+                      int partition, bool reserved);
 
 /* A DRAM item (refcount 1) with staging item st's key, fields and value,
  * when DRAM has a free chunk for it now (no eviction); NULL otherwise.
@@ -612,7 +611,7 @@ item *item_alloc_promote(const item *meta, int partition);
 
 /*
  * Moves up to `max` of the coldest unreferenced items of class clsid,
- * partition p, of tier (DRAM, or NVM whose LRUs hold meta tuples), by
+ * partition p, of DRAM's LRUs (tier must be TIER_DRAM), by
  * calling demote(it, hv) with the item locked and pinned;
  * demote publishes the new copy with do_item_move() and returns true, or
  * returns false to stop.  Dead items met on the way are reclaimed.
@@ -633,10 +632,31 @@ static inline bool item_value_async(const item *it)
     return (it->it_flags & ITEM_META) && it->tier == TIER_SSD;
 }
 
-/* Drops the coldest meta tuple of a lower tier's class cls (partition p
- * first, then the others), freeing its slot: cache semantics when that
- * tier is full.  Returns false if nothing could be dropped. */
-bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p);
+/*
+ * A lower tier's CLOCK hand (tac/nvm_clock.c) at the slot `ref`, whose
+ * tuple header names `key`.  The slot may be free or being written: only
+ * the key's meta tuple, found under its item lock (taken by trylock), says
+ * the slot is its own.  If it is:
+ *   - a dead item (expired, flushed) is unlinked: LOWER_FREED;
+ *   - an item read since the hand last passed (llru_second_chance) stays
+ *     for one more lap, its readCount cut: LOWER_SPARED;
+ *   - any other goes to move(it, hv) (locked and pinned; publishes the new
+ *     copy with do_item_move): LOWER_MOVED, or LOWER_KEPT when it could
+ *     not; with move NULL it is evicted (cache semantics): LOWER_EVICTED.
+ * A freed item's slot goes back with its meta tuple's last reference.
+ */
+enum lower_visit {
+    LOWER_NOT_OWNED,    /* no linked meta tuple of `tier` points at ref */
+    LOWER_BUSY,         /* the key's stripe was held */
+    LOWER_FREED,        /* a dead item, reclaimed */
+    LOWER_EVICTED,      /* a live item, dropped (move NULL) */
+    LOWER_SPARED,
+    LOWER_MOVED,
+    LOWER_KEPT,
+};
+enum lower_visit items_lower_visit(enum item_tier tier, uint64_t ref,
+                                   const char *key, size_t nkey,
+                                   item_evict_hook_fn move);
 
 /* ---- Background and stats. ------------------------------------------- */
 

@@ -70,7 +70,7 @@
 
 /* lrus[TIER_DRAM][slab class][partition] hold DRAM items; the lower tiers'
  * sets hold their meta tuples by the class of their lower-tier slot. */
-struct lru items_lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
+struct lru items_lrus[MAX_SLAB_CLASSES][MAX_PARTITIONS];
 const struct item_tier_ops *items_tier_ops;   /* set before threads start */
 bool items_log_all;                /* tier_ops->logged: -o dram_log */
 struct lru_stats items_cls_stats[MAX_SLAB_CLASSES];
@@ -296,18 +296,15 @@ void items_core_init(void)
     one_queue_lru = settings_ignored_arg("no_modern") != NULL;
     if (!locks_ready) {
         item_locks_init();
-        for (int t = 0; t < TIER_COUNT; t++)
-            for (int c = 0; c < MAX_SLAB_CLASSES; c++)
-                for (int p = 0; p < MAX_PARTITIONS; p++)
-                    pthread_mutex_init(&items_lrus[t][c][p].lock, NULL);
+        for (int c = 0; c < MAX_SLAB_CLASSES; c++)
+            for (int p = 0; p < MAX_PARTITIONS; p++)
+                pthread_mutex_init(&items_lrus[c][p].lock, NULL);
         locks_ready = true;
     }
-    for (int t = 0; t < TIER_COUNT; t++) {
-        for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
-            for (int p = 0; p < MAX_PARTITIONS; p++) {
-                items_lrus[t][c][p].head = items_lrus[t][c][p].tail = NULL;
-                items_lrus[t][c][p].count = 0;
-            }
+    for (int c = 0; c < MAX_SLAB_CLASSES; c++) {
+        for (int p = 0; p < MAX_PARTITIONS; p++) {
+            items_lrus[c][p].head = items_lrus[c][p].tail = NULL;
+            items_lrus[c][p].count = 0;
         }
     }
     items_tier_ops = NULL;
@@ -331,17 +328,16 @@ void items_core_init(void)
 
 /* ---- LRU lists (caller holds l->lock). ----------------------------- */
 
-/* The LRU holding `it`; NULL for an SSD meta tuple, which is on none: the
- * SSD tier ages by page (oldest page first), not by item. */
+/* The LRU holding `it`; NULL for a meta tuple, which is on none: the SSD
+ * tier ages by page (oldest page first), NVM by a CLOCK over its slots
+ * (tac/nvm_clock.c). */
 struct lru *items_lru_of(const item *it)
 {
-    if (it->tier == TIER_SSD)
-        return NULL;
     if (it->tier != TIER_DRAM)
-        return &items_lrus[it->tier][it->lru_cls][it->partition];
+        return NULL;
     /* COLD (every item without the segmented LRU) is the class's LRU. */
     if (it->lru_seg == LRU_SEG_COLD)
-        return &items_lrus[TIER_DRAM][it->slabs_clsid][it->partition];
+        return &items_lrus[it->slabs_clsid][it->partition];
     return items_seg_lru(it->lru_seg, it->slabs_clsid, it->partition);
 }
 
@@ -731,10 +727,9 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
     return got;
 }
 
-static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
-                           bool may_evict)
+static item *lru_pull_tail(unsigned int clsid, int p, bool may_evict)
 {
-    struct lru *l = &items_lrus[tier][clsid][p];
+    struct lru *l = &items_lrus[clsid][p];
     item *got = NULL;
     pthread_mutex_lock(&l->lock);
     item *search = l->tail;
@@ -762,7 +757,7 @@ static item *lru_pull_tail(unsigned int tier, unsigned int clsid, int p,
  * does in that mode. */
 static item *lru_reclaim_tail(unsigned int clsid, int p)
 {
-    struct lru *l = &items_lrus[TIER_DRAM][clsid][p];
+    struct lru *l = &items_lrus[clsid][p];
     item *got = NULL;
     bool spared = false;
     pthread_mutex_lock(&l->lock);
@@ -790,7 +785,7 @@ static item *alloc_chunk(unsigned int clsid, int p, bool may_evict,
         if (it != NULL)
             return it;
         for (int i = 0; i < items_npart; i++) {
-            it = lru_pull_tail(TIER_DRAM, clsid, (p + i) % items_npart, may_evict);
+            it = lru_pull_tail(clsid, (p + i) % items_npart, may_evict);
             if (it != NULL) {
                 GSTATS_INCR(direct_reclaims);
                 CLS_INCR(clsid, direct_reclaims);
@@ -818,7 +813,6 @@ static void item_init_fields(item *it, const char *key, size_t nkey,
     it->partition = (uint8_t)p;
     it->tier = TIER_DRAM;
     it->nkey = (uint8_t)nkey;
-    it->lru_cls = 0;
     it->lru_seg = LRU_SEG_COLD;
     it->cas = 0;
     llru_init_access(it, it->time);
@@ -838,12 +832,10 @@ rel_time_t item_time(const item *it)
 
 size_t item_meta_seq_bytes;
 
-item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls,
-                      uint64_t ref, int partition, bool reserved)
+item *item_alloc_meta(const item *src, enum item_tier tier, uint64_t ref,
+                      int partition, bool reserved)
 {
-    bool compact = tier == TIER_SSD;
-    size_t size = compact ? item_compact_size(src->nkey)
-                          : item_meta_size(src->nkey);
+    size_t size = item_compact_size(src->nkey);
     unsigned int clsid = slabs_clsid(size);
     int p = part_index(partition);
     if (clsid == 0)
@@ -856,28 +848,19 @@ item *item_alloc_meta(const item *src, enum item_tier tier, unsigned int lru_cls
         return NULL;
     uint16_t keep = src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
                                      ITEM_TOKEN_SENT | ITEM_STALE);
-    if (compact) {
-        /* Only the core, the reference and the key exist. */
-        it->h_next = NULL;
-        it->exptime = src->exptime;
-        it->nbytes = src->nbytes;
-        it->flags = src->flags;
-        it->slabs_clsid = (uint8_t)clsid;
-        it->partition = (uint8_t)p;
-        it->nkey = src->nkey;
-        it->it_flags = ITEM_META | keep;
-        it->tier = TIER_SSD;        /* before the key: it picks the layout */
-        memcpy(ITEM_key(it), ITEM_key(src), src->nkey);
-    } else {
-        item_init_fields(it, ITEM_key(src), src->nkey, src->flags,
-                         src->exptime, src->nbytes, clsid, p);
-        it->time = item_time(src);
-        it->it_flags = ITEM_META | keep;
-        it->lru_cls = (uint8_t)lru_cls;
-    }
+    /* Only the core, the reference and the key exist. */
+    it->h_next = NULL;
+    it->exptime = src->exptime;
+    it->nbytes = src->nbytes;
+    it->flags = src->flags;
+    it->slabs_clsid = (uint8_t)clsid;
+    it->partition = (uint8_t)p;
+    it->nkey = src->nkey;
+    it->it_flags = ITEM_META | keep;
+    it->tier = (uint8_t)tier;       /* before the key: it picks the layout */
+    memcpy(ITEM_key(it), ITEM_key(src), src->nkey);
     it->cas = src->cas;
     it->access = __atomic_load_n(&src->access, __ATOMIC_RELAXED);
-    it->tier = (uint8_t)tier;
     item_set_meta_ref(it, ref);
     /* A copy of a meta tuple keeps its tuple, so its sequence too; a new
      * tuple's writer sets it. */
@@ -1022,9 +1005,9 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
 int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
                       item_evict_hook_fn demote)
 {
-    if (tier == TIER_SSD || clsid >= MAX_SLAB_CLASSES || p < 0 || p >= items_npart)
+    if (tier != TIER_DRAM || clsid >= MAX_SLAB_CLASSES || p < 0 || p >= items_npart)
         return 0;
-    struct lru *l = &items_lrus[tier][clsid][p];
+    struct lru *l = &items_lrus[clsid][p];
     int moved = 0;
     while (moved < max) {
         /* The LRU lock is let go before the move: relinking takes it. */
@@ -1046,29 +1029,41 @@ int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
     return moved;
 }
 
-bool items_lower_drop_tail(enum item_tier tier, unsigned int cls, int p)
+enum lower_visit items_lower_visit(enum item_tier tier, uint64_t ref,
+                                   const char *key, size_t nkey,
+                                   item_evict_hook_fn move)
 {
-    if (tier == TIER_DRAM || cls >= MAX_SLAB_CLASSES)
-        return false;
-    for (int i = 0; i < items_npart; i++) {
-        item *it = lru_pull_tail(tier, cls, (p + i) % items_npart, true);
-        if (it != NULL) {
-            /* Unlinked and ours: the last reference frees the meta tuple
-             * and its lower-tier slot. */
-            item_free(it);
-            return true;
-        }
+    if (tier == TIER_DRAM || nkey == 0 || nkey > KEY_MAX_LENGTH)
+        return LOWER_NOT_OWNED;
+    uint32_t hv = item_hash(key, nkey);
+    if (!item_trylock(hv))
+        return LOWER_BUSY;
+    enum lower_visit what = LOWER_NOT_OWNED;
+    item *it = assoc_find(key, nkey, hv);
+    if (it == NULL || !(it->it_flags & ITEM_META) || it->tier != tier ||
+        item_meta_ref(it) != ref) {
+        item_unlock(hv);
+        return LOWER_NOT_OWNED;
     }
-    return false;
+    refcount_incr(it);
+    if (item_is_dead(it, NULL)) {
+        items_count_dead(it->slabs_clsid, it, false);
+        do_item_unlink(it, hv);
+        what = LOWER_FREED;
+    } else if (items_lazy_lru && llru_second_chance(it)) {
+        what = LOWER_SPARED;
+    } else if (move != NULL) {
+        what = move(it, hv) ? LOWER_MOVED : LOWER_KEPT;
+    } else {
+        do_item_evict(it, hv);
+        what = LOWER_EVICTED;
+    }
+    item_unlock(hv);
+    item_release(it);
+    return what;
 }
 
 /* ---- Lookups. -------------------------------------------------------- */
-
-/* The lane whose LRU thread relinks `it`. */
-static inline enum llru_lane lane_of(const item *it)
-{
-    return it->tier == TIER_DRAM ? LLRU_LANE_DRAM : LLRU_LANE_NVM;
-}
 
 /* Moves a linked item to the head of its LRU.  Caller holds the item lock
  * and the LRU lock. */
@@ -1100,18 +1095,18 @@ void do_item_touch_access(item *it)
             move = seg_move;
     }
 
-    /* Only a rise in temperature class moves an item (lazy_lru.h); an SSD
-     * meta tuple is on no LRU. */
+    /* Only a rise in temperature class moves an item (lazy_lru.h); a meta
+     * tuple is on no LRU (its readCount is what NVM's CLOCK reads). */
     if (!move || !items_lazy_lru || (it->it_flags & ITEM_LINKED) == 0 ||
         item_compact(it))
         return;
-    /* A worker hands the move to its lane's LRU thread; the reference
+    /* A worker hands the move to the LRU thread; the reference
      * keeps the item from being freed while it is queued.  An item with
      * too many held references is not queued (items.h, held references). */
     if (item_refs_crowded(it))
         return;
     refcount_incr(it);
-    if (llru_push(it, lane_of(it)))
+    if (llru_push(it))
         return;
     __atomic_sub_fetch(&it->refcount, 1, __ATOMIC_ACQ_REL);   /* not the last */
     if (!llru_has_ring()) {
@@ -1153,9 +1148,9 @@ static void lru_apply(item **v, unsigned int n)
     }
 }
 
-void items_lru_threads_start(bool nvm)
+void items_lru_threads_start(void)
 {
-    llru_threads_start(lru_apply, nvm);
+    llru_threads_start(lru_apply);
 }
 
 void items_lru_threads_stop(void)

@@ -52,7 +52,7 @@ struct lru {
 
 /* memcached's segmented LRU (lru_seg.c; -o lru_maintainer, -o
  * temporary_ttl): a DRAM item's queue.  COLD is the class's LRU of
- * items_lrus[TIER_DRAM], so every walk of that LRU (eviction, the page
+ * items_lrus, so every walk of that LRU (eviction, the page
  * mover's callers, the crawler) sees the cold queue; the others are in
  * items_seg_lrus[seg - 1]. */
 enum lru_seg { LRU_SEG_COLD = 0, LRU_SEG_HOT, LRU_SEG_WARM, LRU_SEG_TEMP, LRU_SEGS };
@@ -111,7 +111,7 @@ void items_seg_stats_reset(void);
 void items_count_dead(unsigned int clsid, const item *it, bool by_crawler);
 
 /* Defined in items_core.c; their comments are there. */
-extern struct lru items_lrus[TIER_COUNT][MAX_SLAB_CLASSES][MAX_PARTITIONS];
+extern struct lru items_lrus[MAX_SLAB_CLASSES][MAX_PARTITIONS];
 extern const struct item_tier_ops *items_tier_ops;
 extern bool items_log_all;
 extern struct lru_stats items_cls_stats[MAX_SLAB_CLASSES];

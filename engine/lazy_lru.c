@@ -307,19 +307,18 @@ void llru_stats_temperature(struct stat_sink *s)
 /* ---- Bump rings and LRU threads ------------------------------------------ */
 
 #define MAX_RING_SETS 256
-/* An LRU thread sleeps until a worker's ring of its lane holds
- * LRU_WAKE_AT queued moves (that worker wakes it: one wake per
- * LRU_WAKE_AT pushes at most) or LRU_IDLE_MS has passed, whichever comes
- * first; then it drains every ring.  So a queued move waits at most
- * LRU_IDLE_MS, a busy server pays one wake-up per LRU_WAKE_AT moves and
- * an idle one 1000 / LRU_IDLE_MS a second per lane.  The ring keeps
- * LLRU_RING_SIZE - LRU_WAKE_AT slots of slack for the time the thread
- * takes to wake. */
+/* The LRU thread sleeps until a worker's ring holds LRU_WAKE_AT queued
+ * moves (that worker wakes it: one wake per LRU_WAKE_AT pushes at most) or
+ * LRU_IDLE_MS has passed, whichever comes first; then it drains every
+ * ring.  So a queued move waits at most LRU_IDLE_MS, a busy server pays
+ * one wake-up per LRU_WAKE_AT moves and an idle one 1000 / LRU_IDLE_MS a
+ * second.  The ring keeps LLRU_RING_SIZE - LRU_WAKE_AT slots of slack for
+ * the time the thread takes to wake. */
 #define LRU_WAKE_AT (LLRU_RING_SIZE / 4)
 #define LRU_IDLE_MS 10
 
-/* One producer (the owning thread), one consumer (the lane's LRU thread):
- * the producer writes slots then publishes tail with release; the consumer
+/* One producer (the owning thread), one consumer (the LRU thread): the
+ * producer writes slots then publishes tail with release; the consumer
  * reads slots after an acquire load of tail and frees them by publishing
  * head. */
 struct ring {
@@ -330,24 +329,20 @@ struct ring {
     item *slot[LLRU_RING_SIZE];
 };
 
-struct ring_set {
-    struct ring lane[LLRU_LANES];
-};
-
 static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ring_set *sets[MAX_RING_SETS];   /* published by nsets */
+static struct ring *sets[MAX_RING_SETS];        /* published by nsets */
 static unsigned int nsets;                      /* atomic */
-static __thread struct ring_set *my_set;
+static __thread struct ring *my_ring;
 
-static struct bg lru_threads[LLRU_LANES];
+static struct bg lru_thread;
 static llru_apply_fn apply_fn;
-static bool lane_on[LLRU_LANES];                /* atomic: its thread runs */
+static bool lru_on;                             /* atomic: the thread runs */
 
 void llru_rings_attach(void)
 {
-    if (my_set != NULL)
+    if (my_ring != NULL)
         return;
-    struct ring_set *rs = aligned_alloc(64, sizeof(*rs));
+    struct ring *rs = aligned_alloc(64, sizeof(*rs));
     if (rs == NULL)
         return;
     memset(rs, 0, sizeof(*rs));
@@ -355,23 +350,23 @@ void llru_rings_attach(void)
     if (nsets < MAX_RING_SETS) {
         sets[nsets] = rs;
         __atomic_store_n(&nsets, nsets + 1, __ATOMIC_RELEASE);
-        my_set = rs;
+        my_ring = rs;
     }
     pthread_mutex_unlock(&sets_lock);
-    if (my_set == NULL)
+    if (my_ring == NULL)
         free(rs);
 }
 
 bool llru_has_ring(void)
 {
-    return my_set != NULL;
+    return my_ring != NULL;
 }
 
-bool llru_push(item *it, enum llru_lane lane)
+bool llru_push(item *it)
 {
-    if (my_set == NULL || !__atomic_load_n(&lane_on[lane], __ATOMIC_ACQUIRE))
+    if (my_ring == NULL || !__atomic_load_n(&lru_on, __ATOMIC_ACQUIRE))
         return false;
-    struct ring *r = &my_set->lane[lane];
+    struct ring *r = my_ring;
     unsigned int tail = r->tail;        /* only this thread writes it */
     if (tail - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) >= LLRU_RING_SIZE) {
         GSTATS_INCR(lru_bumps_dropped);
@@ -381,7 +376,7 @@ bool llru_push(item *it, enum llru_lane lane)
     __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
     GSTATS_INCR(lru_bumps_queued);
     if (tail + 1 - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) == LRU_WAKE_AT)
-        bg_wake(&lru_threads[lane]);
+        bg_wake(&lru_thread);
     return true;
 }
 
@@ -398,9 +393,8 @@ static unsigned int ring_pop(struct ring *r, item **out, unsigned int max)
     return n;
 }
 
-/* Empties every ring of the lane, batch by batch; returns the items
- * applied. */
-static unsigned int drain_lane(enum llru_lane lane)
+/* Empties every ring, batch by batch; returns the items applied. */
+static unsigned int drain_rings(void)
 {
     item *batch[LLRU_BATCH];
     unsigned int done = 0;
@@ -408,7 +402,7 @@ static unsigned int drain_lane(enum llru_lane lane)
     for (unsigned int i = 0; i < n; i++) {
         unsigned int got;
         do {
-            got = ring_pop(&sets[i]->lane[lane], batch, LLRU_BATCH);
+            got = ring_pop(sets[i], batch, LLRU_BATCH);
             if (got > 0)
                 apply_fn(batch, got);
             done += got;
@@ -420,38 +414,31 @@ static unsigned int drain_lane(enum llru_lane lane)
 static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
-    enum llru_lane lane = (enum llru_lane)(uintptr_t)arg;
+    (void)arg;
     while (bg_running(g)) {
         __atomic_fetch_add(&llru_rounds, 1, __ATOMIC_RELAXED);
-        drain_lane(lane);
+        drain_rings();
         bg_wait(g, (uint64_t)LRU_IDLE_MS * 1000000u);
     }
-    while (drain_lane(lane) > 0)
+    while (drain_rings() > 0)
         ;
 }
 
-void llru_threads_start(llru_apply_fn apply, bool nvm)
+void llru_threads_start(llru_apply_fn apply)
 {
     apply_fn = apply;
-    for (int lane = 0; lane < LLRU_LANES; lane++) {
-        struct bg *t = &lru_threads[lane];
-        if (lane == LLRU_LANE_NVM && !nvm)
-            continue;
-        bg_init(t, lane == LLRU_LANE_NVM ? "tac-lru-nvm" : "tac-lru-dram", NULL);
-        if (!bg_start(t, 1, lru_thread_main, (void *)(uintptr_t)lane)) {
-            fprintf(stderr, "cannot start the LRU thread\n");
-            exit(EXIT_FAILURE);
-        }
-        __atomic_store_n(&lane_on[lane], true, __ATOMIC_RELEASE);
+    bg_init(&lru_thread, "tac-lru-dram", NULL);
+    if (!bg_start(&lru_thread, 1, lru_thread_main, NULL)) {
+        fprintf(stderr, "cannot start the LRU thread\n");
+        exit(EXIT_FAILURE);
     }
+    __atomic_store_n(&lru_on, true, __ATOMIC_RELEASE);
 }
 
 void llru_threads_stop(void)
 {
-    for (int lane = 0; lane < LLRU_LANES; lane++) {
-        if (!__atomic_load_n(&lane_on[lane], __ATOMIC_ACQUIRE))
-            continue;
-        __atomic_store_n(&lane_on[lane], false, __ATOMIC_RELEASE);
-        bg_stop(&lru_threads[lane]);
-    }
+    if (!__atomic_load_n(&lru_on, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_store_n(&lru_on, false, __ATOMIC_RELEASE);
+    bg_stop(&lru_thread);
 }

@@ -95,35 +95,34 @@ enum llru_temp llru_temperature_at(const item *it, rel_time_t now);
 bool llru_second_chance(item *it);
 
 /* ---- Bump rings and LRU threads (doc/design.md, "The data model") --------------------------
- * A worker never takes an LRU lock.  When llru_access() says an item
+ * A worker never takes an LRU lock.  When llru_access() says a DRAM item
  * should move to its LRU head, the worker takes a reference on it and
- * pushes it onto its own ring for the item's lane (DRAM items, NVM meta
- * tuples; SSD meta tuples are on no LRU).  Each ring has one producer (its
- * worker) and one consumer (the lane's LRU thread), so pushes and pops are
+ * pushes it onto its own ring (meta tuples are on no LRU: NVM ages by a
+ * CLOCK over its slots, SSD by page).  Each ring has one producer (its
+ * worker) and one consumer (the LRU thread), so pushes and pops are
  * lock-free.  A full ring drops the request: the item stays where it is
- * and lru_bumps_dropped counts it.  The LRU thread drains every ring of its
- * lane in batches and hands each batch to the apply function (items.c),
- * which relinks the items still on their LRU and drops the references.
- * The reference is what keeps a queued item from being freed.
+ * and lru_bumps_dropped counts it.  The LRU thread drains every ring in
+ * batches and hands each batch to the apply function (items.c), which
+ * relinks the items still on their LRU and drops the references.  The
+ * reference is what keeps a queued item from being freed.
  */
 #define LLRU_RING_SIZE 1024     /* power of two */
 #define LLRU_BATCH 64
-enum llru_lane { LLRU_LANE_DRAM = 0, LLRU_LANE_NVM = 1, LLRU_LANES };
 
-/* Called with a batch of referenced items of one lane (LRU thread). */
+/* Called with a batch of referenced items (the LRU thread). */
 typedef void (*llru_apply_fn)(item **items, unsigned int n);
 
-/* Gives the calling thread its rings (workers, at start).  Threads without
- * rings get false from llru_push(). */
+/* Gives the calling thread its ring (workers, at start).  Threads without
+ * one get false from llru_push(). */
 void llru_rings_attach(void);
-/* Pushes referenced item `it` onto the caller's ring of `lane`; false
- * when the ring is full (counted as dropped), or the thread has no ring or
- * the lane no thread (not counted); the caller keeps its reference then. */
-bool llru_push(item *it, enum llru_lane lane);
-/* True if the calling thread has rings. */
+/* Pushes referenced item `it` onto the caller's ring; false when the ring
+ * is full (counted as dropped), or the thread has no ring or the LRU
+ * thread does not run (not counted); the caller keeps its reference then. */
+bool llru_push(item *it);
+/* True if the calling thread has a ring. */
 bool llru_has_ring(void);
-/* Starts the DRAM LRU thread, and the NVM one if `nvm`. */
-void llru_threads_start(llru_apply_fn apply, bool nvm);
+/* Starts the LRU thread. */
+void llru_threads_start(llru_apply_fn apply);
 /* Stops them after draining every ring (no pushes may follow). */
 void llru_threads_stop(void);
 

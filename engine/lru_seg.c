@@ -65,7 +65,7 @@ static struct seg_class_stats seg_stats[MAX_SLAB_CLASSES];
 struct lru *items_seg_lru(unsigned int seg, unsigned int clsid, int p)
 {
     if (seg == LRU_SEG_COLD || seg >= LRU_SEGS)
-        return &items_lrus[TIER_DRAM][clsid][p];
+        return &items_lrus[clsid][p];
     return &items_seg_lrus[seg - 1][clsid][p];
 }
 

@@ -25,28 +25,32 @@
 
 /* ---- Page mover. ------------------------------------------------------ */
 
+/* min_pages: the pages src must hold to give one (2 but for the last
+ * resort of automove_refill_reserve_locked). */
 static enum slabs_reassign_result move_check(unsigned int src,
-                                             unsigned int dst)
+                                             unsigned int dst,
+                                             unsigned int min_pages)
 {
     if (src < 1 || src > slab_nclasses || dst > slab_nclasses ||
         !slab_classes[src].movable || (dst != 0 && !slab_classes[dst].movable))
         return SLABS_REASSIGN_BADCLASS;
     if (src == dst)
         return SLABS_REASSIGN_SAME;
-    if (__atomic_load_n(&slab_classes[src].total_pages, __ATOMIC_RELAXED) < 2)
+    if (__atomic_load_n(&slab_classes[src].total_pages, __ATOMIC_RELAXED) < min_pages)
         return SLABS_REASSIGN_NOSPARE;
     return SLABS_REASSIGN_OK;
 }
 
 /* src's mapped active page with the fewest used chunks, the oldest on a
  * tie; the last aborted page only if there is no other.  run_lock. */
-static struct slab_page *move_pick_page(struct slab_class *c)
+static struct slab_page *move_pick_page(struct slab_class *c,
+                                        unsigned int min_pages)
 {
     struct slab_page *best = NULL;
     uint32_t best_used = UINT32_MAX;
     bool best_aborted = true;
     pthread_mutex_lock(&c->pages_lock);
-    for (size_t i = 0; c->npages >= 2 && i < c->npages; i++) {
+    for (size_t i = 0; c->npages >= min_pages && i < c->npages; i++) {
         struct slab_page *pg = c->pages[i];
         if (!pg->mapped ||
             __atomic_load_n(&pg->state, __ATOMIC_RELAXED) != PAGE_ACTIVE)
@@ -90,12 +94,14 @@ static void move_purge_part(struct slab_class *c, struct slab_part *sp,
     pthread_mutex_unlock(&sp->lock);
 }
 
-static bool move_start_locked(unsigned int src, unsigned int dst)
+static bool move_start_ex(unsigned int src, unsigned int dst,
+                          unsigned int min_pages)
 {
-    if (slab_run.active || move_check(src, dst) != SLABS_REASSIGN_OK)
+    if (min_pages < 1 || slab_run.active ||
+        move_check(src, dst, min_pages) != SLABS_REASSIGN_OK)
         return false;
     struct slab_class *c = &slab_classes[src];
-    struct slab_page *pg = move_pick_page(c);
+    struct slab_page *pg = move_pick_page(c, min_pages);
     if (pg == NULL)
         return false;
     uint64_t *fm = calloc((c->perslab + 63) / 64, sizeof(*fm));
@@ -123,6 +129,11 @@ static bool move_start_locked(unsigned int src, unsigned int dst)
     slab_run.passes = 0;
     __atomic_store_n(&slab_mstats.running, 1, __ATOMIC_RELAXED);
     return true;
+}
+
+static bool move_start_locked(unsigned int src, unsigned int dst)
+{
+    return move_start_ex(src, dst, 2);
 }
 
 bool slabs_reassign_start(unsigned int src, unsigned int dst)
@@ -345,7 +356,7 @@ enum slabs_reassign_result slabs_reassign_request(unsigned int src,
 {
     if (src == 0)
         return pool_give(dst);
-    enum slabs_reassign_result r = move_check(src, dst);
+    enum slabs_reassign_result r = move_check(src, dst, 2);
     if (r != SLABS_REASSIGN_OK)
         return r;
     if (__atomic_load_n(&slab_mstats.running, __ATOMIC_RELAXED) != 0)
@@ -433,6 +444,40 @@ static unsigned int automove_pick_donor(unsigned int dst)
 }
 
 /*
+ * The last resort of the reserve refill: every class holds one page (a
+ * small -m over many value sizes: each class took its one page, memcached's
+ * grace, and nothing is left), and the meta tuples' busiest class has less
+ * than a quarter of a page free.  Then the data class whose one page has
+ * the fewest chunks in use gives it to that class: its items move down a
+ * tier (item_evict_chunk), and its next stores go to a lower tier until a
+ * page mover gives it a page again.  Without this, meta tuples could not
+ * grow while every data class kept its page, and every store past that
+ * point waited for room that never came.  run_lock held.
+ */
+static bool refill_from_last_pages_locked(void)
+{
+    unsigned int src = 0, dst = 0;
+    uint64_t fewest = UINT64_MAX, most_used = 0;
+    for (unsigned int i = 1; i <= slab_nclasses; i++) {
+        struct slab_class *c = &slab_classes[i];
+        uint64_t pages = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED);
+        uint64_t used = __atomic_load_n(&c->used_chunks, __ATOMIC_RELAXED);
+        if (!c->movable || pages == 0)
+            continue;
+        if (slab_index_class(c)) {
+            if (used > most_used && class_free_chunks(c) * 4 < c->perslab) {
+                dst = i;
+                most_used = used;
+            }
+        } else if (pages == 1 && used < fewest) {
+            src = i;
+            fewest = used;
+        }
+    }
+    return src != 0 && dst != 0 && move_start_ex(src, dst, 1);
+}
+
+/*
  * With a reserve set (a lower tier is configured), keeps it available: when
  * the unassigned -m budget falls below the reserve, moves the page with the
  * fewest used chunks of the class with the most free chunk bytes back to
@@ -485,7 +530,9 @@ static bool automove_refill_reserve_locked(void)
      * its items move down on the reserve that is left. */
     if (donor == 0)
         donor = biggest;
-    return donor != 0 && move_start_locked(donor, 0);
+    if (donor != 0)
+        return move_start_locked(donor, 0);
+    return refill_from_last_pages_locked();
 }
 
 bool slabs_adjust_mem_limit(size_t bytes)

@@ -278,7 +278,7 @@ void workers_start(int nthreads, struct event_base *main_base)
     }
     for (int i = 0; i < nthreads; i++)
         worker_setup(&workers[i], i);
-    items_lru_threads_start(tac_has_nvm());
+    items_lru_threads_start();
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&workers[i].tid, NULL, worker_main, &workers[i]) != 0) {
             fprintf(stderr, "cannot create worker thread: %s\n", strerror(errno));

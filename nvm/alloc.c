@@ -829,6 +829,32 @@ unsigned nvm_class_of_ref(const struct nvm_region *r, uint64_t ref)
     return cls;
 }
 
+uint64_t nvm_class_next(const struct nvm_region *r, unsigned cls, uint64_t ref,
+                        bool *wrapped)
+{
+    if (cls == 0 || cls > r->nclasses || r->npages == 0)
+        return 0;
+    const struct nvm_class *c = &r->classes[cls];
+    uint64_t page = 0, slot = 0;
+    if (ref >= NVM_DATA_OFFSET) {
+        page = (ref - NVM_DATA_OFFSET) / r->page_size;
+        slot = (ref - nvm_page_ref(r, page)) / c->slot_size + 1;
+    }
+    /* At most one pass over every page, the starting one twice (its
+     * slots before the cursor come last). */
+    for (uint64_t n = 0; n <= r->npages; n++) {
+        if (page >= r->npages) {
+            page = 0;
+            *wrapped = true;
+        }
+        if (slot < c->per_page && NVM_LOAD(&r->page_class[page]) == cls)
+            return nvm_page_ref(r, page) + slot * c->slot_size;
+        page++;
+        slot = 0;
+    }
+    return 0;
+}
+
 unsigned nvm_nclasses(const struct nvm_region *r)
 {
     return r->nclasses;

@@ -205,6 +205,16 @@ size_t nvm_class_slot_size(const struct nvm_region *r, unsigned cls);
 /* Slot size of the slot at ref; 0 when nvm_class_of_ref(r, ref) is 0. */
 size_t nvm_slot_size(const struct nvm_region *r, uint64_t ref);
 
+/* ---- Walking a class (a CLOCK hand) -------------------------------------
+ * nvm_class_next: the slot of class cls that follows `ref` in address
+ * order (ref 0: from the start), wrapping past the region's end to its
+ * start, and then setting *wrapped.  0 when no page holds cls.  The slot
+ * may be free, allocated or being written, and its page may change class
+ * meanwhile: read it only with nvm_peek, and trust nothing read there.
+ */
+uint64_t nvm_class_next(const struct nvm_region *r, unsigned cls, uint64_t ref,
+                        bool *wrapped);
+
 /* ---- Access -------------------------------------------------------------
  * off + len must stay within the slot.
  */
@@ -225,6 +235,15 @@ void nvm_write(struct nvm_region *r, uint64_t ref, size_t off,
  * fence otherwise.  Ordering only: a non-pmem file is made durable by
  * nvm_close (msync), never per write. */
 void nvm_drain(struct nvm_region *r);
+
+/* Copies up to len bytes at ref + off into dst, cut at the region's end,
+ * and charges read latency; returns the bytes copied.  Unlike nvm_read it
+ * asks nothing of the slot: for a reader that found ref by nvm_class_next
+ * and may race with a write of the same bytes.  ThreadSanitizer is told
+ * to ignore that race, so the caller must check whatever it copied
+ * before it uses it. */
+size_t nvm_peek(struct nvm_region *r, uint64_t ref, size_t off, void *dst,
+                size_t len);
 
 /* Copies len bytes at off of the slot into dst, then charges read latency. */
 void nvm_read(struct nvm_region *r, uint64_t ref, size_t off,

@@ -22,11 +22,6 @@ bool tac_active(void)
     return tac.nvm != NULL || tac.ssd != NULL;
 }
 
-bool tac_has_nvm(void)
-{
-    return tac.nvm != NULL;
-}
-
 const char *tac_tiers_name(void)
 {
     if (tac.nvm != NULL)

@@ -14,9 +14,10 @@
  * gains nothing from demotion and is skipped.
  *
  * NVM is "tight" while its free bytes are below -o nvm_free_watermark (only
- * with an SSD tier); then each round also moves EVICT_BATCH / 4 of the
- * coldest tuples of every NVM class in the evictor's partitions to SSD,
- * packed into the evictor's own SSD buf (tac_ssd_set_writer).
+ * with an SSD tier); then each round also turns the CLOCK hand of each
+ * NVM slot class the evictor owns (nvm_clock.c), moving up to EVICT_BATCH
+ * / 4 cold tuples per partition to SSD, packed into the evictor's own SSD
+ * buf (tac_ssd_set_writer).
  *
  * Evictor 0 also runs the NVM page mover (mover.c) and the watchdog
  * (watchdog_check below) each round.
@@ -38,9 +39,11 @@
 #include "base/bg.h"
 #include "base/settings.h"
 #include "engine/slabs.h"
+#include "nvm/nvm.h"
 #include "tac/evict.h"
 #include "tac/internal.h"
 #include "tac/mover.h"
+#include "tac/nvm_clock.h"
 #include "tac/nvm_tier.h"
 #include "tac/place.h"
 #include "tac/ssd_tier.h"
@@ -79,15 +82,22 @@ static uint64_t class_reserve(const struct slabs_class_info *ci,
     return chunks > 0 ? chunks : 1;
 }
 
-/* With NVM low on free space, moves NVM's coldest tuples of every class
- * in this evictor's partitions to SSD.  Returns the number moved. */
+/* With NVM low on free space, moves cold tuples of this evictor's NVM
+ * slot classes (class c belongs to evictor c mod E) to SSD, by turning
+ * their CLOCK hands (nvm_clock.c).  Returns the number moved or freed. */
 static int evict_nvm_round(struct evictor *e)
 {
     int moved = 0;
-    for (unsigned int c = 1; c < MAX_SLAB_CLASSES && tac_nvm_tight(); c++)
-        for (int p = e->id; p < tac.cfg.partitions; p += nevictors)
-            moved += items_demote_tail(TIER_NVM, c, p, EVICT_BATCH / 4,
-                                       tac_ssd_from_nvm);
+    if (tac.nvm == NULL)
+        return 0;
+    unsigned int n = nvm_nclasses(tac.nvm);
+    for (unsigned int c = 1; c <= n && tac_nvm_tight(); c++) {
+        if ((int)(c % (unsigned int)nevictors) != e->id)
+            continue;
+        struct clock_turn t = tac_nvm_clock_evict(
+            c, EVICT_BATCH / 4 * tac.cfg.partitions, tac_ssd_from_nvm);
+        moved += t.moved + t.freed;
+    }
     return moved;
 }
 
@@ -121,8 +131,7 @@ static int evict_round(struct evictor *e)
         if (reserve == 0 || free_now >= reserve)
             continue;
         /* Demoting into a meta tuple of the same class frees nothing. */
-        if (slabs_clsid(tac.nvm != NULL ? item_meta_size(1)
-                                         : item_compact_size(1)) >= c)
+        if (slabs_clsid(item_compact_size(1)) >= c)
             continue;
         short_classes++;
         short_bytes += (reserve - free_now) * ci.chunk_size;

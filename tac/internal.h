@@ -73,6 +73,9 @@ struct tac_tuple_hdr;
     X(nvm_fallback_ssd)      \
     X(nvm_tuples_to_ssd)     \
     X(nvm_mover_wants)       \
+    X(nvm_clock_passed)      \
+    X(nvm_clock_spared)      \
+    X(nvm_clock_laps)        \
     X(tier_watchdog_moves)
 
 struct tac_stats {

@@ -44,6 +44,7 @@
 #include "nvm/nvm.h"
 #include "tac/internal.h"
 #include "tac/mover.h"
+#include "tac/nvm_clock.h"
 #include "tac/nvm_tier.h"
 #include "tac/ssd_tier.h"
 #include "tac/tuple.h"
@@ -127,12 +128,12 @@ int tac_nvm_spill(unsigned need)
             biggest = cls;
         }
     }
-    int moved = 0;
-    for (int p = 0; tac.ssd != NULL && biggest != 0 && p < tac.cfg.partitions; p++)
-        moved += items_demote_tail(TIER_NVM, biggest, p, MOVER_SPILL_BATCH,
-                                   tac_ssd_from_nvm);
-    TAC_ADD(nvm_tuples_to_ssd, moved);
-    return moved;
+    if (tac.ssd == NULL || biggest == 0)
+        return 0;
+    struct clock_turn t = tac_nvm_clock_evict(
+        biggest, MOVER_SPILL_BATCH * tac.cfg.partitions, tac_ssd_from_nvm);
+    TAC_ADD(nvm_tuples_to_ssd, t.moved);
+    return t.moved + t.freed;
 }
 
 int tac_nvm_mover_step(void)

@@ -43,6 +43,7 @@
 #include "nvm/nvm.h"
 #include "engine/slabs.h"
 #include "tac/internal.h"
+#include "tac/nvm_clock.h"
 #include "tac/nvm_tier.h"
 #include "tac/tuple.h"
 #include "base/util.h"
@@ -206,14 +207,10 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
         if (ref != 0)
             return ref;
         if (spill != NULL) {
-            /* Make room by moving the class's coldest tuple down. */
+            /* Make room by moving a cold tuple of the class down. */
             uint64_t short0 = STATS_GET(&tac.stats, meta_alloc_failures);
-            int moved = 0;
-            for (int i = 0; i < tac.cfg.partitions && moved == 0; i++)
-                moved = items_demote_tail(TIER_NVM, cls,
-                                          (partition + i) % tac.cfg.partitions,
-                                          1, spill);
-            if (moved > 0)
+            struct clock_turn t = tac_nvm_clock_evict(cls, 1, spill);
+            if (t.moved + t.freed > 0)
                 continue;
             /* The class holds nothing to move (a size new to NVM): the
              * page mover empties a page of another class for it, spilling
@@ -241,10 +238,12 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
              * (mover.c): the caller tries again rather than drop. */
             break;
         }
-        if (!tac.cfg.evict_to_free ||
-            !items_lower_drop_tail(TIER_NVM, cls, partition))
+        if (!tac.cfg.evict_to_free)
             break;
-        TAC_INCR(nvm_evictions);
+        struct clock_turn t = tac_nvm_clock_evict(cls, 1, NULL);
+        if (t.freed == 0)
+            break;
+        TAC_ADD(nvm_evictions, t.evicted);
     }
     TAC_INCR(nvm_alloc_failures);
     return 0;
@@ -290,7 +289,7 @@ item *tac_nvm_store_copy(const item *it, int partition, bool reserved)
     uint64_t ref = nvm_place(tac_tuple_size(it->nkey, it->nbytes), partition, &cls);
     item *meta = NULL;
     if (ref != 0) {
-        meta = item_alloc_meta(it, TIER_NVM, cls, ref, partition, reserved);
+        meta = item_alloc_meta(it, TIER_NVM, ref, partition, reserved);
         if (meta == NULL) {
             TAC_INCR(meta_alloc_failures);
             nvm_free(tac.nvm, ref);
@@ -311,7 +310,7 @@ bool tac_nvm_meta_rehome(item *meta, uint32_t hv)
     if (meta->tier != TIER_NVM)
         return false;
     uint64_t ref = item_meta_ref(meta);
-    item *n = item_alloc_meta(meta, TIER_NVM, meta->lru_cls, ref, meta->partition, true);
+    item *n = item_alloc_meta(meta, TIER_NVM, ref, meta->partition, true);
     if (n == NULL) {
         TAC_INCR(meta_alloc_failures);
         return false;

@@ -459,7 +459,7 @@ static bool put_tuple(item *meta, const struct tac_tuple_hdr *hdr,
 /* A new meta tuple for `src` on SSD, not yet pointing anywhere. */
 static item *ssd_meta_new(const item *src, int partition, bool reserved)
 {
-    item *meta = item_alloc_meta(src, TIER_SSD, 0, 0, partition, reserved);
+    item *meta = item_alloc_meta(src, TIER_SSD, 0, partition, reserved);
     if (meta == NULL)
         TAC_INCR(meta_alloc_failures);
     return meta;
@@ -523,7 +523,7 @@ bool tac_ssd_from_nvm(item *meta, uint32_t hv)
 bool tac_ssd_meta_rehome(item *meta, uint32_t hv)
 {
     uint64_t ref = item_meta_ref(meta);
-    item *n = item_alloc_meta(meta, TIER_SSD, 0, ref, meta->partition, true);
+    item *n = item_alloc_meta(meta, TIER_SSD, ref, meta->partition, true);
     if (n == NULL) {
         TAC_INCR(meta_alloc_failures);
         return false;
@@ -573,7 +573,7 @@ bool tac_ssd_full(void)
 
 item *tac_ssd_meta_adopt(const item *src, uint64_t ref, int partition)
 {
-    item *meta = item_alloc_meta(src, TIER_SSD, 0, ref, partition, false);
+    item *meta = item_alloc_meta(src, TIER_SSD, ref, partition, false);
     if (meta != NULL)
         __atomic_add_fetch(&ssdt_items, 1, __ATOMIC_RELAXED);
     return meta;

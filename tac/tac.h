@@ -36,8 +36,6 @@ void tac_close(void);
 
 /* True when a lower tier is configured. */
 bool tac_active(void);
-/* True with an NVM tier. */
-bool tac_has_nvm(void);
 /* "dram", "dram,nvm", "dram,ssd" or "dram,nvm,ssd". */
 const char *tac_tiers_name(void);
 

@@ -221,7 +221,7 @@ static bool tac_plug_in(void)
      * so that demotion always finds room for its meta tuple; the page
      * mover then moves freed data pages over to the meta tuples' class. */
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)tac.cfg.slab_page_size,
-                      slabs_chunk_size(slabs_clsid(item_meta_size(KEY_MAX_LENGTH))));
+                      slabs_chunk_size(slabs_clsid(item_compact_size(KEY_MAX_LENGTH))));
     if (tac_dramlog_on()) {
         tier_ops.logged = tac_dramlog_item;
         tier_ops.log_ordered = tac_dramlog_ordered;
@@ -431,6 +431,7 @@ static void tac_stats_tiers(struct stat_sink *s)
         stat_printf(s, "nvm_pages_drained", "%llu", (unsigned long long)info.pages_drained);
         stat_printf(s, "nvm_pages_total", "%llu", (unsigned long long)info.pages_total);
         stat_printf(s, "nvm_metadata_dram_bytes", "%zu", info.dram_bytes);
+        stat_printf(s, "nvm_meta_tuple_bytes", "%zu", item_compact_size(0));
     }
     stat_printf(s, "meta_tuples", "%llu", meta_tuples());
     if (tac.nvm != NULL)

@@ -123,7 +123,7 @@ static void scan_prefetch(uint64_t kh, uint32_t hv)
 /* A tuple found by the scan, checksum verified: linked as its key's item
  * unless the journal says it is dead, it expired, a newer copy is linked
  * already, or the key was written during recovery. */
-static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
+static void scan_tuple(enum item_tier tier, uint64_t ref,
                        const struct tac_tuple_hdr *hp, const char *key,
                        uint64_t kh, uint32_t hv)
 {
@@ -150,7 +150,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref, unsigned cls,
     m.it.cas = h.cas != 0 ? h.cas : item_next_cas();
     m.it.access = (time & LLRU_TIME_MASK) << 8;
     m.it.time = time;
-    it = rs_meta_for(&m, tier, ref, cls, key, h.seq);
+    it = rs_meta_for(&m, tier, ref, key, h.seq);
     if (it == NULL) {
         rs_count(&rs.dropped);             /* no DRAM for its meta tuple */
         goto release;
@@ -296,7 +296,7 @@ static void scan_ssd_tuple(uint64_t tref, const char *tuple, void *arg)
             memcpy(&h, tuple, sizeof(h));
             uint32_t hv;
             uint64_t kh = rs_key_hashes(tuple + sizeof(h), h.nkey, &hv);
-            scan_tuple(TIER_SSD, tref, 0, &h, tuple + sizeof(h), kh, hv);
+            scan_tuple(TIER_SSD, tref, &h, tuple + sizeof(h), kh, hv);
             return;
         }
         b->e = e;
@@ -319,7 +319,7 @@ static void scan_batch_run(struct scan_batch *b)
             scan_prefetch(b->e[i + SCAN_AHEAD].kh, b->e[i + SCAN_AHEAD].hv);
         struct tac_tuple_hdr h;
         memcpy(&h, b->e[i].tuple, sizeof(h));
-        scan_tuple(TIER_SSD, b->e[i].ref, 0, &h, b->e[i].tuple + sizeof(h),
+        scan_tuple(TIER_SSD, b->e[i].ref, &h, b->e[i].tuple + sizeof(h),
                    b->e[i].kh, b->e[i].hv);
     }
     b->n = 0;
@@ -343,7 +343,7 @@ static void scan_nvm_page(uint64_t p, const struct nvm_info *info)
             tac_tuple_open_scratch(&h, slot + sizeof(h), &key) == TUPLE_OK) {
             uint32_t hv;
             uint64_t kh = rs_key_hashes(key, h.nkey, &hv);
-            scan_tuple(TIER_NVM, ref, cls, &h, key, kh, hv);
+            scan_tuple(TIER_NVM, ref, &h, key, kh, hv);
             continue;
         }
         /* A freed slot reads as version 0; anything else that was a tuple

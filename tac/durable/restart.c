@@ -399,9 +399,8 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         m.it.time = t;
         m.it.it_flags = r->it_flags & RS_KEEP_FLAGS;
         it = r->tier == TIER_NVM
-             ? rs_meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff,
-                        (unsigned)(r->ref & 0xff), key, r->seq)
-             : rs_meta_for(&m, TIER_SSD, r->ref, 0, key, r->seq);
+             ? rs_meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff, key, r->seq)
+             : rs_meta_for(&m, TIER_SSD, r->ref, key, r->seq);
     }
     if (it == NULL) {
         rs_count(&rs.dropped);             /* no DRAM for it */

@@ -186,10 +186,10 @@ uint64_t rs_key_hashes(const char *key, size_t nkey, uint32_t *hv)
 
 #define META_TRIES 100
 
-/* The unlinked meta tuple (refcount 1) for a tuple at ref in tier (NVM
- * slot class cls), described by src; NULL when DRAM has no chunk. */
+/* The unlinked meta tuple (refcount 1) for a tuple at ref in tier,
+ * described by src; NULL when DRAM has no chunk. */
 item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
-                      unsigned cls, const char *key, uint64_t seq)
+                  const char *key, uint64_t seq)
 {
     item *src = &m->it;
     src->tier = TIER_DRAM;              /* the full layout: key in data */
@@ -201,7 +201,7 @@ item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
     for (int tries = 0;; tries++) {
         int part = (int)(__atomic_fetch_add(&rs.next_part, 1, __ATOMIC_RELAXED) %
                          (unsigned)tac.cfg.partitions);
-        item *it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, cls, ref, part, false)
+        item *it = tier == TIER_NVM ? item_alloc_meta(src, TIER_NVM, ref, part, false)
                                     : tac_ssd_meta_adopt(src, ref, part);
         if (it != NULL)
             item_set_meta_seq(it, seq);

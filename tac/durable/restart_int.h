@@ -152,7 +152,7 @@ void rs_count(uint64_t *c);
 bool rs_exptime_ahead(int64_t unix_exp, rel_time_t *out);
 uint64_t rs_key_hashes(const char *key, size_t nkey, uint32_t *hv);
 item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
-                  unsigned cls, const char *key, uint64_t seq);
+                  const char *key, uint64_t seq);
 int rs_link_back(item *it, const char *key, size_t nkey, uint32_t hv,
                  int part, uint64_t cas, uint32_t access, rel_time_t t,
                  uint16_t keep_flags);

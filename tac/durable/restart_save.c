@@ -162,7 +162,7 @@ static void save_item(item *it, void *arg)
     } else if (it->tier == TIER_NVM) {
         if (tac.nvm == NULL)
             return;
-        r.ref = item_meta_ref(it) | it->lru_cls;
+        r.ref = item_meta_ref(it) | nvm_class_of_ref(tac.nvm, item_meta_ref(it));
         if (!nvm_ref_push(r.ref)) {
             rs.out_failed = true;
             return;

@@ -6,7 +6,8 @@ included) plus its share of the hash index (bucket table bytes over every
 indexed item), and the same less the key.  The tests fill DRAM with values
 that must move down, with keys of one length (8, 33 or 60 bytes), and check
 the figures against what the server's own numbers give: the chunk part is
-the compact meta tuple's size (`ssd_meta_tuple_bytes` + key) rounded up to
+the compact meta tuple's size (`ssd_meta_tuple_bytes` or
+`nvm_meta_tuple_bytes` + key, the same for both tiers) rounded up to
 the 8-byte class step, the index part `hash_bytes` / `curr_items`, and the
 difference of the two lines the key length.  Every value read back is
 checked (it encodes its key, a version and a CRC).
@@ -75,11 +76,10 @@ def test_ssd_resident_items_dram_cost(server, ssd_dir, klen):
     check_values(srv, keys[::23])
 
 
-@pytest.mark.parametrize("klen", [8, 33])
+@pytest.mark.parametrize("klen", [8, 33, 60])
 def test_nvm_resident_items_dram_cost(server, ssd_dir, nvm_file, klen):
     srv = ssd_server(server, ssd_dir, "256m", mem=16, nvm=nvm_file() + ":24m")
     keys = fill(srv, klen, 9000)
-    # A full meta tuple: the 64-byte header with LRU links, key, '\0' and
-    # the 8-byte reference, in a class of 8-byte steps up to 128 bytes.
-    check_tier_cost(srv, "nvm", klen, 2000, lambda st: 64 + 1 + 8)
+    # A compact meta tuple, as on SSD: nvm_meta_tuple_bytes, then the key.
+    check_tier_cost(srv, "nvm", klen, 2000, lambda st: int(st["nvm_meta_tuple_bytes"]))
     check_values(srv, keys[::17])

@@ -4,11 +4,13 @@ The commands answer as stock memcached 1.6 does.  Stock memcached's automove
 waits for eviction statistics over long windows, so the page-move scenario is
 tac-only: tac's mover acts within a few maintainer ticks.
 """
+import random
 import time
 
 import pytest
 
 from mcserver import recv_until
+from test_ssd import load, make_value, nvm_file, read_check, ssd_dir, ssd_server  # noqa: F401 (fixtures)
 
 
 def test_slabs_commands(srv):
@@ -119,3 +121,27 @@ def test_free_pages_return_to_the_pool_and_live_items_are_rescued(server):
     for i in kept:
         want = b"VALUE nfoo%d 0 %d\r\n%s\r\nEND\r\n" % (i, size, vals[i])
         assert c.get(b"get nfoo%d\r\n" % i) == want, i
+
+
+@pytest.mark.tac_only
+def test_small_m_over_many_sizes_becomes_an_index(server, ssd_dir, nvm_file):  # noqa: F811 (fixtures)
+    """-m 16 with values of every size from 100 B to 4 KB: each of some 16
+    slab classes takes its one page and -m is spent.  Meta tuples must still
+    grow: the data class whose one page holds the fewest items gives it to
+    their class (its items move down), so DRAM becomes mostly an index of
+    the lower tiers.  Every set is stored and every value comes back exact.
+    (Before, the meta tuples' class could never get a page there: the load
+    stalled at about 37,600 keys of 120,000, each store waiting for room.)"""
+    srv = ssd_server(server, ssd_dir, "512m", mem=16, nvm=nvm_file() + ":32m")
+    rnd = random.Random(7)
+    sizes = {b"ix%06d" % i: rnd.randint(100, 4096) for i in range(120000)}
+    c = srv.connect()
+    stored, failures, _ = load(c, ((k, make_value(k, 1, n)) for k, n in sizes.items()))
+    st = {**c.stats(), **c.stats(b"tiers")}
+    assert not failures, "sets refused: %r; %r" % (list(failures.items())[:3], st)
+    assert int(st["meta_tuples"]) > 90000, st
+    assert int(st["dram_page_moves_reserve"]) > 0, st
+    keys = list(sizes)
+    hits, misses, wrong = read_check(srv.connect(), keys, lambda k: (0, make_value(k, 1, sizes[k])))
+    assert not wrong, wrong[:3]
+    assert not misses, "%d keys missing: %r" % (len(misses), misses[:3])

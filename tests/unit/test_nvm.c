@@ -674,6 +674,65 @@ static void test_class_and_ref_checks(void)
     unlink(shm_path);
 }
 
+/* A CLOCK hand's walk: every slot of a class's pages in address order,
+ * once per lap, with the wrap reported; other classes' pages skipped.
+ * nvm_peek reads any slot, allocated or not, and stops at the region's
+ * end. */
+static void test_class_walk_and_peek(void)
+{
+    struct nvm_config c = base_cfg(shm_path, 4 * MB);
+    struct nvm_region *r = open_ok(&c);
+    unsigned cls = nvm_class_of_size(r, 1000);     /* 1024 B slots */
+    unsigned other = nvm_class_of_size(r, 300);
+    CHECK(cls != 0 && other != 0 && cls != other);
+    bool wrapped = false;
+    CHECK_UEQ(nvm_class_next(r, cls, 0, &wrapped), 0);   /* no page yet */
+    CHECK_UEQ(nvm_class_next(r, 0, 0, &wrapped), 0);
+    CHECK_UEQ(nvm_class_next(r, nvm_nclasses(r) + 1, 0, &wrapped), 0);
+    /* Pages of cls, then one of another class, then cls again. */
+    size_t per = 256 * KB / 1024;
+    uint64_t first = nvm_alloc_class(r, cls, 0);
+    for (size_t i = 1; i < per; i++)
+        CHECK(nvm_alloc_class(r, cls, 0) != 0);
+    CHECK(nvm_alloc_class(r, other, 0) != 0);
+    uint64_t last = 0;
+    for (size_t i = 0; i < per; i++)
+        last = nvm_alloc_class(r, cls, 0);
+    CHECK(last != 0);
+    /* A lap from the start sees 2 * per slots of cls, in order. */
+    uint64_t at = 0, prev = 0;
+    size_t seen = 0;
+    wrapped = false;
+    for (;;) {
+        at = nvm_class_next(r, cls, at, &wrapped);
+        CHECK(at != 0);
+        if (wrapped)
+            break;
+        CHECK_UEQ(nvm_class_of_ref(r, at), cls);
+        CHECK(at > prev);
+        prev = at;
+        seen++;
+    }
+    CHECK_UEQ(seen, 2 * per);
+    CHECK_UEQ(at, first);                   /* the wrap lands on the first slot */
+    CHECK_UEQ(prev, last);
+    /* A slot's bytes, free or not, through nvm_peek. */
+    char w[64], got[64];
+    memset(w, 'x', sizeof(w));
+    nvm_write(r, first, 0, w, sizeof(w));
+    nvm_free(r, first);
+    memset(got, 0, sizeof(got));
+    CHECK_UEQ(nvm_peek(r, first, 0, got, sizeof(got)), sizeof(got));
+    CHECK(memcmp(got, w, sizeof(w)) == 0);
+    struct nvm_info info;
+    nvm_get_info(r, &info);
+    CHECK_UEQ(nvm_peek(r, info.capacity - 16, 0, got, sizeof(got)), 16);
+    CHECK_UEQ(nvm_peek(r, info.capacity, 0, got, sizeof(got)), 0);
+    CHECK_UEQ(nvm_peek(r, 0, 0, got, sizeof(got)), 0);      /* the header */
+    nvm_close(r);
+    unlink(shm_path);
+}
+
 static void test_partition_stealing(void)
 {
     /* 4 partitions, 2 pages of 4 slots of 64 KB. */
@@ -1144,6 +1203,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_alloc_until_full);
     RUN_TEST(test_drain_page);
     RUN_TEST(test_class_and_ref_checks);
+    RUN_TEST(test_class_walk_and_peek);
     RUN_TEST(test_partition_stealing);
     RUN_TEST(test_write_read_roundtrip);
     RUN_TEST(test_free_writes_nothing);
