@@ -102,9 +102,10 @@
  *   - io_uring_submit of a buf write, under wlock, which a demotion,
  *     staging set or defrag reaches holding an item lock and a writer
  *     lock (the page mover: also run_lock);
- *   - io_uring_submit of a read on the worker's own ring, holding the
- *     item lock (item_read -> tac_read_value;
- *     read_relookup in a read completion);
+ *   - io_uring_submit of a synchronous read (tac/ssd_read.c,
+ *     ssdt_read_sync) where its caller holds an item lock; a worker's
+ *     reads are queued under the item lock and submitted by its event
+ *     loop with no lock held (ssd_ring_defer_submits);
  *   - write(2) to a ring's non-blocking eventfd, under done_lock (a
  *     read served from a buf in memory) or alone (a failed submit), and
  *     under the item lock when tac_read_value started that read; and to

@@ -132,6 +132,24 @@ static void worker_reap_reads(evutil_socket_t fd, short which, void *arg)
     conn_run_ready(w);
 }
 
+/* The reads the worker's requests queued in this pass of its event loop go
+ * to the kernel together, after the requests that were ready: one
+ * io_uring_enter, made with no item lock held.  libevent runs an event
+ * made active during a pass after the events already active. */
+static void worker_submit_reads(evutil_socket_t fd, short which, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)which;
+    tac_reader_submit(w->reader);
+}
+
+static void worker_kick_submit(void *arg)
+{
+    struct worker *w = arg;
+    event_active(w->submit_event, EV_TIMEOUT, 0);
+}
+
 /* Creates the worker's SSD reader on its own thread (the ring belongs to
  * the thread that uses it). */
 static void worker_setup_reader(struct worker *w)
@@ -143,10 +161,13 @@ static void worker_setup_reader(struct worker *w)
         return;                     /* no SSD tier */
     w->reader_event = event_new(w->base, tac_reader_fd(w->reader),
                                 EV_READ | EV_PERSIST, worker_reap_reads, w);
-    if (w->reader_event == NULL || event_add(w->reader_event, NULL) != 0) {
+    w->submit_event = event_new(w->base, -1, 0, worker_submit_reads, w);
+    if (w->reader_event == NULL || event_add(w->reader_event, NULL) != 0 ||
+        w->submit_event == NULL) {
         fprintf(stderr, "cannot set up SSD reads for worker %d\n", w->id);
         exit(EXIT_FAILURE);
     }
+    tac_reader_defer_submits(w->reader, worker_kick_submit, w);
 }
 
 /*
@@ -206,6 +227,8 @@ static void *worker_main(void *arg)
     conn_close_all(w);
     if (w->reader != NULL) {
         event_free(w->reader_event);
+        tac_reader_defer_submits(w->reader, NULL, NULL);  /* no loop now */
+        event_free(w->submit_event);
         tac_reader_free(w->reader);     /* waits for reads in flight */
         w->reader = NULL;
     }

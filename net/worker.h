@@ -33,6 +33,7 @@ struct worker {
     int resp_live;              /* resps queued on its connections */
     struct conn *conns;         /* this worker's connections */
     struct tac_reader *reader;  /* SSD reads; NULL without an SSD tier */
+    struct event *submit_event; /* submits the reads a pass queued */
     struct event *reader_event;
     struct conn *ready;         /* conns with filled parked responses */
 };

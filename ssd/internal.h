@@ -102,6 +102,7 @@ struct ssd_req {
     size_t xlen, done;       /* extent length, bytes read so far */
     size_t skip, len;        /* tuple start inside the extent, length */
     char *mem;               /* xlen bytes, 4 KiB aligned */
+    bool small;              /* mem holds REQ_SMALL bytes: kept for reuse */
     ssd_read_cb cb;
     void *arg;
     enum ssd_status status;
@@ -116,6 +117,11 @@ struct ssd_ring {
     unsigned sq_inflight;             /* owner thread */
     unsigned pending;                 /* owner thread: not yet called back */
     struct ssd_req *backlog, *backlog_tail;   /* owner: not yet in the SQ */
+    void (*kick)(void *arg);          /* owner: ssd_ring_defer_submits */
+    void *kick_arg;
+    bool kicked;                      /* owner: kick called, not yet submitted */
+    struct ssd_req *spare;            /* owner: finished small requests */
+    unsigned nspare;
     pthread_mutex_t done_lock;
     struct ssd_req *done, *done_tail; /* done_lock: completed elsewhere */
 };

@@ -440,6 +440,7 @@ static void ring_queue(struct ssd_ring *r, struct ssd_req *q)
     if (r->backlog == NULL && r->sq_inflight < r->s->queue_depth) {
         sqe = io_uring_get_sqe(&r->ur);
         if (sqe == NULL) {
+            ST_ADD(r->s, read_submits, 1);
             io_uring_submit(&r->ur);
             sqe = io_uring_get_sqe(&r->ur);
         }
@@ -464,6 +465,7 @@ static void ring_flush_backlog(struct ssd_ring *r)
     while (r->backlog != NULL && r->sq_inflight < r->s->queue_depth) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ur);
         if (sqe == NULL) {
+            ST_ADD(r->s, read_submits, 1);
             io_uring_submit(&r->ur);
             if ((sqe = io_uring_get_sqe(&r->ur)) == NULL)
                 break;
@@ -479,8 +481,54 @@ static void ring_flush_backlog(struct ssd_ring *r)
     }
     /* -EAGAIN/-EBUSY leave the SQEs queued: wake the owner so that its
      * next reap submits them again, since no completion will. */
-    if (io_uring_sq_ready(&r->ur) != 0 && io_uring_submit(&r->ur) < 0)
-        efd_signal(r->efd);
+    if (io_uring_sq_ready(&r->ur) != 0) {
+        ST_ADD(r->s, read_submits, 1);
+        if (io_uring_submit(&r->ur) < 0)
+            efd_signal(r->efd);
+    }
+}
+
+/* A read of up to two blocks, a tuple of up to 4 KiB that may cross a
+ * block boundary, is the common one: each ring keeps up to REQ_SPARE such
+ * requests with their buffers, so that a hit costs no allocation.  Owner
+ * thread only (every request is freed where its callback runs). */
+#define REQ_SMALL (2 * SSD_BLOCK)
+#define REQ_SPARE 32
+
+static struct ssd_req *req_get(struct ssd_ring *r, size_t xlen)
+{
+    struct ssd_req *q = r->spare;
+    if (xlen <= REQ_SMALL && q != NULL) {
+        r->spare = q->next;
+        r->nspare--;
+        char *mem = q->mem;
+        memset(q, 0, sizeof(*q));
+        q->mem = mem;
+        q->small = true;
+        return q;
+    }
+    q = calloc(1, sizeof(*q));
+    void *mem = NULL;
+    bool small = xlen <= REQ_SMALL;
+    if (q == NULL || posix_memalign(&mem, SSD_BLOCK, small ? REQ_SMALL : xlen) != 0) {
+        free(q);
+        return NULL;
+    }
+    q->mem = mem;
+    q->small = small;
+    return q;
+}
+
+static void req_put(struct ssd_ring *r, struct ssd_req *q)
+{
+    if (q->small && r->nspare < REQ_SPARE) {
+        q->next = r->spare;
+        r->spare = q;
+        r->nspare++;
+        return;
+    }
+    free(q->mem);
+    free(q);
 }
 
 static void req_complete(struct ssd_ring *r, struct ssd_req *q)
@@ -496,8 +544,7 @@ static void req_complete(struct ssd_ring *r, struct ssd_req *q)
     }
     r->pending--;
     q->cb(q->arg, q->status, data, len);
-    free(q->mem);
-    free(q);
+    req_put(r, q);
 }
 
 /* One CQE of a read; returns true when q is finished. */
@@ -579,10 +626,29 @@ unsigned ssd_ring_reap(struct ssd_ring *r)
     return ran;
 }
 
+void ssd_ring_defer_submits(struct ssd_ring *r, void (*kick)(void *arg),
+                            void *arg)
+{
+    r->kick = kick;
+    r->kick_arg = arg;
+    r->kicked = false;
+}
+
+void ssd_ring_submit(struct ssd_ring *r)
+{
+    r->kicked = false;
+    if (!r->uring || io_uring_sq_ready(&r->ur) == 0)
+        return;
+    ST_ADD(r->s, read_submits, 1);
+    if (io_uring_submit(&r->ur) < 0)
+        efd_signal(r->efd);             /* the next reap retries */
+}
+
 void ssd_ring_destroy(struct ssd_ring *r)
 {
     if (r == NULL)
         return;
+    ssd_ring_submit(r);
     while (r->pending != 0) {
         struct pollfd pfd = { .fd = r->efd, .events = POLLIN };
         if (ssd_ring_reap(r) == 0 && r->pending != 0)
@@ -590,6 +656,12 @@ void ssd_ring_destroy(struct ssd_ring *r)
     }
     pthread_mutex_lock(&r->done_lock);  /* wait out a pusher's signal */
     pthread_mutex_unlock(&r->done_lock);
+    while (r->spare != NULL) {
+        struct ssd_req *q = r->spare;
+        r->spare = q->next;
+        free(q->mem);
+        free(q);
+    }
     if (r->uring)
         io_uring_queue_exit(&r->ur);
     close(r->efd);
@@ -624,13 +696,9 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
     size_t end = (off + len + SSD_BLOCK - 1) / SSD_BLOCK * SSD_BLOCK;
     if (end == start)
         end = start + SSD_BLOCK;
-    struct ssd_req *q = calloc(1, sizeof *q);
-    void *mem = NULL;
-    if (q == NULL || posix_memalign(&mem, SSD_BLOCK, end - start) != 0) {
-        free(q);
+    struct ssd_req *q = req_get(r, end - start);
+    if (q == NULL)
         return SSD_ERR_NOMEM;
-    }
-    q->mem = mem;
     q->ring = r;
     q->ref = ref;
     q->cb = cb;
@@ -654,14 +722,22 @@ static enum ssd_status ring_read(struct ssd_ring *r, uint64_t ref, size_t off,
     ST_ADD(s, reads_inflight, 1);
     if (r->uring) {
         ring_queue(r, q);
-        if (io_uring_submit(&r->ur) < 0)
-            efd_signal(r->efd);         /* the next reap retries */
+        if (r->kick != NULL) {
+            /* Submitted with the others of this pass (ssd_ring_submit). */
+            if (!r->kicked) {
+                r->kicked = true;
+                r->kick(r->kick_arg);
+            }
+        } else {
+            ST_ADD(s, read_submits, 1);
+            if (io_uring_submit(&r->ur) < 0)
+                efd_signal(r->efd);     /* the next reap retries */
+        }
     } else if (ssd_pool_push(s, q, NULL) != 0) {
         ST_SUB(s, reads_inflight, 1);
         ssd_inflight_done(s);
         r->pending--;
-        free(q->mem);
-        free(q);
+        req_put(r, q);
         return SSD_ERR_NOMEM;
     }
     return SSD_OK;

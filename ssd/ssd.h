@@ -394,8 +394,18 @@ void ssd_ring_destroy(struct ssd_ring *r);
  * the caller watches it (libevent) and calls ssd_ring_reap.  Owned by the
  * ring: do not close it. */
 int ssd_ring_eventfd(const struct ssd_ring *r);
-/* Runs every ready callback; never blocks.  Returns how many ran. */
+/* Runs every ready callback; never blocks.  Returns how many ran.  Also
+ * submits what ssd_ring_defer_submits held back. */
 unsigned ssd_ring_reap(struct ssd_ring *r);
+/* From now on ssd_read and ssd_read_buf queue their device reads without
+ * submitting them: the first read after a submit calls kick(arg) once,
+ * and the owner calls ssd_ring_submit soon after (its event loop, once a
+ * pass), so that the reads of one pass go to the kernel in one system
+ * call, made with no lock held.  Owner thread. */
+void ssd_ring_defer_submits(struct ssd_ring *r, void (*kick)(void *arg),
+                            void *arg);
+/* Submits the reads queued since the last submit. */
+void ssd_ring_submit(struct ssd_ring *r);
 /* Reads not yet called back. */
 unsigned ssd_ring_pending(const struct ssd_ring *r);
 
@@ -422,6 +432,7 @@ enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
     X(bytes_written, "bytes written by buf writes") \
     X(reads,         "ssd_read/ssd_read_buf calls accepted") \
     X(reads_mem,     "reads served from an in-memory buf") \
+    X(read_submits,  "io_uring submissions of reads (one system call each)") \
     X(bytes_read,    "bytes read from the device") \
     X(inflight,      "device reads and writes in flight") \
     X(reads_inflight, "device reads in flight") \

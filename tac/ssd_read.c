@@ -130,6 +130,17 @@ void tac_reader_reap(struct tac_reader *rd)
     ssd_ring_reap(rd->ring);
 }
 
+void tac_reader_defer_submits(struct tac_reader *rd, void (*kick)(void *arg),
+                              void *arg)
+{
+    ssd_ring_defer_submits(rd->ring, kick, arg);
+}
+
+void tac_reader_submit(struct tac_reader *rd)
+{
+    ssd_ring_submit(rd->ring);
+}
+
 void tac_reader_free(struct tac_reader *rd)
 {
     if (rd == NULL)

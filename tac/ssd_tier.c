@@ -276,6 +276,7 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_bytes_read", "%llu", (unsigned long long)st.bytes_read);
     stat_printf(s, "ssd_reads", "%llu", (unsigned long long)st.reads);
     stat_printf(s, "ssd_reads_mem", "%llu", (unsigned long long)st.reads_mem);
+    stat_printf(s, "ssd_read_submits", "%llu", (unsigned long long)st.read_submits);
     stat_printf(s, "ssd_reads_inflight", "%llu", (unsigned long long)st.reads_inflight);
     stat_printf(s, "ssd_writes_inflight", "%llu",
                 (unsigned long long)(st.inflight - st.reads_inflight));

@@ -49,6 +49,12 @@ struct tac_reader *tac_reader_new(void);
 int tac_reader_fd(const struct tac_reader *rd);
 /* Runs the ready completions (their tac_value_fn callbacks). */
 void tac_reader_reap(struct tac_reader *rd);
+/* The reader's device reads are submitted together: the first one queued
+ * calls kick(arg), and the owner then calls tac_reader_submit once its
+ * event loop pass has queued the rest (ssd_ring_defer_submits). */
+void tac_reader_defer_submits(struct tac_reader *rd, void (*kick)(void *arg),
+                              void *arg);
+void tac_reader_submit(struct tac_reader *rd);
 /* Waits for outstanding reads, running their callbacks, and frees rd. */
 void tac_reader_free(struct tac_reader *rd);
 /* got->value: the value as of the read's start (or of a later version the
