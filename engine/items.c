@@ -260,11 +260,6 @@ static struct lru *crawl_list(unsigned int set, unsigned int cls, int p)
     return items_seg_lru(set, cls, p);
 }
 
-static unsigned int crawl_classes(unsigned int set)
-{
-    (void)set;
-    return slabs_nclasses();
-}
 
 int items_crawl_step(int budget)
 {
@@ -276,12 +271,12 @@ int items_crawl_step(int budget)
     unsigned int nsets = crawl_sets(sets);
     unsigned int limit = (items_crawler_in_lru ? 1 : 0);
     for (unsigned int t = 0; t < nsets; t++)
-        limit += crawl_classes(sets[t]) * (unsigned int)items_npart;
+        limit += slabs_nclasses() * (unsigned int)items_npart;
     for (unsigned int visited = 0; checked < budget && visited < limit;) {
         if (items_crawl_tier >= nsets)
             items_crawl_tier = 0;
         unsigned int set = sets[items_crawl_tier];
-        if (items_crawl_cls < 1 || items_crawl_cls > crawl_classes(set))
+        if (items_crawl_cls < 1 || items_crawl_cls > slabs_nclasses())
             items_crawl_cls = 1;
         bool at_start = items_crawl_tier == 0 && items_crawl_cls == 1 && items_crawl_part == 0;
         if (at_start && !items_crawler_in_lru) {
@@ -295,7 +290,7 @@ int items_crawl_step(int budget)
             visited++;
             if (++items_crawl_part >= items_npart) {
                 items_crawl_part = 0;
-                if (++items_crawl_cls > crawl_classes(set)) {
+                if (++items_crawl_cls > slabs_nclasses()) {
                     items_crawl_cls = 1;
                     items_crawl_tier = (items_crawl_tier + 1) % nsets;
                     if (items_crawl_tier == 0)

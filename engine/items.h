@@ -612,13 +612,13 @@ item *item_alloc_promote(const item *meta, int partition);
 
 /*
  * Moves up to `max` of the coldest unreferenced items of class clsid,
- * partition p, of DRAM's LRUs (tier must be TIER_DRAM), by
+ * partition p, of DRAM's LRUs (meta tuples are on none), by
  * calling demote(it, hv) with the item locked and pinned;
  * demote publishes the new copy with do_item_move() and returns true, or
  * returns false to stop.  Dead items met on the way are reclaimed.
  * Returns the number of items moved or reclaimed.
  */
-int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
+int items_demote_tail(unsigned int clsid, int p, int max,
                       item_evict_hook_fn demote);
 
 /* Unlinks a live item that no tier can keep, counting it in `evictions`

@@ -1002,10 +1002,10 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
     return got;
 }
 
-int items_demote_tail(enum item_tier tier, unsigned int clsid, int p, int max,
+int items_demote_tail(unsigned int clsid, int p, int max,
                       item_evict_hook_fn demote)
 {
-    if (tier != TIER_DRAM || clsid >= MAX_SLAB_CLASSES || p < 0 || p >= items_npart)
+    if (clsid >= MAX_SLAB_CLASSES || p < 0 || p >= items_npart)
         return 0;
     struct lru *l = &items_lrus[clsid][p];
     int moved = 0;

@@ -72,7 +72,7 @@ int tac_age_round(int evictor, int nevictors)
     int moved = 0;
     for (unsigned int c = first; c <= ncls; c++)
         for (int p = evictor; p < tac.cfg.partitions; p += nevictors)
-            moved += items_demote_tail(TIER_DRAM, c, p, AGE_BATCH, age_demote);
+            moved += items_demote_tail(c, p, AGE_BATCH, age_demote);
     if (moved == 0)
         last_walk[evictor] = now;
     return moved;

@@ -136,7 +136,7 @@ static int evict_round(struct evictor *e)
         short_classes++;
         short_bytes += (reserve - free_now) * ci.chunk_size;
         for (int p = e->id; p < tac.cfg.partitions; p += nevictors)
-            moved += items_demote_tail(TIER_DRAM, c, p, EVICT_BATCH, tac_demote);
+            moved += items_demote_tail(c, p, EVICT_BATCH, tac_demote);
     }
     if (e->id == 0) {
         __atomic_store_n(&backlog, short_classes, __ATOMIC_RELAXED);
