@@ -39,6 +39,9 @@
 #define ITEM_CAPPED     0x1000  /* its lower-tier copies carry a longer life
                                    than it has: the tier policy recorded the
                                    shorter one (items_core.c, set_exptime) */
+#define ITEM_REPLAYED   0x2000  /* linked by the DRAM log's replay after a
+                                   crash: not moved down while it runs
+                                   (tac/place.c, tac_demote) */
 
 /* Tier of the item's value (doc/design.md, "The data model").  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same

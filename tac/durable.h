@@ -82,6 +82,8 @@ bool tac_dramlog_replayable(void);
 void tac_dramlog_start(bool replay);
 void tac_dramlog_close(void);
 bool tac_dramlog_item(const item *it);
+/* Whether a crash start's replay of the log is under way (any thread). */
+bool tac_dramlog_replaying(void);
 bool tac_dramlog_ordered(const item *it);
 /* iov: the tuple's image as the tier holds it (n pieces, header first);
  * hv: its key's item_hash. */

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "base/crashpoint.h"
 
+#include "tac/durable.h"
 #include "tac/internal.h"
 #include "tac/nvm_tier.h"
 #include "tac/place.h"
@@ -23,6 +24,11 @@
 bool tac_demote(item *it, uint32_t hv)
 {
     if (it->it_flags & ITEM_TRANSIENT)
+        return false;
+    /* A version the DRAM log's replay linked stays while the replay runs:
+     * moved down, its tuple would outrank the key's later records
+     * (crash_scan.c, rs_replay_record). */
+    if ((it->it_flags & ITEM_REPLAYED) && tac_dramlog_replaying())
         return false;
     if (it->it_flags & ITEM_META) {
         if (it->tier == TIER_SSD)

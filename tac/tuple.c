@@ -73,13 +73,26 @@ void tac_tuple_seq_floor(uint64_t seq)
     (void)util_atomic_max(&tuple_seq, seq);
 }
 
+/* This thread's tuples are copies of a version written with this seq
+ * (tac_tuple_seq_as); 0: each tuple gets a new one. */
+static __thread uint64_t seq_as;
+
+void tac_tuple_seq_as(uint64_t seq)
+{
+    seq_as = seq;
+}
+
 void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it)
 {
     memset(hdr, 0, sizeof(*hdr));
-    hdr->seq = __atomic_add_fetch(&tuple_seq, 1, __ATOMIC_RELAXED);
-    if (__builtin_expect(hdr->seq >= __atomic_load_n(&seq_limit, __ATOMIC_RELAXED), 0) &&
-        seq_reserve != NULL)
-        seq_reserve(hdr->seq);
+    if (seq_as != 0) {
+        hdr->seq = seq_as;
+    } else {
+        hdr->seq = __atomic_add_fetch(&tuple_seq, 1, __ATOMIC_RELAXED);
+        if (__builtin_expect(hdr->seq >= __atomic_load_n(&seq_limit, __ATOMIC_RELAXED), 0) &&
+            seq_reserve != NULL)
+            seq_reserve(hdr->seq);
+    }
     hdr->cas = it->cas;
     hdr->nbytes = it->nbytes;
     hdr->flags = it->flags;

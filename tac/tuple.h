@@ -131,6 +131,11 @@ void tac_tuple_fill(struct tac_tuple_hdr *hdr, const item *it);
  * next ones larger than seq (a restart continues above the saved one). */
 uint64_t tac_tuple_last_seq(void);
 void tac_tuple_seq_floor(uint64_t seq);
+/* Until called again with 0, the tuples this thread writes keep seq, the
+ * write sequence of the version they copy, instead of taking a new one:
+ * the DRAM log's replay staging a record into a lower tier (crash_scan.c),
+ * so that the copy never outranks a newer record of its key. */
+void tac_tuple_seq_as(uint64_t seq);
 /* Once a seq reaches limit, the function registered with
  * tac_tuple_set_seq_reserve (the journal's) reserves more, as
  * items_set_cas_reserve does for CAS. */

@@ -261,11 +261,25 @@ void rs_replay_record(const char *tuple, void *arg)
         }
         /* The older copy goes first, even if this one then finds no
          * room: the key is lost rather than served older than a write
-         * that was acknowledged (issue 37 item 5). */
+         * that was acknowledged (issue 37 item 5).  With DRAM full the
+         * record is staged into a lower tier: its tuple keeps the
+         * record's seq, so that a newer record of the key, later in the
+         * log, outranks it after the next crash as it does here.  With a
+         * new seq it would come back over them. */
+        tac_tuple_seq_as(h.seq);
         res = rs_debug_replay_no_room(key, h.nkey)
               ? -1 : rs_link_back(it, key, h.nkey, hv, part,
                                h.cas != 0 ? h.cas : item_next_cas(),
                                (t & LLRU_TIME_MASK) << 8, t, 0);
+        tac_tuple_seq_as(0);
+        /* A later record of the key may replace this version before the
+         * replay ends: moved down meanwhile, it would get a tuple with a
+         * new seq, above that record's, and come back over it after the
+         * next crash.  So no replayed item moves down until the replay
+         * is over (tac_demote). */
+        item *l = res > 0 ? assoc_find(key, h.nkey, hv) : NULL;
+        if (l != NULL && !(l->it_flags & ITEM_META))
+            l->it_flags |= ITEM_REPLAYED;
         if (res != 0)
             rs_seq_set(kh, hv, h.seq);     /* linked, or lost: nothing older after it */
     }

@@ -158,6 +158,7 @@ static struct {
 } dl = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static __thread bool dl_quiet;          /* the replaying thread logs nothing */
+static bool dl_replay_active;           /* atomic: tac_dramlog_replay runs */
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
@@ -742,6 +743,7 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
 {
     if (!dl.on)
         return;
+    __atomic_store_n(&dl_replay_active, true, __ATOMIC_RELEASE);
     dl_quiet = true;
     char *buf = NULL;
     size_t cap = 0;
@@ -791,6 +793,12 @@ void tac_dramlog_replay(void (*fn)(const char *tuple, void *arg), void *arg)
     pthread_mutex_unlock(&dl.lock);
     free(buf);
     dl_quiet = false;
+    __atomic_store_n(&dl_replay_active, false, __ATOMIC_RELEASE);
+}
+
+bool tac_dramlog_replaying(void)
+{
+    return __atomic_load_n(&dl_replay_active, __ATOMIC_ACQUIRE);
 }
 
 /* ---- Stats -------------------------------------------------------------- */
