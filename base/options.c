@@ -143,7 +143,7 @@ const struct option_def settings_options[] = {
     /* With a lower tier settings_finalize lowers it unless given. */
     { OPT('n', "slab-min-size", OPT_INT, S(chunk_size), 1, 1 << 20, false,
       "chunk_size", "<bytes>", "min space used for key+value+flags; unless "
-      "given, 24 with NVM and 8 with SSD (ssd_path), to fit meta tuples closely"),
+      "given, 8 with NVM or SSD (ssd_path), so that the first class holds a meta tuple"),
       .def = "48" },
     { OPT('L', "enable-largepages", OPT_SET, S(prealloc), 0, 0, false, NULL, NULL,
       "preallocate all item memory at start") },

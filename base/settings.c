@@ -574,17 +574,15 @@ static bool finalize_threads_and_sizes(void)
 /* The tiers: the first slab classes, twotier, the DRAM log and the SSD geometry. */
 static bool finalize_tiers(void)
 {
-    /* Lower tiers keep meta tuples in DRAM: small first classes.  With
-     * SSD the first holds a compact meta tuple with an 8-byte key.  An
-     * NVM path counts even under twotier, which drops it below.  An SSD
+    /* Lower tiers keep meta tuples in DRAM: the first class holds one
+     * exactly (ITEM_COMPACT_HDR and the key's 8-byte fingerprint).  An NVM
+     * path counts even under twotier, which drops it below.  An SSD
      * tier named with memcached's -o ext_path keeps memcached's classes
      * (its -n 48, no fine steps: slabs.c), so that a small item sits in
      * the class memcached would give it. */
     if (!opt_given("slab-min-size") && settings.ext_path == NULL) {
-        if (settings.ssd_path != NULL)
+        if (settings.ssd_path != NULL || settings.nvm_path != NULL)
             settings.chunk_size = 8;
-        else if (settings.nvm_path != NULL)
-            settings.chunk_size = 24;
     }
     if (settings.tier_policy == TIER_POLICY_TWOTIER && settings.nvm_path != NULL) {
         fprintf(stderr, "note: tier_policy=twotier: the NVM tier (%s) is not "

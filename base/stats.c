@@ -677,8 +677,8 @@ static const struct stat_row tac_stats[] = {
     ROW("get_hits_ssd", COUNTER, MODULE,
         "hits served from the SSD tier (only with an SSD tier)"),
     ROW("ssd_meta_tuple_bytes", CONST, MODULE,
-        "DRAM bytes an SSD-resident item costs besides its key (48; only "
-        "with an SSD tier; see `stats tiers`)"),
+        "DRAM bytes an SSD-resident item's meta tuple takes, whatever its "
+        "key (56; 64 with tier_key; only with an SSD tier; see `stats tiers`)"),
     ROW("tuple_checksum_failures", COUNTER, MODULE,
         "NVM and SSD tuples found damaged when read back (only with a lower "
         "tier; see `stats tiers`)"),

@@ -155,8 +155,22 @@ static item **bucket_for(uint32_t hv)
 
 item *assoc_find(const char *key, size_t nkey, uint32_t hv)
 {
+    uint64_t fp = 0;
     for (item *it = *bucket_for(hv); it != NULL; it = it->h_next) {
-        if (it->nkey == nkey && memcmp(ITEM_key(it), key, nkey) == 0)
+        if (item_has_key(it, key, nkey, hv, &fp))
+            return it;
+    }
+    return NULL;
+}
+
+item *assoc_find_fp(uint64_t fp, size_t nkey)
+{
+    uint32_t hv = (uint32_t)fp;
+    for (item *it = *bucket_for(hv); it != NULL; it = it->h_next) {
+        if (it->nkey != nkey)
+            continue;
+        if (item_compact(it) ? item_meta_fp(it) == fp
+                             : item_key_fp(ITEM_key(it), nkey, hv) == fp)
             return it;
     }
     return NULL;
@@ -194,7 +208,7 @@ void assoc_visit_stripe(unsigned int stripe, void (*fn)(item *it, void *arg), vo
             }
         }
         for (item *it = head; it != NULL; it = it->h_next)
-            if (!shared || (item_hash(ITEM_key(it), it->nkey) & mask) == b)
+            if (!shared || (item_hv(it) & mask) == b)
                 fn(it, arg);
     }
 }
@@ -207,12 +221,12 @@ void assoc_insert(item *it, uint32_t hv)
     __atomic_fetch_add(&hash_items, 1, __ATOMIC_RELAXED);
 }
 
-void assoc_delete(const char *key, size_t nkey, uint32_t hv)
+void assoc_delete(item *gone, uint32_t hv)
 {
     item **pp = bucket_for(hv);
     for (; *pp != NULL; pp = &(*pp)->h_next) {
         item *it = *pp;
-        if (it->nkey == nkey && memcmp(ITEM_key(it), key, nkey) == 0) {
+        if (it == gone) {
             *pp = it->h_next;
             it->h_next = NULL;
             __atomic_fetch_sub(&hash_items, 1, __ATOMIC_RELAXED);
@@ -263,7 +277,7 @@ static void expand_bucket_move(struct assoc_table *t, uint64_t b)
     item *it = t->old[b];
     while (it != NULL) {
         item *next = it->h_next;
-        uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+        uint32_t hv = item_hv(it);
         item **nb = &t->primary[hv & HASHMASK(t->hashpower)];
         it->h_next = *nb;
         *nb = it;

@@ -18,7 +18,12 @@ struct item;
 /* hashpower: log2 of the initial bucket count (>= the stripe bits). */
 void assoc_init(int hashpower);
 
+/* The item of key (hash hv): a DRAM item by its key, a meta tuple by the
+ * key's fingerprint (item_key_fp()).  Caller holds item_lock(hv). */
 struct item *assoc_find(const char *key, size_t nkey, uint32_t hv);
+/* The same for a key known only by its fingerprint fp and length (a
+ * restart's saved meta tuples).  Caller holds item_lock((uint32_t)fp). */
+struct item *assoc_find_fp(uint64_t fp, size_t nkey);
 /* A hint that hv's bucket is looked up soon (no lock needed). */
 void assoc_prefetch(uint32_t hv);
 /* Calls fn on every item of the bucket that hash value hv falls in (the
@@ -28,7 +33,8 @@ void assoc_visit_bucket(uint32_t hv, void (*fn)(struct item *it, void *arg),
                         void *arg);
 /* Inserts; the key must not be present. */
 void assoc_insert(struct item *it, uint32_t hv);
-void assoc_delete(const char *key, size_t nkey, uint32_t hv);
+/* Removes `it`, whose key hashes to hv, from the index. */
+void assoc_delete(struct item *it, uint32_t hv);
 
 /*
  * Moves at most `budget` buckets from the old table to the new one when a

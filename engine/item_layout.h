@@ -8,10 +8,13 @@
 #ifndef ITEM_LAYOUT_H
 #define ITEM_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/settings.h"
+#include "base/util.h"
+#include "engine/item_lock.h"
 
 /* it_flags.  All updated under the item lock, except ITEM_SLABBED which
  * only slabs.c touches while the item is free. */
@@ -42,9 +45,10 @@
 
 /* Tier of the item's value (doc/design.md, "The data model").  A TIER_DRAM item holds its
  * value; an item of a lower tier is a meta tuple (ITEM_META): the same
- * core and an 8-byte reference to the tuple in that tier, then the key.  Its
- * nbytes, flags, exptime and CAS describe the value, so every check that
- * needs only metadata stays in DRAM. */
+ * core, an 8-byte reference to the tuple in that tier and the key's 8-byte
+ * fingerprint; the key itself lies only in the tuple.  Its nbytes, flags,
+ * exptime and CAS describe the value, so every check that needs only
+ * metadata stays in DRAM. */
 enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
 
 /*
@@ -53,10 +57,12 @@ enum item_tier { TIER_DRAM = 0, TIER_NVM = 1, TIER_SSD = 2, TIER_COUNT };
  * with its LRU fields and then data: key, '\0', value.  A compact item
  * (item_compact(): a meta tuple, the DRAM part of an NVM- or SSD-resident
  * item, which is on no LRU) continues right after the core with its
- * 8-byte reference and the key, with no '\0': it costs ITEM_COMPACT_HDR +
- * nkey bytes of DRAM.  Its `time` is the access field's (item_time()),
- * and its next/prev/time/lru_seg do not exist: only code that knows the
- * item is not compact may touch them.
+ * 8-byte reference and its key's fingerprint (item_key_fp(): the key hash
+ * in the low 32 bits, a CRC-32C of the key above), and has no key: it
+ * costs ITEM_COMPACT_HDR + 8 bytes of DRAM, whatever the key's length.
+ * nkey still gives the key's length.  Its `time` is the access field's
+ * (item_time()), and its next/prev/time/lru_seg/data do not exist: only
+ * code that knows the item is not compact may touch them.
  */
 typedef struct item item;
 struct item {
@@ -90,21 +96,33 @@ struct item {
  * (a tier move makes a new item), so it may be read without the lock. */
 #define item_compact(it) ((it)->tier != TIER_DRAM)
 
-#define ITEM_key(it)    (item_compact(it) \
-                         ? (char *)(it) + ITEM_COMPACT_HDR : (it)->data)
+/* The key of an item that is not compact (a compact item has none). */
+static inline char *item_key_(const item *it)
+{
+#ifndef NDEBUG
+    if (item_compact(it))
+        __builtin_trap();
+#endif
+    return (char *)it->data;
+}
+#define ITEM_key(it)    item_key_(it)
 #define ITEM_data(it)   ((it)->data + (it)->nkey + 1)
 
+/* Bytes of a meta tuple's key fingerprint. */
+#define ITEM_FP_BYTES 8
+
 /* With a tier key (-o tier_key) a meta tuple also keeps its tuple's write
- * sequence (8 bytes: after the reference, or after a compact item's key),
- * which every read of the tuple must find in it; 0 without.  Set once at
- * start. */
+ * sequence (8 bytes, after the fingerprint), which every read of the
+ * tuple must find in it; 0 without.  Set once at start. */
 extern size_t item_meta_seq_bytes;
 
 /* Size of a meta tuple (compact layout): the DRAM an NVM- or
- * SSD-resident item costs, before rounding up to its slab chunk. */
+ * SSD-resident item costs, before rounding up to its slab chunk.  The
+ * same for every key: the key lies in the tuple alone. */
 static inline size_t item_compact_size(size_t nkey)
 {
-    return ITEM_COMPACT_HDR + nkey + item_meta_seq_bytes;
+    (void)nkey;
+    return ITEM_COMPACT_HDR + ITEM_FP_BYTES + item_meta_seq_bytes;
 }
 
 /* Bytes an item occupies in DRAM (its chunk's payload). */
@@ -131,10 +149,33 @@ static inline void item_set_meta_ref(item *it, uint64_t ref)
     __builtin_memcpy(item_ref_ptr_(it), &ref, sizeof(ref));
 }
 
+/* A key's fingerprint: its hash hv (item_hash()) in the low 32 bits, a
+ * CRC-32C of it above.  A meta tuple keeps it instead of the key; a
+ * lookup matches a meta tuple by fingerprint and length, and every read of
+ * the tuple checks the key it holds.  Two keys of one length whose 64 bits
+ * agree would share a meta tuple (doc/design.md, "Meta tuples keep a
+ * fingerprint"). */
+static inline uint64_t item_key_fp(const char *key, size_t nkey, uint32_t hv)
+{
+    return ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) | hv;
+}
+
+/* A meta tuple's key fingerprint (item_key_fp()). */
+static inline uint64_t item_meta_fp(const item *it)
+{
+    uint64_t fp;
+    __builtin_memcpy(&fp, (const char *)it + ITEM_COMPACT_HDR, sizeof(fp));
+    return fp;
+}
+static inline void item_set_meta_fp(item *it, uint64_t fp)
+{
+    __builtin_memcpy((char *)it + ITEM_COMPACT_HDR, &fp, sizeof(fp));
+}
+
 /* A meta tuple's write sequence (item_meta_seq_bytes); 0 without one. */
 static inline char *item_seq_ptr_(const item *it)
 {
-    return (char *)it + ITEM_COMPACT_HDR + it->nkey;
+    return (char *)it + ITEM_COMPACT_HDR + ITEM_FP_BYTES;
 }
 static inline uint64_t item_meta_seq(const item *it)
 {
@@ -147,6 +188,33 @@ static inline void item_set_meta_seq(item *it, uint64_t seq)
 {
     if (item_meta_seq_bytes != 0)
         __builtin_memcpy(item_seq_ptr_(it), &seq, sizeof(seq));
+}
+
+/* The key hash of any item: a meta tuple's comes from its fingerprint. */
+static inline uint32_t item_hv(const item *it)
+{
+    return item_compact(it) ? (uint32_t)item_meta_fp(it)
+                            : item_hash(it->data, it->nkey);
+}
+
+/* The key fingerprint of any item. */
+static inline uint64_t item_fp(const item *it)
+{
+    return item_compact(it) ? item_meta_fp(it)
+                            : item_key_fp(it->data, it->nkey, item_hash(it->data, it->nkey));
+}
+
+/* Whether it is key's item; *fp caches key's fingerprint (0: not yet). */
+static inline bool item_has_key(const item *it, const char *key, size_t nkey,
+                                uint32_t hv, uint64_t *fp)
+{
+    if (it->nkey != nkey)
+        return false;
+    if (!item_compact(it))
+        return __builtin_memcmp(it->data, key, nkey) == 0;
+    if (*fp == 0)
+        *fp = item_key_fp(key, nkey, hv);
+    return item_meta_fp(it) == *fp;
 }
 
 /* Total size an item of this key and value length would take. */

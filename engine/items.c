@@ -84,7 +84,7 @@ enum chunk_evict_result item_evict_chunk(void *chunk)
     if (!chunk_pin(it))
         return CHUNK_FREE;
     /* Pinned: key and nkey stay fixed until the chunk is freed. */
-    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    uint32_t hv = item_hv(it);
     enum chunk_evict_result res = CHUNK_BUSY;
     if (item_trylock(hv)) {
         if ((it->it_flags & ITEM_LINKED) && refcount_load(it) == 2) {
@@ -129,7 +129,7 @@ static void crawl_check_locked(struct lru *l, item *it)
     unsigned int clsid = it->slabs_clsid;
     GSTATS_INCR(crawler_items_checked);
     CLS_INCR(clsid, crawler_items_checked);
-    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    uint32_t hv = item_hv(it);
     if (!item_trylock(hv))
         return;
     if (item_is_dead(it, NULL)) {
@@ -222,7 +222,7 @@ static int sweep_meta_step(int budget, bool *wrapped)
         for (int i = 0; i < w.ndead; i++) {
             item *it = w.dead[i];
             items_count_dead(it->slabs_clsid, it, true);
-            do_item_unlink(it, item_hash(ITEM_key(it), it->nkey));
+            do_item_unlink(it, item_hv(it));
         }
         item_unlock(stripe);
         GSTATS_ADD(crawler_items_checked, (uint64_t)w.seen);
@@ -326,19 +326,30 @@ bool items_crawl_rushed(void)
 
 /* ---- Key dumps (lru_crawler metadump, stats cachedump). ------------- */
 
+/* A meta tuple has no key: the walk pins it and reads its key from its
+ * tuple once the stripe is let go. */
+struct view_pinned {
+    item *it;
+    uint64_t ref;
+    struct item_view v;
+};
+
 struct view_walk {
+    bool (*want)(const struct item_view *v, void *arg);
     void (*fn)(const struct item_view *v, void *arg);
     void *arg;
+    struct view_pinned *pinned;
+    size_t npinned, cap;
 };
 
 static void view_one(item *it, void *arg)
 {
-    const struct view_walk *w = arg;
+    struct view_walk *w = arg;
     if (!(it->it_flags & ITEM_LINKED) || item_is_dead(it, NULL))
         return;
     size_t size = item_make_size(it->nkey, it->nbytes);
     struct item_view v = {
-        .key = ITEM_key(it),
+        .key = item_compact(it) ? NULL : ITEM_key(it),
         .nkey = it->nkey,
         .exptime = it->exptime != 0 ? (int64_t)process_started + it->exptime : 0,
         .last_access = (int64_t)process_started + item_time(it),
@@ -349,16 +360,46 @@ static void view_one(item *it, void *arg)
         .value_len = it->nbytes >= 2 ? it->nbytes - 2 : 0,
         .tier = (enum item_tier)it->tier,
     };
-    w->fn(&v, w->arg);
+    if (!item_compact(it)) {
+        w->fn(&v, w->arg);
+        return;
+    }
+    if (items_tier_ops == NULL || items_tier_ops->key_of == NULL ||
+        (w->want != NULL && !w->want(&v, w->arg)))
+        return;
+    if (w->npinned == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        struct view_pinned *p = realloc(w->pinned, cap * sizeof(*p));
+        if (p == NULL)
+            return;                 /* left out of the listing */
+        w->pinned = p;
+        w->cap = cap;
+    }
+    refcount_incr(it);
+    w->pinned[w->npinned++] = (struct view_pinned){ it, item_meta_ref(it), v };
 }
 
 void items_view_stripe(unsigned int stripe,
+                       bool (*want)(const struct item_view *v, void *arg),
                        void (*fn)(const struct item_view *v, void *arg), void *arg)
 {
-    struct view_walk w = { fn, arg };
+    struct view_walk w = { want, fn, arg, NULL, 0, 0 };
     item_lock(stripe);
     assoc_visit_stripe(stripe, view_one, &w);
     item_unlock(stripe);
+    /* Pinned, a meta tuple keeps its tuple; one replaced meanwhile is
+     * still listed as it was, like any item the walk passed. */
+    char key[KEY_MAX_LENGTH];
+    for (size_t i = 0; i < w.npinned; i++) {
+        struct view_pinned *p = &w.pinned[i];
+        if ((want == NULL || want(&p->v, arg)) &&
+            items_tier_ops->key_of(p->it, p->ref, key)) {
+            p->v.key = key;
+            fn(&p->v, arg);
+        }
+        item_release(p->it);
+    }
+    free(w.pinned);
 }
 
 /* ---- Stats. ---------------------------------------------------------- */

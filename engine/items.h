@@ -175,6 +175,8 @@ void items_recovery_begin(void);
 void items_recovery_self(void);
 void items_recovery_end(void);
 bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv);
+/* The same for the key of fingerprint fp (item_key_fp()). */
+bool do_item_recovery_written_fp(uint64_t fp);
 
 /* True if an item of this size can ever be stored (fits -I and the
  * largest slab class). */
@@ -525,9 +527,14 @@ struct item_tier_ops {
      * (item_waiter.reader); done(arg, value) runs later on the reader's
      * thread.  False when it cannot start.  Item lock held, meta
      * referenced.  Optional: without it every value is materialized. */
-    bool (*read_async)(void *reader, item *meta, uint32_t hv,
+    bool (*read_async)(void *reader, item *meta, const char *key, uint32_t hv,
                        void (*done)(void *arg, const struct item_got *got),
                        void *arg);
+    /* Copies the key of meta tuple `meta` (meta->nkey bytes), read from
+     * its tuple at ref (its reference when pinned), into key; false when
+     * that tuple is no longer the key's.  May wait for the device: for
+     * listings, never a request's path.  meta pinned, item lock not held. */
+    bool (*key_of)(const item *meta, uint64_t ref, char *key);
     /* Optional: a staging item found no room; true when a lower tier will
      * make some without a client's help (evictors demote, defrag
      * compacts, or a cache drops its coldest), false when every tier is
@@ -537,19 +544,20 @@ struct item_tier_ops {
      * a lower tier: called with item_lock(hv) held and `it` pinned,
      * before it is unlinked; true if it was kept (see item_evict_hook_fn). */
     bool (*demote)(item *it, uint32_t hv);
-    /* Optional (crash recovery): the version of this key that has, or
-     * had, a copy in a lower tier is being replaced, deleted or given a
+    /* Optional (crash recovery): the version of the key of fingerprint fp
+     * (item_key_fp()) that has, or had, a copy in a lower tier is being
+     * replaced, deleted or given a
      * shorter life: record it durably now, before the client hears, so
      * that a restart after a crash never brings that copy back.  Item
      * lock held. */
-    void (*invalidate)(const char *key, size_t nkey);
+    void (*invalidate)(uint64_t fp);
     /* Optional (crash recovery): the version of this key that has, or
      * had, a copy in a lower tier now expires sooner (exptime): record it
      * durably now, before the client hears, so that a restart after a
      * crash brings that copy back with no longer a life.  It holds until
      * invalidate is called for the key.  Without it, invalidate is called
      * instead (the copy never comes back).  Item lock held. */
-    void (*shorten)(const char *key, size_t nkey, rel_time_t exptime);
+    void (*shorten)(uint64_t fp, rel_time_t exptime);
     /* Optional: flush_all ran (every copy written before is dead). */
     void (*flush)(void);
     /* Optional (-o dram_log): a version of a linked DRAM item (a store, an
@@ -603,12 +611,12 @@ item *item_unstage(const item *st);
 
 /*
  * A DRAM item for the value of meta tuple `meta` (a fetch moving it up):
- * same key, flags, exptime, size, CAS and access info, value left to the
+ * key `key` (meta->nkey bytes, read from its tuple), same flags, exptime, size, CAS and access info, value left to the
  * caller; unlinked, refcount 1.  Takes a free chunk only (never evicts or
  * stages); NULL when DRAM has none, after waking the evictors.  Caller
  * holds meta's item lock.
  */
-item *item_alloc_promote(const item *meta, int partition);
+item *item_alloc_promote(const item *meta, const char *key, int partition);
 
 /*
  * Moves up to `max` of the coldest unreferenced items of class clsid,
@@ -696,10 +704,14 @@ struct item_view {
     enum item_tier tier;        /* where its value lives */
 };
 /* Calls fn on every live item whose key hash falls in item lock stripe
- * `stripe` (0 .. ITEM_LOCK_COUNT - 1), any tier, holding that stripe:
- * fn must not call into items.  Calling it for every stripe in turn visits
+ * `stripe` (0 .. ITEM_LOCK_COUNT - 1), any tier: on DRAM items holding
+ * that stripe, on lower-tier items after it, once each key is read from
+ * its tuple (the tier's key_of: it may wait for the device), and only
+ * those want (v without its key) takes, unless want is NULL.  fn must not
+ * call into items.  Calling it for every stripe in turn visits
  * once each item that stays meanwhile, while the server runs on. */
 void items_view_stripe(unsigned int stripe,
+                       bool (*want)(const struct item_view *v, void *arg),
                        void (*fn)(const struct item_view *v, void *arg), void *arg);
 
 /* DRAM held by the linked meta tuples of one lower tier (`stats tiers`,

@@ -127,7 +127,7 @@ void items_lower_invalidate(const item *it)
     /* With a log of DRAM versions, every version has a copy there. */
     if (((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) || items_log_all) &&
         items_tier_ops != NULL && items_tier_ops->invalidate != NULL)
-        items_tier_ops->invalidate(ITEM_key(it), it->nkey);
+        items_tier_ops->invalidate(item_fp(it));
 }
 
 /* A linked DRAM item's version (value, or exptime) is about to be
@@ -174,7 +174,7 @@ void items_set_exptime(item *it, rel_time_t exptime)
     if (exptime != 0 && (it->exptime == 0 || exptime < it->exptime)) {
         if ((it->it_flags & (ITEM_META | ITEM_WAS_LOWER)) && items_tier_ops != NULL &&
             items_tier_ops->shorten != NULL) {
-            items_tier_ops->shorten(ITEM_key(it), it->nkey, exptime);
+            items_tier_ops->shorten(item_fp(it), exptime);
             it->it_flags |= ITEM_CAPPED;
         } else {
             items_lower_invalidate(it);
@@ -209,10 +209,12 @@ static __thread bool rec_self;      /* this thread is the recovery: its own
 static bool rec_flushed;            /* atomic */
 static bool rec_lost;               /* atomic: a set could not grow */
 
-static uint64_t rec_fp(const char *key, size_t nkey, uint32_t hv)
+/* The set's entry for a key of fingerprint fp (item_key_fp()): the hash
+ * in the high half, as the sets' slots expect. */
+static uint64_t rec_fp(uint64_t fp)
 {
-    uint64_t fp = ((uint64_t)hv << 32) | util_crc32c(0x5bd1e995u, key, nkey);
-    return fp != 0 ? fp : 1;
+    uint64_t e = (fp << 32) | (fp >> 32);
+    return e != 0 ? e : 1;
 }
 
 /* Frees every set, each under its stripe's lock (a writer that saw the
@@ -246,11 +248,11 @@ void items_recovery_end(void)
 }
 
 /* A write of the key: a new version linked, or a delete.  Item lock held. */
-void items_rec_mark(const char *key, size_t nkey, uint32_t hv)
+void items_rec_mark(uint64_t fp)
 {
     if (__builtin_expect(__atomic_load_n(&items_rec_active, __ATOMIC_RELAXED), 0) &&
         !rec_self &&
-        util_u64map_slot(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
+        util_u64map_slot(&rec_sets[fp & ITEM_LOCK_MASK], rec_fp(fp),
                          ITEM_LOCK_POWER) == NULL)
         __atomic_store_n(&rec_lost, true, __ATOMIC_RELAXED);  /* skip every key */
 }
@@ -264,18 +266,23 @@ void items_rec_forget_unrecovered(const char *key, size_t nkey, uint32_t hv)
 {
     if (__builtin_expect(__atomic_load_n(&items_rec_active, __ATOMIC_RELAXED), 0) &&
         !rec_self && items_tier_ops != NULL && items_tier_ops->invalidate != NULL &&
-        util_u64map_find(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
-                         ITEM_LOCK_POWER) == NULL &&
+        util_u64map_find(&rec_sets[hv & ITEM_LOCK_MASK],
+                         rec_fp(item_key_fp(key, nkey, hv)), ITEM_LOCK_POWER) == NULL &&
         assoc_find(key, nkey, hv) == NULL)
-        items_tier_ops->invalidate(key, nkey);
+        items_tier_ops->invalidate(item_key_fp(key, nkey, hv));
 }
 
 bool do_item_recovery_written(const char *key, size_t nkey, uint32_t hv)
 {
+    return do_item_recovery_written_fp(item_key_fp(key, nkey, hv));
+}
+
+bool do_item_recovery_written_fp(uint64_t fp)
+{
     if (__atomic_load_n(&rec_flushed, __ATOMIC_RELAXED) ||
         __atomic_load_n(&rec_lost, __ATOMIC_RELAXED))
         return true;
-    return util_u64map_find(&rec_sets[hv & ITEM_LOCK_MASK], rec_fp(key, nkey, hv),
+    return util_u64map_find(&rec_sets[fp & ITEM_LOCK_MASK], rec_fp(fp),
                             ITEM_LOCK_POWER) != NULL;
 }
 
@@ -523,7 +530,8 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
     assert((it->it_flags & (ITEM_LINKED | ITEM_SLABBED)) == 0);
     it->it_flags |= ITEM_LINKED;
     if (!keep_cas) {
-        items_rec_mark(ITEM_key(it), it->nkey, hv);
+        if (__builtin_expect(__atomic_load_n(&items_rec_active, __ATOMIC_RELAXED), 0))
+            items_rec_mark(item_fp(it));
         if (items_tier_ops != NULL && items_tier_ops->key_stored != NULL)
             items_tier_ops->key_stored(hv);
         /* A new version; a tier move (keep_cas) keeps time and CAS.  A
@@ -560,7 +568,7 @@ void do_item_link(item *it, uint32_t hv, bool keep_cas)
 void items_unlink_locked(struct lru *l, item *it, uint32_t hv)
 {
     it->it_flags &= ~ITEM_LINKED;
-    assoc_delete(ITEM_key(it), it->nkey, hv);
+    assoc_delete(it, hv);
     if (l != NULL)
         items_lru_unlink_locked(l, it);
     stats_unlinked(it);
@@ -575,7 +583,7 @@ void do_item_unlink(item *it, uint32_t hv)
     if (it->it_flags & ITEM_CAPPED) {
         it->it_flags &= (uint16_t)~ITEM_CAPPED;
         if (items_tier_ops != NULL && items_tier_ops->invalidate != NULL)
-            items_tier_ops->invalidate(ITEM_key(it), it->nkey);
+            items_tier_ops->invalidate(item_fp(it));
     }
     struct lru *l = items_lru_of(it);
     if (l != NULL)
@@ -606,10 +614,29 @@ static const char *tier_word(unsigned int tier)
     return tier == TIER_NVM ? "nvm" : tier == TIER_SSD ? "ssd" : "dram";
 }
 
+/* The key of a or else b for a watcher's line; a move between two meta
+ * tuples knows only the fingerprint, shown as "fp:" and 16 hex digits. */
+static const char *watch_key(const item *a, const item *b, char buf[24])
+{
+    if (!item_compact(a))
+        return ITEM_key(a);
+    if (b != NULL && !item_compact(b))
+        return ITEM_key(b);
+    snprintf(buf, 24, "fp:%016llx", (unsigned long long)item_meta_fp(a));
+    return buf;
+}
+
+static size_t watch_nkey(const item *a, const item *b, const char *key)
+{
+    return !item_compact(a) || (b != NULL && !item_compact(b)) ? a->nkey : strlen(key);
+}
+
 void do_item_move(item *old, item *new_it, uint32_t hv)
 {
-    if (watch_on(WATCH_TIERS))
-        watch_tier_move(ITEM_key(old), old->nkey, tier_word(old->tier),
+    char fpbuf[24];
+    const char *wkey = watch_on(WATCH_TIERS) ? watch_key(old, new_it, fpbuf) : NULL;
+    if (wkey != NULL)
+        watch_tier_move(wkey, watch_nkey(old, new_it, wkey), tier_word(old->tier),
                         tier_word(new_it->tier),
                         slabs_clsid(item_make_size(old->nkey, old->nbytes)),
                         old->nbytes >= 2 ? old->nbytes - 2 : 0);
@@ -625,8 +652,10 @@ void do_item_move(item *old, item *new_it, uint32_t hv)
 /* Counts an eviction of a live item. */
 void items_stats_evicted(const item *it, unsigned int clsid)
 {
-    if (watch_on(WATCH_EVICTIONS))
-        watch_eviction(ITEM_key(it), it->nkey, (it->it_flags & ITEM_FETCHED) != 0,
+    char fpbuf[24];
+    const char *wkey = watch_on(WATCH_EVICTIONS) ? watch_key(it, NULL, fpbuf) : NULL;
+    if (wkey != NULL)
+        watch_eviction(wkey, watch_nkey(it, NULL, wkey), (it->it_flags & ITEM_FETCHED) != 0,
                        it->exptime != 0 ? (int64_t)it->exptime - mc_now() : -1,
                        (int64_t)mc_now() - item_time(it), clsid,
                        it->nbytes >= 2 ? it->nbytes - 2 : 0);
@@ -683,7 +712,7 @@ static item *tail_take_locked(struct lru *l, item *it, bool may_evict,
                               bool may_spare, bool *spared)
 {
     unsigned int clsid = it->slabs_clsid;
-    uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+    uint32_t hv = item_hv(it);
     if (!item_trylock(hv))
         return NULL;
 
@@ -848,7 +877,7 @@ item *item_alloc_meta(const item *src, enum item_tier tier, uint64_t ref,
         return NULL;
     uint16_t keep = src->it_flags & (ITEM_FETCHED | ITEM_ACTIVE |
                                      ITEM_TOKEN_SENT | ITEM_STALE);
-    /* Only the core, the reference and the key exist. */
+    /* Only the core, the reference and the fingerprint exist. */
     it->h_next = NULL;
     it->exptime = src->exptime;
     it->nbytes = src->nbytes;
@@ -857,8 +886,8 @@ item *item_alloc_meta(const item *src, enum item_tier tier, uint64_t ref,
     it->partition = (uint8_t)p;
     it->nkey = src->nkey;
     it->it_flags = ITEM_META | keep;
-    it->tier = (uint8_t)tier;       /* before the key: it picks the layout */
-    memcpy(ITEM_key(it), ITEM_key(src), src->nkey);
+    it->tier = (uint8_t)tier;
+    item_set_meta_fp(it, item_fp(src));
     it->cas = src->cas;
     it->access = __atomic_load_n(&src->access, __ATOMIC_RELAXED);
     item_set_meta_ref(it, ref);
@@ -938,7 +967,7 @@ item *item_unstage(const item *st)
     return it;
 }
 
-item *item_alloc_promote(const item *meta, int partition)
+item *item_alloc_promote(const item *meta, const char *key, int partition)
 {
     size_t nkey = meta->nkey, nbytes = meta->nbytes;
     if (!item_size_ok(nkey, nbytes))
@@ -951,7 +980,7 @@ item *item_alloc_promote(const item *meta, int partition)
             items_tier_ops->dram_pressure(clsid, p);
         return NULL;
     }
-    item_init_fields(it, ITEM_key(meta), nkey, meta->flags, meta->exptime,
+    item_init_fields(it, key, nkey, meta->flags, meta->exptime,
                      nbytes, clsid, p);
     it->cas = meta->cas;
     it->time = item_time(meta);
@@ -977,7 +1006,7 @@ static item *lru_pin_tail(struct lru *l, uint32_t *hvp)
         prev = t->prev;
         if (t == &items_crawler)
             continue;
-        uint32_t hv = item_hash(ITEM_key(t), t->nkey);
+        uint32_t hv = item_hv(t);
         if (!item_trylock(hv)) {
             seen++;
             continue;
@@ -1129,7 +1158,7 @@ static void lru_apply(item **v, unsigned int n)
     rel_time_t now = mc_now();
     for (unsigned int i = 0; i < n; i++) {
         item *it = v[i];
-        uint32_t hv = item_hash(ITEM_key(it), it->nkey);
+        uint32_t hv = item_hv(it);
         item_lock(hv);
         if ((it->it_flags & ITEM_LINKED) && items_seg_mode() &&
             it->tier == TIER_DRAM) {

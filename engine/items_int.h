@@ -138,7 +138,14 @@ void items_replace_version(item *old, item *new_it, uint32_t hv, bool invalidate
 void items_stats_evicted(const item *it, unsigned int clsid);
 void items_unlink_locked(struct lru *l, item *it, uint32_t hv);
 void items_rec_forget_unrecovered(const char *key, size_t nkey, uint32_t hv);
-void items_rec_mark(const char *key, size_t nkey, uint32_t hv);
+void items_rec_mark(uint64_t fp);
+/* items_rec_mark for key, its fingerprint computed only while a restart
+ * recovers. */
+static inline void items_rec_mark_key(const char *key, size_t nkey, uint32_t hv)
+{
+    if (__builtin_expect(__atomic_load_n(&items_rec_active, __ATOMIC_RELAXED), 0))
+        items_rec_mark(item_key_fp(key, nkey, hv));
+}
 void items_set_exptime(item *it, rel_time_t exptime);
 bool items_superseded_in_log(const item *old, const item *new_it);
 void items_lru_link_locked(struct lru *l, item *it);

@@ -204,7 +204,7 @@ enum item_answer item_read(const struct item_read *rq, item **out,
                    items_tier_ops != NULL && items_tier_ops->read_async != NULL) {
             const struct item_waiter *w = rq->wait;
             void *arg = w->prepare(w->ctx);
-            if (arg != NULL && items_tier_ops->read_async(w->reader, it, hv,
+            if (arg != NULL && items_tier_ops->read_async(w->reader, it, rq->key, hv,
                                                     w->done, arg)) {
                 a = ITEM_PENDING;
                 item_release(it);
@@ -347,7 +347,7 @@ static enum store_result do_item_concat(item *old, item *add, bool append,
     item *oldv = value_peek(old, prior, &need);
     if (oldv == NULL)
         return need ? STORE_NEED_VALUE : STORE_NO_MEMORY;
-    item *n = item_alloc(ITEM_key(old), old->nkey, old->flags, old->exptime,
+    item *n = item_alloc(ITEM_key(add), old->nkey, old->flags, old->exptime,
                          nbytes, partition);
     if (n == NULL) {
         item_release(oldv);
@@ -551,7 +551,8 @@ static bool parse_u64(const char *s, size_t len, uint64_t *out)
 }
 
 /* Computes the new value of `it` into out and swaps in a new item. */
-static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
+static enum delta_result do_apply_delta(item *it, const char *key, bool incr,
+                                        uint64_t delta,
                                         const struct item_got *prior,
                                         char *out, uint64_t *cas_out,
                                         uint32_t hv, int partition)
@@ -581,7 +582,7 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
          * old one's, as for a replacement (superseded_in_log). */
         if (!items_superseded_in_log(it, it))
             items_lower_invalidate(it);
-        items_rec_mark(ITEM_key(it), it->nkey, hv);
+        items_rec_mark_key(ITEM_key(it), it->nkey, hv);
         memcpy(ITEM_data(it), out, (size_t)len);
         memset(ITEM_data(it) + len, ' ', it->nbytes - 2 - (size_t)len);
         it->cas = item_next_cas();
@@ -591,7 +592,7 @@ static enum delta_result do_apply_delta(item *it, bool incr, uint64_t delta,
         return DELTA_OK;
     }
 
-    item *n = item_alloc(ITEM_key(it), it->nkey, it->flags, it->exptime,
+    item *n = item_alloc(key, it->nkey, it->flags, it->exptime,
                          (size_t)len + 2, partition);
     if (n == NULL)
         return DELTA_NO_MEMORY;
@@ -624,7 +625,7 @@ enum delta_result item_add_delta(const char *key, size_t nkey, bool incr,
     else if (req_cas != 0 && it->cas != req_cas)
         res = DELTA_EXISTS;
     else
-        res = do_apply_delta(it, incr, delta, prior, out, cas_out, hv,
+        res = do_apply_delta(it, key, incr, delta, prior, out, cas_out, hv,
                              partition);
     if (it != NULL)
         item_release(it);
@@ -639,7 +640,7 @@ enum delete_result item_delete(const char *key, size_t nkey, uint64_t req_cas,
     enum delete_result res = DELETE_OK;
     item_lock(hv);
     items_rec_forget_unrecovered(key, nkey, hv);
-    items_rec_mark(key, nkey, hv);
+    items_rec_mark_key(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, NULL, false);
     if (clsid != NULL)
         *clsid = it != NULL ? it->slabs_clsid : 0;
@@ -667,7 +668,7 @@ enum delete_result item_delete_meta(const char *key, size_t nkey,
     enum item_miss why;
     item_lock(hv);
     items_rec_forget_unrecovered(key, nkey, hv);
-    items_rec_mark(key, nkey, hv);
+    items_rec_mark_key(key, nkey, hv);
     item *it = do_item_get(key, nkey, hv, &why, false);
     *clsid = it != NULL ? it->slabs_clsid : 0;
     if (it == NULL) {

@@ -167,7 +167,8 @@ static void bin_send_hit(conn *c, item *it, bool with_key, bool with_value)
     wr32(flags, it->flags);
     uint32_t vlen = with_value ? it->nbytes - 2 : 0;
     uint16_t klen = with_key ? it->nkey : 0;
-    struct resp *r = bin_response(c, ST_SUCCESS, flags, 4, ITEM_key(it), klen,
+    /* Without its value, `it` may be a meta tuple, which has no key. */
+    struct resp *r = bin_response(c, ST_SUCCESS, flags, 4, with_key ? ITEM_key(it) : NULL, klen,
                                   4 + klen + vlen, it->cas);
     if (!r || (vlen && !resp_add_iov(r, ITEM_data(it), vlen)) ||
         !resp_hold_item(r, it)) {

@@ -139,10 +139,16 @@ struct metadump {
     struct dump_buf out;
 };
 
+static bool metadump_wants(const struct item_view *v, void *arg)
+{
+    const struct metadump *m = arg;
+    return v->clsid < MAX_SLAB_CLASSES && m->want[v->clsid];
+}
+
 static void metadump_line(const struct item_view *v, void *arg)
 {
     struct metadump *m = arg;
-    if (v->clsid >= MAX_SLAB_CLASSES || !m->want[v->clsid])
+    if (!metadump_wants(v, m))
         return;
     buf_add(&m->out, "key=", 4);
     add_uri_key(&m->out, v->key, v->nkey);
@@ -160,7 +166,7 @@ static enum conn_stream_step metadump_more(conn *c, void *ctx)
 {
     struct metadump *m = ctx;
     while (m->stripe < ITEM_LOCK_COUNT && m->out.len < DUMP_PIECE && !m->out.failed)
-        items_view_stripe(m->stripe++, metadump_line, m);
+        items_view_stripe(m->stripe++, metadump_wants, metadump_line, m);
     bool last = m->stripe >= ITEM_LOCK_COUNT;
     if (last)
         buf_add(&m->out, "END\r\n", 5);
@@ -265,10 +271,16 @@ struct cachedump {
     struct dump_buf out;
 };
 
+static bool cachedump_wants(const struct item_view *v, void *arg)
+{
+    const struct cachedump *d = arg;
+    return v->clsid == d->clsid && !d->full;
+}
+
 static void cachedump_line(const struct item_view *v, void *arg)
 {
     struct cachedump *d = arg;
-    if (v->clsid != d->clsid || d->full)
+    if (!cachedump_wants(v, d))
         return;
     char line[KEY_MAX_LENGTH + 64];
     int n = snprintf(line, sizeof(line), "ITEM %.*s [%u b; %lld s]\r\n", (int)v->nkey,
@@ -303,7 +315,7 @@ void pt_stats_cachedump(conn *c, struct util_token *tok, size_t ntok)
     }
     struct cachedump d = { .clsid = id, .limit = limit };
     for (unsigned int s = 0; s < ITEM_LOCK_COUNT && !d.full; s++)
-        items_view_stripe(s, cachedump_line, &d);
+        items_view_stripe(s, cachedump_wants, cachedump_line, &d);
     buf_add(&d.out, "END\r\n", 5);
     if (d.out.failed) {
         free(d.out.p);

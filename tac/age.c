@@ -65,9 +65,9 @@ int tac_age_round(int evictor, int nevictors)
     rel_time_t now = mc_now();
     if (last_walk[evictor] == now)
         return 0;
-    /* Classes that may hold SSD meta tuples (a longest key's) stay put:
-     * moving their items would only make more of the same. */
-    unsigned int first = slabs_clsid(item_compact_size(KEY_MAX_LENGTH)) + 1;
+    /* Classes of chunks up to twice a meta tuple stay put: moving their
+     * items would free less than half of what they take. */
+    unsigned int first = slabs_clsid(2 * item_compact_size(0)) + 1;
     unsigned int ncls = slabs_nclasses();
     int moved = 0;
     for (unsigned int c = first; c <= ncls; c++)

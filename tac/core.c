@@ -29,7 +29,7 @@ const char *tac_tiers_name(void)
     return tac.ssd != NULL ? "dram,ssd" : "dram";
 }
 
-item *tac_transient_new(const item *meta)
+item *tac_transient_new(const item *meta, const char *key)
 {
     item *copy = malloc(item_make_size(meta->nkey, meta->nbytes));
     if (copy == NULL)
@@ -48,7 +48,11 @@ item *tac_transient_new(const item *meta)
     copy->nkey = meta->nkey;
     copy->cas = meta->cas;
     copy->refcount = 1;
-    memcpy(ITEM_key(copy), ITEM_key(meta), meta->nkey);
+    /* A meta tuple has no key: the caller's, or the tuple's once read. */
+    if (key != NULL)
+        memcpy(ITEM_key(copy), key, meta->nkey);
+    else
+        memset(ITEM_key(copy), 0, meta->nkey);
     ITEM_key(copy)[meta->nkey] = '\0';
     return copy;
 }

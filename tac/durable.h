@@ -25,8 +25,11 @@ struct tac_tuple_hdr;
  * refreshes which records may be reused (any thread, now and then). */
 bool tac_journal_open(const char *state_path);
 /* A 64-bit hash of a key (never 0): the journal's records, and the
- * crash scan's table of sequences, are keyed by it. */
+ * crash scan's table of sequences, are keyed by it.  It is a function of
+ * the key's fingerprint (item_key_fp()), all a meta tuple keeps: the same
+ * as tac_fp_hash64 of that. */
 uint64_t tac_key_hash64(const char *key, size_t nkey);
+uint64_t tac_fp_hash64(uint64_t fp);
 bool tac_journal_matched(void);
 void tac_journal_reset(void);
 /* Every copy written with a seq up to seq counts as dead after a crash. */
@@ -41,10 +44,11 @@ void tac_journal_reserve_seq(uint64_t seq);
 /* The DRAM log's positions (dramlog.c registers them while it is on;
  * NULL, NULL: off). */
 void tac_journal_set_log(uint64_t (*head)(void), uint64_t (*clear)(void));
-void tac_journal_invalidate(const char *key, size_t nkey);
-/* The current version of key, with a copy in a lower tier, now expires at
- * unix_exptime (sooner than before): its copies come back no later. */
-void tac_journal_shorten(const char *key, size_t nkey, uint64_t unix_exptime);
+/* Keys are named by their fingerprint fp (item_key_fp()). */
+void tac_journal_invalidate(uint64_t fp);
+/* The current version of key fp, with a copy in a lower tier, now expires
+ * at unix_exptime (sooner than before): its copies come back no later. */
+void tac_journal_shorten(uint64_t fp, uint64_t unix_exptime);
 void tac_journal_flush(void);
 /* on: no record is freed for reuse (a leftover restart state relies on
  * every record made since it was written; restart.c). */

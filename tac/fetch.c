@@ -64,7 +64,7 @@ static void fetch_nvm(const struct fetch_req *r)
         ? it == r->meta && r->copy->nbytes == it->nbytes
         : it != NULL && it->cas == r->cas;
     if (same && it->tier == TIER_NVM && (it->it_flags & ITEM_META)) {
-        item *n = item_alloc_promote(it, it->partition);
+        item *n = item_alloc_promote(it, r->key, it->partition);
         if (n == NULL) {
             TAC_INCR(fetch_no_room);
         } else {
@@ -73,7 +73,7 @@ static void fetch_nvm(const struct fetch_req *r)
                 memcpy(ITEM_data(n), ITEM_data(r->copy), it->nbytes);
                 TAC_INCR(fetch_copies_used);
             } else {
-                ok = tac_nvm_read_value(it, ITEM_data(n));
+                ok = tac_nvm_read_value(it, NULL, ITEM_data(n));
             }
             if (ok) {
                 do_item_move(it, n, r->hv);

@@ -125,7 +125,7 @@ void tac_fetch_nvm(item *meta, item *copy)
     struct fetch_req r = { .kind = FETCH_NVM, .cas = meta->cas,
                            .nkey = meta->nkey, .copy = copy,
                            .meta = copy != NULL ? meta : NULL };
-    memcpy(r.key, ITEM_key(meta), meta->nkey);
+    memcpy(r.key, ITEM_key(copy), meta->nkey);     /* the meta tuple has none */
     r.hv = item_hash(r.key, r.nkey);
     fetch_push(&r);
 }
@@ -142,7 +142,7 @@ static bool ssd_req(struct fetch_req *r, enum fetch_kind kind, item *meta,
     r->copy = copy;
     r->len = tac_tuple_size(meta->nkey, meta->nbytes);
     r->nkey = meta->nkey;
-    memcpy(r->key, ITEM_key(meta), meta->nkey);
+    memcpy(r->key, ITEM_key(copy), meta->nkey);    /* the meta tuple has none */
     r->hv = item_hash(r->key, r->nkey);
     if (!item_trylock(r->hv))
         return false;

@@ -154,10 +154,12 @@ struct tac_iobuf {
     size_t cap;
 };
 
-/* A transient item (refcount 1, outside -m) with the fields and key of
- * meta tuple `meta`, its value left to fill in; NULL when out of memory.
- * Caller holds the key's item lock. */
-item *tac_transient_new(const item *meta);
+/* A transient item (refcount 1, outside -m) with the fields of meta tuple
+ * `meta` and key `key` (meta->nkey bytes), its value left to fill in; NULL
+ * when out of memory.  With key NULL the key is left to fill in too, from
+ * the tuple, once its fingerprint is found to be meta's.  Caller holds the
+ * key's item lock. */
+item *tac_transient_new(const item *meta, const char *key);
 
 /* Prints why a tier file was refused at start (its option, path, and what
  * nvm_refusal/ssd_refusal said) and the way out, -o tier_reformat=yes. */

@@ -349,7 +349,13 @@ static const char *nvm_body(uint64_t ref, const struct tac_tuple_hdr *hdr)
     return (const char *)nvm_ptr(tac.nvm, ref) + sizeof(*hdr);
 }
 
-bool tac_nvm_read_value(const item *meta, char *dst)
+bool tac_nvm_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key)
+{
+    return tac.nvm != NULL &&
+           tac_tuple_key_of((const char *)nvm_ptr(tac.nvm, ref), len, fp, nkey, key);
+}
+
+bool tac_nvm_read_value(const item *meta, char *keydst, char *dst)
 {
     uint64_t ref = item_meta_ref(meta);
     struct tac_tuple_hdr hdr;
@@ -364,6 +370,8 @@ bool tac_nvm_read_value(const item *meta, char *dst)
         nvm_damaged();
         return false;
     }
+    if (keydst != NULL)
+        memcpy(keydst, key, hdr.nkey);
     return true;
 }
 
@@ -388,14 +396,14 @@ const char *tac_nvm_tuple_checked(const item *meta, struct tac_tuple_hdr *hdr,
 
 item *tac_nvm_materialize(item *meta)
 {
-    item *copy = tac_transient_new(meta);
+    item *copy = tac_transient_new(meta, NULL);
     if (copy == NULL)
         return NULL;
-    if (!tac_nvm_read_value(meta, ITEM_data(copy))) {
+    if (!tac_nvm_read_value(meta, ITEM_key(copy), ITEM_data(copy))) {
         free(copy);
         /* Damaged: never served, now or later.  The caller holds the item
          * lock and a reference; the slot is freed with the last one. */
-        do_item_unlink(meta, item_hash(ITEM_key(meta), meta->nkey));
+        do_item_unlink(meta, item_hv(meta));
         return NULL;
     }
     TAC_INCR(get_hits_nvm);

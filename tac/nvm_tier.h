@@ -16,12 +16,13 @@ struct tac_tuple_hdr;
  * `reserved`: the meta tuple may use the DRAM slab reserve (moves down
  * only: not sets, which free no DRAM, nor fetches). */
 item *tac_nvm_store_copy(const item *it, int partition, bool reserved);
-/* Copies the value of NVM meta tuple `meta` into dst (meta->nbytes bytes)
- * and checks the tuple: header bounds, key and lengths against meta,
+/* Copies the value of NVM meta tuple `meta` into dst (meta->nbytes bytes),
+ * and its key into keydst unless NULL (meta->nkey bytes), and checks the
+ * tuple: header bounds, key fingerprint and lengths against meta,
  * checksum.  False, counted in nvm_read_errors and
  * tuple_checksum_failures, when it is damaged: the caller must not use dst
  * and unlinks meta.  Item lock held, meta pinned. */
-bool tac_nvm_read_value(const item *meta, char *dst);
+bool tac_nvm_read_value(const item *meta, char *keydst, char *dst);
 /* The same checks on the tuple where it lies: returns its clear key,
  * followed by its value, with its header in *hdr, and in *body (if not
  * NULL) where its body (what follows the header) lies in the NVM mapping;
@@ -54,6 +55,10 @@ bool tac_nvm_tight(void);
  * pinned): a transient item with its value, counted as an NVM hit; NULL
  * when out of memory or damaged (then meta is unlinked). */
 item *tac_nvm_materialize(item *meta);
+/* The key of the tuple at ref (len bytes) into key, if it is the tuple of
+ * the key of fingerprint fp and length nkey (tac_tuple_key_of).  The
+ * caller pins the meta tuple whose reference ref was. */
+bool tac_nvm_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key);
 /* The last reference to NVM meta tuple meta is gone: frees its slot. */
 void tac_nvm_release(item *meta);
 /* Moves an NVM meta tuple to another DRAM chunk (the slab page mover). */

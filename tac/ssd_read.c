@@ -45,10 +45,12 @@ enum fill_result {
 
 /* Checks that [data, data + len), a tuple as the media holds it, is the
  * tuple of transient item t's key and version (write sequence seq, checked
- * with a tier key), and puts its value into t.  Counts nothing: whether a
- * FILL_OTHER is damage depends on where the key's meta tuple points. */
-static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
-                                       size_t len)
+ * with a tier key), and puts its value into t.  With keyed false t has no
+ * key yet: the tuple's must have meta's fingerprint, and becomes t's.
+ * Counts nothing: whether a FILL_OTHER is damage depends on where the
+ * key's meta tuple points. */
+static enum fill_result transient_fill(item *t, const item *meta, bool keyed,
+                                       uint64_t seq, const char *data, size_t len)
 {
     struct tac_tuple_hdr hdr;
     if (data == NULL || len < sizeof(hdr))
@@ -60,7 +62,11 @@ static enum fill_result transient_fill(item *t, uint64_t seq, const char *data,
     const char *body = data + sizeof(hdr);
     char key[KEY_MAX_LENGTH];
     enum tac_tuple_check c = tac_tuple_open(&hdr, body, key, ITEM_data(t));
-    bool same_key = memcmp(key, ITEM_key(t), t->nkey) == 0;
+    bool same_key = keyed ? memcmp(key, ITEM_key(t), t->nkey) == 0
+                          : item_key_fp(key, t->nkey, item_hash(key, t->nkey)) ==
+                            item_meta_fp(meta);
+    if (c == TUPLE_OK && same_key && !keyed)
+        memcpy(ITEM_key(t), key, t->nkey);
     if (c == TUPLE_OK)
         return same_key && (!tac_tuple_sealed() || hdr.seq == seq)
                ? FILL_OK : FILL_OTHER;
@@ -86,17 +92,23 @@ static bool tuple_open_in_place(char *mem)
  * and unlinks the item, so that it is never served; returns true.  False
  * when the item is gone or points elsewhere now (moved or replaced).
  * Caller holds the key's item lock. */
+static bool do_meta_damaged(item *it, uint32_t hv, uint64_t ref)
+{
+    bool here = item_value_async(it) && item_meta_ref(it) == ref;
+    if (here) {
+        tac_tuple_refused();
+        do_item_unlink(it, hv);
+    }
+    return here;
+}
+
 static bool do_tuple_damaged(const char *key, size_t nkey, uint32_t hv,
                              uint64_t ref)
 {
     item *it = do_item_get(key, nkey, hv, NULL, false);
     if (it == NULL)
         return false;
-    bool here = item_value_async(it) && item_meta_ref(it) == ref;
-    if (here) {
-        tac_tuple_refused();
-        do_item_unlink(it, hv);
-    }
+    bool here = do_meta_damaged(it, hv, ref);
     item_release(it);
     return here;
 }
@@ -235,7 +247,7 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
 {
     struct pending_read *pr = arg;
     enum fill_result fill = st == SSD_OK
-        ? transient_fill(pr->t, item_meta_seq(pr->meta), data, len)
+        ? transient_fill(pr->t, pr->meta, true, item_meta_seq(pr->meta), data, len)
         : FILL_OTHER;
     if (fill == FILL_CORRUPT) {
         /* Counted, and the item unlinked, if it still points there. */
@@ -267,8 +279,8 @@ static void read_done(void *arg, enum ssd_status st, const char *data,
     read_relookup(pr, st == SSD_OK);
 }
 
-bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
-                    tac_value_fn fn, void *arg)
+bool tac_read_value(struct tac_reader *rd, item *meta, const char *key,
+                    uint32_t hv, tac_value_fn fn, void *arg)
 {
     /* A read pins meta until it completes: past the held-reference bound
      * (items.h) none is started, and the caller answers without it. */
@@ -277,7 +289,7 @@ bool tac_read_value(struct tac_reader *rd, item *meta, uint32_t hv,
     struct pending_read *pr = malloc(sizeof(*pr));
     if (pr == NULL)
         return false;
-    pr->t = tac_transient_new(meta);
+    pr->t = tac_transient_new(meta, key);
     if (pr->t == NULL) {
         TAC_INCR(ssd_reads_nomem);
         free(pr);
@@ -378,6 +390,25 @@ enum ssd_status ssdt_read_sync(uint64_t ref, size_t len, bool whole,
     return r.st;
 }
 
+bool tac_ssd_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key)
+{
+    if (tac.ssd == NULL)
+        return false;
+    struct ssd_buf *pin = NULL;
+    const char *data = ssd_buf_lookup(tac.ssd, ref, len, &pin);
+    if (data != NULL) {
+        bool ok = tac_tuple_key_of(data, len, fp, nkey, key);
+        ssd_buf_unpin(pin);
+        return ok;
+    }
+    struct tac_iobuf io = { NULL, 0 };
+    size_t got = 0;
+    bool ok = ssdt_read_sync(ref, len, false, &io, &got) == SSD_OK &&
+              tac_tuple_key_of(io.mem, got < len ? got : len, fp, nkey, key);
+    free(io.mem);
+    return ok;
+}
+
 item *tac_ssd_materialize(item *meta)
 {
     if (tac.ssd == NULL || !item_value_async(meta))
@@ -392,13 +423,12 @@ item *tac_ssd_materialize(item *meta)
         TAC_INCR(ssd_reads_unparked);
         return NULL;
     }
-    item *t = tac_transient_new(meta);
+    item *t = tac_transient_new(meta, NULL);
     bool ok = t != NULL;
-    if (ok && transient_fill(t, item_meta_seq(meta), data, len) != FILL_OK) {
+    if (ok && transient_fill(t, meta, false, item_meta_seq(meta), data, len) != FILL_OK) {
         /* The caller holds the item lock (tier_ops.materialize), so meta
          * still points at what was read: it is damaged. */
-        do_tuple_damaged(ITEM_key(meta), meta->nkey,
-                         item_hash(ITEM_key(meta), meta->nkey), ref);
+        do_meta_damaged(meta, item_hv(meta), ref);
         ok = false;
     }
     ssd_buf_unpin(pin);
@@ -498,11 +528,11 @@ static void fetch_tuple(uint64_t tref, const char *data, const char *key,
     enum item_tier place[2];
     item *t = NULL;
     if (!fetch_may_move(meta, recache, &temp, place) ||
-        item_meta_ref(meta) != tref || (t = tac_transient_new(meta)) == NULL) {
+        item_meta_ref(meta) != tref || (t = tac_transient_new(meta, key)) == NULL) {
         item_release(meta);
         return;
     }
-    if (transient_fill(t, item_meta_seq(meta), data,
+    if (transient_fill(t, meta, true, item_meta_seq(meta), data,
                        tac_tuple_size(hdr.nkey, hdr.nbytes)) != FILL_OK) {
         /* meta points at tref, whose bytes these are: damaged. */
         item_release(t);
@@ -526,7 +556,7 @@ static bool fetch_place(item *meta, item *t, enum llru_temp temp,
             if (up != NULL)
                 TAC_INCR(fetch_ssd_to_nvm);
         } else if (place[i] == TIER_DRAM) {
-            up = item_alloc_promote(meta, meta->partition);
+            up = item_alloc_promote(meta, ITEM_key(t), meta->partition);
             if (up != NULL) {
                 memcpy(ITEM_data(up), ITEM_data(t), t->nbytes);
                 TAC_INCR(fetch_ssd_to_dram);
@@ -554,13 +584,13 @@ void tac_ssd_fetch_copy(item *want, const item *copy, uint32_t hv,
      * linked, it is the version copy holds, wherever defrag moved its
      * tuple.  The value goes through a transient item of meta's current
      * fields (a touch may have changed its expiry since the read). */
-    item *meta = do_item_get(ITEM_key(want), want->nkey, hv, NULL, false);
+    item *meta = do_item_get(ITEM_key(copy), want->nkey, hv, NULL, false);
     enum llru_temp temp;
     enum item_tier place[2];
     item *t = NULL;
     if (meta == want && copy->nbytes == meta->nbytes &&
         fetch_may_move(meta, recache, &temp, place) &&
-        (t = tac_transient_new(meta)) != NULL) {
+        (t = tac_transient_new(meta, ITEM_key(copy))) != NULL) {
         memcpy(ITEM_data(t), ITEM_data(copy), meta->nbytes);
         if (fetch_place(meta, t, temp, place, hv))
             TAC_INCR(fetch_copies_used);

@@ -66,6 +66,11 @@ bool tac_ssd_meta_rehome(item *meta, uint32_t hv);
 /* Synchronous read of an SSD meta tuple's value into a transient item
  * (append/prepend/incr/decr and UDP); NULL on failure. */
 item *tac_ssd_materialize(item *meta);
+/* The key of the tuple at ref (len bytes) into key, if it is the tuple of
+ * the key of fingerprint fp and length nkey; reads the device when its buf
+ * is not in memory.  The caller pins the meta tuple whose reference ref
+ * was. */
+bool tac_ssd_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key);
 /* The last reference to SSD meta tuple `meta` is gone. */
 void tac_ssd_release(item *meta);
 unsigned long long tac_ssd_items(void);

@@ -449,7 +449,7 @@ static bool put_tuple(item *meta, const struct tac_tuple_hdr *hdr,
         return false;
     /* Until its buf is written. */
     if (ssdt_observer.tuple_put != NULL)
-        ssdt_observer.tuple_put(hdr, iov, n, item_hash(ITEM_key(meta), meta->nkey));
+        ssdt_observer.tuple_put(hdr, iov, n, item_hv(meta));
     item_set_meta_ref(meta, ref);
     item_set_meta_seq(meta, hdr->seq);
     __atomic_add_fetch(&ssdt_items, 1, __ATOMIC_RELAXED);

@@ -65,11 +65,11 @@ struct item_got;
 typedef void (*tac_value_fn)(void *arg, const struct item_got *got);
 /*
  * Starts reading the value of SSD meta tuple `meta` (item_value_async()),
- * whose key has hash hv; the caller holds item_lock(hv) and a reference to
+ * whose key is `key` (meta->nkey bytes) with hash hv; the caller holds item_lock(hv) and a reference to
  * meta, and may drop both at once.  fn runs later on this thread, from
  * tac_reader_reap().  False when the read cannot start (fn never runs).
  */
-bool tac_read_value(struct tac_reader *rd, struct item *meta, uint32_t hv,
-                    tac_value_fn fn, void *arg);
+bool tac_read_value(struct tac_reader *rd, struct item *meta, const char *key,
+                    uint32_t hv, tac_value_fn fn, void *arg);
 
 #endif

@@ -89,23 +89,34 @@ static bool tier_room_later(void)
                                nvm_page_reusable(tac.nvm, 0));
 }
 
-static bool tier_read_async(void *reader, item *meta, uint32_t hv,
+static bool tier_key_of(const item *meta, uint64_t ref, char *key)
+{
+    size_t len = tac_tuple_size(meta->nkey, meta->nbytes);
+    if (meta->tier == TIER_NVM)
+        return tac_nvm_key_at(ref, len, item_meta_fp(meta), meta->nkey, key);
+    if (meta->tier == TIER_SSD)
+        return tac_ssd_key_at(ref, len, item_meta_fp(meta), meta->nkey, key);
+    return false;
+}
+
+static bool tier_read_async(void *reader, item *meta, const char *key, uint32_t hv,
                             void (*done)(void *arg, const struct item_got *got),
                             void *arg)
 {
-    return tac_read_value(reader, meta, hv, done, arg);
+    return tac_read_value(reader, meta, key, hv, done, arg);
 }
 
 /* A shorter life for the key's lower-tier copies, in the journal as unix
  * time (the tuples' clock). */
-static void tier_shorten(const char *key, size_t nkey, rel_time_t exptime)
+static void tier_shorten(uint64_t fp, rel_time_t exptime)
 {
-    tac_journal_shorten(key, nkey, (uint64_t)((int64_t)process_started + exptime));
+    tac_journal_shorten(fp, (uint64_t)((int64_t)process_started + exptime));
 }
 
 static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .materialize = tier_materialize,
     .read_async = tier_read_async,
+    .key_of = tier_key_of,
     .demote = tac_demote,
     .stage = tac_stage,
     .release = tier_release,
@@ -221,7 +232,7 @@ static bool tac_plug_in(void)
      * so that demotion always finds room for its meta tuple; the page
      * mover then moves freed data pages over to the meta tuples' class. */
     slabs_set_reserve(TAC_META_RESERVE_PAGES * (size_t)tac.cfg.slab_page_size,
-                      slabs_chunk_size(slabs_clsid(item_compact_size(KEY_MAX_LENGTH))));
+                      slabs_chunk_size(slabs_clsid(item_compact_size(0))));
     if (tac_dramlog_on()) {
         tier_ops.logged = tac_dramlog_item;
         tier_ops.log_ordered = tac_dramlog_ordered;

@@ -236,6 +236,24 @@ void tac_tuple_refused(void)
 bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
                      const char *key)
 {
-    return memcmp(key, ITEM_key(meta), hdr->nkey) == 0 &&
+    return hdr->nkey == meta->nkey &&
+           item_key_fp(key, hdr->nkey, item_hash(key, hdr->nkey)) == item_meta_fp(meta) &&
            (!tac_tuple_sealed() || hdr->seq == item_meta_seq(meta));
+}
+
+bool tac_tuple_key_of(const char *data, size_t len, uint64_t fp, size_t nkey,
+                      char *key)
+{
+    struct tac_tuple_hdr hdr;
+    char buf[KEY_MAX_LENGTH];
+    if (len < sizeof(hdr))
+        return false;
+    memcpy(&hdr, data, sizeof(hdr));
+    if (!tac_tuple_sane(&hdr, len) || hdr.nkey != nkey)
+        return false;
+    const char *k = tac_tuple_key_hint(&hdr, data + sizeof(hdr), buf);
+    if (item_key_fp(k, nkey, item_hash(k, nkey)) != fp)
+        return false;
+    memcpy(key, k, nkey);
+    return true;
 }

@@ -150,7 +150,7 @@ static void scan_tuple(enum item_tier tier, uint64_t ref,
     m.it.cas = h.cas != 0 ? h.cas : item_next_cas();
     m.it.access = (time & LLRU_TIME_MASK) << 8;
     m.it.time = time;
-    it = rs_meta_for(&m, tier, ref, key, h.seq);
+    it = rs_meta_for(&m, tier, ref, item_key_fp(key, h.nkey, hv), h.seq);
     if (it == NULL) {
         rs_count(&rs.dropped);             /* no DRAM for its meta tuple */
         goto release;

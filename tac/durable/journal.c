@@ -74,11 +74,13 @@
 #include "base/util.h"
 
 #define JR_MAGIC "TACJRNL\n"
-#define JR_VERSION 4u                  /* 2: entries keep a dram_log position;
+#define JR_VERSION 5u                  /* 2: entries keep a dram_log position;
                                            3: and a shorter life (cap);
                                            4: a tier key's hash keeps the
                                               item lock stripe's bits, and
-                                              each bucket has a floor */
+                                              each bucket has a floor;
+                                           5: a tier key's hash is of the
+                                              key's fingerprint */
 #define JR_HDR_SIZE 4096u
 #define JR_WAYS 8u
 /* Buckets: one entry per 4 KB of NVM and SSD, within these bounds. */
@@ -147,19 +149,25 @@ static uint64_t *bucket_floor(uint64_t h)
            (size_t)(h & (jr.hdr->buckets - 1));
 }
 
+uint64_t tac_fp_hash64(uint64_t fp)
+{
+    /* The key's fingerprint (item_key_fp()), which is what a meta tuple
+     * keeps of its key.  With a tier key the journal's records name keys
+     * by a keyed hash of it, so that a guessed key cannot be checked
+     * against them, but for the low bits that pick the item lock stripe:
+     * the bucket must lie within the key's stripe (bucket_of).  Those
+     * ITEM_LOCK_POWER bits of an unkeyed hash match one guessed key in
+     * 2^ITEM_LOCK_POWER by chance. */
+    uint64_t h = tac_crypt_on()
+        ? (tac_crypt_hash64(&fp, sizeof(fp)) & ~(uint64_t)ITEM_LOCK_MASK) |
+          (fp & ITEM_LOCK_MASK)
+        : fp;
+    return h != 0 ? h : 1;
+}
+
 uint64_t tac_key_hash64(const char *key, size_t nkey)
 {
-    /* With a tier key the journal's records name keys by a keyed hash, so
-     * that a guessed key cannot be checked against them, but for the low
-     * bits that pick the item lock stripe: the bucket must lie within the
-     * key's stripe (bucket_of).  Those ITEM_LOCK_POWER bits of an unkeyed
-     * hash match one guessed key in 2^ITEM_LOCK_POWER by chance. */
-    uint64_t h = tac_crypt_on()
-        ? (tac_crypt_hash64(key, nkey) & ~(uint64_t)ITEM_LOCK_MASK) |
-          (item_hash(key, nkey) & ITEM_LOCK_MASK)
-        : ((uint64_t)util_crc32c(0x9e3779b9u, key, nkey) << 32) |
-          item_hash(key, nkey);
-    return h != 0 ? h : 1;
+    return tac_fp_hash64(item_key_fp(key, nkey, item_hash(key, nkey)));
 }
 
 static uint32_t geo_crc(const struct jr_header *h)
@@ -472,23 +480,23 @@ static struct jr_entry *entry_take(uint64_t h)
     return slot;
 }
 
-void tac_journal_invalidate(const char *key, size_t nkey)
+void tac_journal_invalidate(uint64_t fp)
 {
     if (jr.map == NULL)
         return;
     uint64_t seq = tac_tuple_last_seq();
-    struct jr_entry *e = entry_take(tac_key_hash64(key, nkey));
+    struct jr_entry *e = entry_take(tac_fp_hash64(fp));
     if (seq > e->seq)
         __atomic_store_n(&e->seq, seq, __ATOMIC_RELAXED);
     CRASH_POINT(journal_record);
 }
 
-void tac_journal_shorten(const char *key, size_t nkey, uint64_t unix_exptime)
+void tac_journal_shorten(uint64_t fp, uint64_t unix_exptime)
 {
     if (jr.map == NULL)
         return;
     uint64_t seq = tac_tuple_last_seq();
-    struct jr_entry *e = entry_take(tac_key_hash64(key, nkey));
+    struct jr_entry *e = entry_take(tac_fp_hash64(fp));
     /* The bound first: a crash between the stores sees the older range
      * with the newer, shorter bound, never the wider range with the older
      * bound. */

@@ -371,7 +371,11 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
     rel_time_t t = r->idle < now ? now - (rel_time_t)r->idle : 1;
     uint32_t access = ((t & LLRU_TIME_MASK) << 8) | (r->read_count & LLRU_COUNT_MASK);
     int part = (int)(rs.next_part % (unsigned)tac.cfg.partitions);
-    uint32_t hv = item_hash(key, r->nkey);
+    /* A lower tier's record holds the key's fingerprint (rs_key_len). */
+    uint64_t fp = 0;
+    if (r->tier != TIER_DRAM)
+        memcpy(&fp, key, sizeof(fp));
+    uint32_t hv = r->tier == TIER_DRAM ? item_hash(key, r->nkey) : (uint32_t)fp;
 
     item *it;
     if (r->tier == TIER_DRAM) {
@@ -399,8 +403,8 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         m.it.time = t;
         m.it.it_flags = r->it_flags & RS_KEEP_FLAGS;
         it = r->tier == TIER_NVM
-             ? rs_meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff, key, r->seq)
-             : rs_meta_for(&m, TIER_SSD, r->ref, key, r->seq);
+             ? rs_meta_for(&m, TIER_NVM, r->ref & ~(uint64_t)0xff, fp, r->seq)
+             : rs_meta_for(&m, TIER_SSD, r->ref, fp, r->seq);
     }
     if (it == NULL) {
         rs_count(&rs.dropped);             /* no DRAM for it */
@@ -409,7 +413,10 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
     }
     item_lock(hv);
     int res = 0;
-    if (!do_item_recovery_written(key, r->nkey, hv) && assoc_find(key, r->nkey, hv) == NULL)
+    bool untouched = r->tier == TIER_DRAM
+        ? !do_item_recovery_written(key, r->nkey, hv) && assoc_find(key, r->nkey, hv) == NULL
+        : !do_item_recovery_written_fp(fp) && assoc_find_fp(fp, r->nkey) == NULL;
+    if (untouched)
         res = rs_link_back(it, key, r->nkey, hv, part, r->cas, access, t,
                         r->it_flags & RS_KEEP_FLAGS);
     bool linked = res > 0;
@@ -457,14 +464,14 @@ static bool restore_chunk(const char *p, size_t len, uint32_t n, rs_rec_fn fn)
         memcpy(&r, p, sizeof(r));
         size_t vlen = r.tier == TIER_DRAM ? r.nbytes : 0;
         if (r.tier >= TIER_COUNT || r.nkey == 0 || r.nkey > KEY_MAX_LENGTH ||
-            r.nbytes < 2 || (size_t)(end - p) - sizeof(r) < (size_t)r.nkey + vlen)
+            r.nbytes < 2 || (size_t)(end - p) - sizeof(r) < rs_key_len(&r) + vlen)
             return false;
         const char *key = p + sizeof(r);
-        if (record_sane(&r, key + r.nkey))
-            fn(&r, key, key + r.nkey);
+        if (record_sane(&r, key + rs_key_len(&r)))
+            fn(&r, key, key + rs_key_len(&r));
         else
             rs_count(&rs.refused);
-        p = key + r.nkey + vlen;
+        p = key + rs_key_len(&r) + vlen;
     }
     return p == end;
 }

@@ -189,12 +189,11 @@ uint64_t rs_key_hashes(const char *key, size_t nkey, uint32_t *hv)
 /* The unlinked meta tuple (refcount 1) for a tuple at ref in tier,
  * described by src; NULL when DRAM has no chunk. */
 item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
-                  const char *key, uint64_t seq)
+                  uint64_t fp, uint64_t seq)
 {
     item *src = &m->it;
-    src->tier = TIER_DRAM;              /* the full layout: key in data */
-    memcpy(src->data, key, src->nkey);
-    src->data[src->nkey] = '\0';
+    src->tier = (uint8_t)tier;          /* the compact layout: fingerprint */
+    item_set_meta_fp(src, fp);
     /* DRAM can be short for a moment (a slab page on its way to another
      * class) or for good (more keys than -m indexes): a few retries 1 ms
      * apart, and none once they all failed. */

@@ -21,7 +21,9 @@
 
 
 #define RS_MAGIC "TACSTATE"
-#define RS_VERSION 2u                /* 2: seq in records, key check */
+#define RS_VERSION 3u                /* 2: seq in records, key check;
+                                        3: a lower tier's record names its
+                                           key by fingerprint */
 #define RS_HDR_SIZE 4096u
 #define RS_CHUNK (1u << 20)         /* records are flushed in chunks of this */
 
@@ -66,6 +68,13 @@ struct rs_rec {
     uint64_t ref;                   /* NVM: slot | class; SSD: reference */
     uint64_t seq;                   /* NVM, SSD: the tuple's write sequence */
 };
+/* A record is followed by its key and, in DRAM, its value.  A lower
+ * tier's record has, in place of the key, the key's fingerprint
+ * (item_key_fp(), ITEM_FP_BYTES): all its meta tuple keeps. */
+static inline size_t rs_key_len(const struct rs_rec *r)
+{
+    return r->tier == TIER_DRAM ? r->nkey : ITEM_FP_BYTES;
+}
 
 /* With a tier key the records of a chunk are sealed (tac/crypt.h): len
  * clear bytes become len bytes of ciphertext and TAC_SEAL_BYTES of nonce
@@ -137,8 +146,8 @@ struct restart_state {
 /* The one restart under way (restart_common.c). */
 extern struct restart_state rs;
 
-/* A DRAM-layout item holding only what item_alloc_meta copies: key and
- * metadata. */
+/* An item holding only what item_alloc_meta copies: metadata, and the
+ * key's fingerprint (rs_meta_for gives it the compact layout). */
 union meta_src {
     item it;
     char raw[sizeof(item) + KEY_MAX_LENGTH + 1];
@@ -152,7 +161,7 @@ void rs_count(uint64_t *c);
 bool rs_exptime_ahead(int64_t unix_exp, rel_time_t *out);
 uint64_t rs_key_hashes(const char *key, size_t nkey, uint32_t *hv);
 item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
-                  const char *key, uint64_t seq);
+                  uint64_t fp, uint64_t seq);
 int rs_link_back(item *it, const char *key, size_t nkey, uint32_t hv,
                  int part, uint64_t cas, uint32_t access, rel_time_t t,
                  uint16_t keep_flags);

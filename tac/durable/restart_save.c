@@ -86,22 +86,23 @@ static void chunk_flush(void)
 static void chunk_add(const struct rs_rec *r, const char *key, const char *value)
 {
     size_t vlen = r->tier == TIER_DRAM ? r->nbytes : 0;
-    size_t len = sizeof(*r) + r->nkey + vlen;
+    size_t klen = rs_key_len(r);
+    size_t len = sizeof(*r) + klen + vlen;
     if (rs.chunk_len + len > RS_CHUNK)
         chunk_flush();
     if (len > RS_CHUNK || len > UINT32_MAX - sizeof(struct rs_chunk) - TAC_SEAL_BYTES) {
         struct iovec iov[3] = {
             { (void *)r, sizeof(*r) },
-            { (void *)key, r->nkey },
+            { (void *)key, klen },
             { (void *)value, vlen },
         };
         chunk_write(iov, 3, len, 1);
         return;
     }
     memcpy(rs.chunk + rs.chunk_len, r, sizeof(*r));
-    memcpy(rs.chunk + rs.chunk_len + sizeof(*r), key, r->nkey);
+    memcpy(rs.chunk + rs.chunk_len + sizeof(*r), key, klen);
     if (vlen > 0)
-        memcpy(rs.chunk + rs.chunk_len + sizeof(*r) + r->nkey, value, vlen);
+        memcpy(rs.chunk + rs.chunk_len + sizeof(*r) + klen, value, vlen);
     rs.chunk_len += len;
     rs.chunk_count++;
 }
@@ -147,12 +148,16 @@ static void save_item(item *it, void *arg)
     r.cas = it->cas;
     r.seq = (it->it_flags & ITEM_META) ? item_meta_seq(it) : 0;
     const char *value = NULL;
+    /* A lower tier's record names the key by fingerprint (rs_key_len). */
+    uint64_t fp = item_compact(it) ? item_meta_fp(it) : 0;
+    const char *key = (const char *)&fp;
     if (!(it->it_flags & ITEM_META)) {
         r.tier = TIER_DRAM;
+        key = ITEM_key(it);
         value = ITEM_data(it);
     } else if (whole_nvm) {
         struct tac_tuple_hdr hdr;
-        const char *key = tac_nvm_tuple_checked(it, &hdr, NULL);
+        key = tac_nvm_tuple_checked(it, &hdr, NULL);
         if (key == NULL) {
             rs.lost++;          /* damaged: counted in tuple_checksum_failures */
             return;
@@ -180,7 +185,7 @@ static void save_item(item *it, void *arg)
         r.ref = ref;
     }
     rs.save.items[r.tier]++;
-    chunk_add(&r, ITEM_key(it), value);
+    chunk_add(&r, key, value);
 }
 
 static void save_ssd_section(void)

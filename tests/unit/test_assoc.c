@@ -51,7 +51,9 @@ static void delete(const char *key)
 {
     uint32_t hv = item_hash(key, strlen(key));
     item_lock(hv);
-    assoc_delete(key, strlen(key), hv);
+    item *it = assoc_find(key, strlen(key), hv);
+    if (it != NULL)
+        assoc_delete(it, hv);
     item_unlock(hv);
 }
 

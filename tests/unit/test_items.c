@@ -1060,26 +1060,29 @@ static void test_recovery_written(void)
 }
 
 /* The DRAM a lower-tier item costs, before its chunk rounds it up: its
- * meta tuple, the same compact layout for NVM and SSD (the 40-byte core
- * and the 8-byte reference, then the key; no LRU links, no '\0').
- * `stats tiers` reports the averages these give with chunk
- * rounding and the hash index (<tier>_dram_bytes_per_item); a change of
- * layout changes these figures on purpose only. */
+ * meta tuple, the same compact layout for NVM and SSD (the 40-byte core,
+ * the 8-byte reference and the key's 8-byte fingerprint; no key, no LRU
+ * links), whatever the key's length.  `stats tiers` reports the averages
+ * these give with chunk rounding and the hash index
+ * (<tier>_dram_bytes_per_item); a change of layout changes these figures
+ * on purpose only. */
 static void test_layout_sizes(void)
 {
     CHECK_UEQ(ITEM_CORE_SIZE, 40);
     CHECK_UEQ(ITEM_COMPACT_HDR, 48);
+    CHECK_UEQ(ITEM_FP_BYTES, 8);
     CHECK_UEQ(sizeof(item), 64);
     CHECK_UEQ(item_meta_seq_bytes, 0);
     CHECK_UEQ(item_compact_size(8), 56);
-    CHECK_UEQ(item_compact_size(33), 81);
+    CHECK_UEQ(item_compact_size(33), 56);
+    CHECK_UEQ(item_compact_size(KEY_MAX_LENGTH), 56);
     /* Both lower tiers' meta tuples are compact. */
     item nvm_meta = { .tier = TIER_NVM, .nkey = 33, .it_flags = ITEM_META };
     item ssd_meta = { .tier = TIER_SSD, .nkey = 33, .it_flags = ITEM_META };
     CHECK(item_compact(&nvm_meta));
     CHECK(item_compact(&ssd_meta));
-    CHECK_UEQ(ITEM_ntotal(&nvm_meta), 81);
-    CHECK_UEQ(ITEM_ntotal(&ssd_meta), 81);
+    CHECK_UEQ(ITEM_ntotal(&nvm_meta), 56);
+    CHECK_UEQ(ITEM_ntotal(&ssd_meta), 56);
     /* A DRAM item is no lower tier's. */
     struct items_tier_dram d;
     items_tier_dram(TIER_DRAM, &d);
@@ -1087,10 +1090,39 @@ static void test_layout_sizes(void)
     CHECK_UEQ(d.chunk_bytes, 0);
 }
 
+/* A meta tuple is found by its key's fingerprint: the key hash in the low
+ * half (so item_hv needs no key), a CRC-32C above; keys that differ only
+ * in that CRC's half, or only in length, are told apart. */
+static void test_fingerprint_lookup(void)
+{
+    const char *k1 = "fingerprint-key-000000000000000001";
+    const char *k2 = "fingerprint-key-000000000000000002";
+    uint32_t h1 = item_hash(k1, strlen(k1)), h2 = item_hash(k2, strlen(k2));
+    uint64_t f1 = item_key_fp(k1, strlen(k1), h1);
+    CHECK_UEQ((uint32_t)f1, h1);
+    CHECK(f1 != item_key_fp(k2, strlen(k2), h2));
+    CHECK(f1 != item_key_fp(k1, strlen(k1) - 1, item_hash(k1, strlen(k1) - 1)));
+    union { item it; char raw[128]; } m;
+    memset(&m, 0, sizeof(m));
+    m.it.tier = TIER_SSD;
+    m.it.nkey = (uint8_t)strlen(k1);
+    item_set_meta_fp(&m.it, f1);
+    CHECK_UEQ(item_hv(&m.it), h1);
+    CHECK_UEQ(item_fp(&m.it), f1);
+    uint64_t cache = 0;
+    CHECK(item_has_key(&m.it, k1, strlen(k1), h1, &cache));
+    CHECK_UEQ(cache, f1);
+    cache = 0;
+    CHECK(!item_has_key(&m.it, k2, strlen(k2), h2, &cache));
+    cache = 0;
+    CHECK(!item_has_key(&m.it, k1, strlen(k1) - 1, h1, &cache));
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
     RUN_TEST(test_layout_sizes);
+    RUN_TEST(test_fingerprint_lookup);
     RUN_TEST(test_link_unlink_refcount);
     RUN_TEST(test_expiry);
     RUN_TEST(test_flush);

@@ -63,7 +63,7 @@ static void invalidate_at(const char *key, uint64_t seq)
 {
     tac_tuple_seq_floor(seq);
     CHECK_EQ(tac_tuple_last_seq(), seq);
-    tac_journal_invalidate(key, strlen(key));
+    tac_journal_invalidate(item_key_fp(key, strlen(key), item_hash(key, strlen(key))));
 }
 
 /* A records */
@@ -80,7 +80,7 @@ static void test_records(void)
     const char *k = "gamma:0123456789abcdef0123456789";
     invalidate_at(k, 12);
     tac_tuple_seq_floor(20);
-    tac_journal_shorten(k, strlen(k), 1700000000);
+    tac_journal_shorten(item_key_fp(k, strlen(k), item_hash(k, strlen(k))), 1700000000);
     uint64_t h = tac_key_hash64(k, strlen(k));
     uint64_t exp = 0;
     CHECK(!tac_journal_check_h(h, 20, &exp));
