@@ -101,6 +101,8 @@ char *slab_prealloc_base;
 uint64_t slab_pool_pages;
 struct slab_drain slab_drain = { .lock = PTHREAD_MUTEX_INITIALIZER };
 char *slab_drain_base;
+struct slab_page *slab_drain_page;
+bool slab_borrowed;
 pthread_mutex_t slab_run_lock = PTHREAD_MUTEX_INITIALIZER;
 bool slab_shrinking;
 struct slab_run slab_run;
@@ -332,6 +334,8 @@ void slabs_init(void)
     slab_drain.freemap = NULL;
     slab_drain.nfree = 0;
     slab_drain_base = NULL;
+    slab_drain_page = NULL;
+    slab_borrowed = false;
     memset(&slab_run, 0, sizeof(slab_run));
     memset(&slab_mstats, 0, sizeof(slab_mstats));
     slab_req_word = 0;
@@ -439,6 +443,18 @@ static bool charge_page(struct slab_class *c, bool reserved, bool *grace)
         limit = 0;
     for (;;) {
         if (limit != 0 && cur + c->page_size > limit) {
+            /* A page being drained frees its chunks only once its items
+             * are down a tier, and each takes a meta tuple (reserved).
+             * With -m spent, those may borrow one page past it, which the
+             * drained page pays back (move_finish_locked): a drain that
+             * needs room to make room never waits on itself. */
+            bool lent = false;
+            if (reserved && __atomic_load_n(&slab_drain_base, __ATOMIC_RELAXED) != NULL &&
+                __atomic_compare_exchange_n(&slab_borrowed, &lent, true, false,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+                __atomic_fetch_add(&slab_mem_malloced, c->page_size, __ATOMIC_RELAXED);
+                return true;
+            }
             /* Over budget: only a class without pages gets one, once. */
             bool no = false;
             if (__atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) != 0 ||
@@ -690,6 +706,22 @@ void *slabs_alloc(unsigned int clsid, int partition)
 
 static void *chunk_hand_out(struct slab_class *c, item *it, unsigned int clsid, int p);
 
+/* While a page drains, a meta tuple class keeps as many free chunks as
+ * the page has items left for the moves down that take them (reserved);
+ * an unreserved allocation that would eat into them fails.  Else new keys
+ * (a client's store to a lower tier, a restore) could take every chunk
+ * the drain frees, and the drain would never finish. */
+static bool drain_keeps(struct slab_class *c)
+{
+    struct slab_page *pg = __atomic_load_n(&slab_drain_page, __ATOMIC_ACQUIRE);
+    if (pg == NULL || !slab_index_class(c))
+        return false;
+    uint64_t live = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
+    uint64_t total = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) * c->perslab;
+    uint64_t used = __atomic_load_n(&c->used_chunks, __ATOMIC_RELAXED);
+    return used + live >= total;
+}
+
 void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
 {
     if (clsid < 1 || clsid > slab_nclasses)
@@ -697,6 +729,10 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
     struct slab_class *c = &slab_classes[clsid];
     int p = partition >= 0 ? partition % slab_npart : 0;
 
+    if (!reserved && drain_keeps(c)) {
+        __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
     item *it = part_take(c, &c->part[p]);
     if (it == NULL) {
         bool grace = false;

@@ -186,6 +186,7 @@ struct slabs_mover_info {
     uint64_t by_reserve;        /* refilling the meta tuples' reserve */
     uint64_t by_demand;         /* a failing class, from free chunks */
     uint64_t by_watchdog;       /* slabs_watchdog_move */
+    uint64_t repaid;            /* drains that paid back a borrowed page */
 };
 void slabs_mover_info(struct slabs_mover_info *out);
 

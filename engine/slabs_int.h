@@ -127,6 +127,8 @@ struct slab_mover_stats {
     uint64_t by_demand;     /* a class that failed to allocate, from free
                                chunks (a lower tier configured) */
     uint64_t by_watchdog;   /* slabs_watchdog_move */
+    uint64_t repaid;        /* drains that paid back a page borrowed past
+                               -m (charge_page) */
 };
 #undef MOVER_FIELD
 
@@ -142,6 +144,9 @@ extern char *slab_prealloc_base;        /* set at init */
 extern uint64_t slab_pool_pages;        /* atomic; changed under the pool lock */
 extern struct slab_drain slab_drain;
 extern char *slab_drain_base;           /* atomic */
+extern struct slab_page *slab_drain_page; /* atomic: slab_drain.page */
+extern bool slab_borrowed;              /* atomic: a page is charged past -m
+                                           for a drain (charge_page) */
 extern pthread_mutex_t slab_run_lock;
 extern bool slab_shrinking;             /* atomic, written under slab_run_lock:
                                            more is charged than a lowered limit

@@ -117,6 +117,7 @@ static bool move_start_ex(unsigned int src, unsigned int dst,
     slab_drain.size = c->size;
     __atomic_store_n(&pg->state, PAGE_DRAINING, __ATOMIC_RELAXED);
     __atomic_store_n(&slab_drain_base, pg->base, __ATOMIC_RELAXED);
+    __atomic_store_n(&slab_drain_page, pg, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&slab_drain.lock);
     for (int p = 0; p < slab_npart; p++)
         move_purge_part(c, &c->part[p], pg->base);
@@ -150,6 +151,7 @@ static uint64_t *move_end_drain(enum page_state state)
     pthread_mutex_lock(&slab_drain.lock);
     uint64_t *fm = slab_drain.freemap;
     __atomic_store_n(&slab_drain_base, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&slab_drain_page, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&slab_drain.page->state, state, __ATOMIC_RELAXED);
     slab_drain.page = NULL;
     slab_drain.freemap = NULL;
@@ -175,7 +177,12 @@ static void move_finish_locked(void)
     memset(pg->base, 0, slab_std_page);
     __atomic_store_n(&pg->used, 0, __ATOMIC_RELAXED);
 
-    struct slab_class *dst = slab_run.dst != 0 ? &slab_classes[slab_run.dst] : NULL;
+    /* A meta tuple class that borrowed a page past -m for this drain
+     * (charge_page) is paid back with it, whatever dst wanted. */
+    bool repay = __atomic_exchange_n(&slab_borrowed, false, __ATOMIC_RELAXED);
+    struct slab_class *dst = slab_run.dst != 0 && !repay ? &slab_classes[slab_run.dst] : NULL;
+    if (repay)
+        STATS_INCR(&slab_mstats, repaid);
     if (dst != NULL && slab_class_add_page(dst, pg)) {
         int p = __atomic_load_n(&dst->want_part, __ATOMIC_RELAXED) % slab_npart;
         pthread_mutex_lock(&dst->part[p].lock);
@@ -184,7 +191,7 @@ static void move_finish_locked(void)
     } else {
         /* Below a lowered limit the page's memory goes back to the
          * system; the page stays pooled, zero when touched again. */
-        bool release = __atomic_load_n(&slab_shrinking, __ATOMIC_RELAXED);
+        bool release = repay || __atomic_load_n(&slab_shrinking, __ATOMIC_RELAXED);
         if (release)
             (void)madvise(pg->base, slab_std_page, MADV_DONTNEED);
         slab_pool_put(pg, release);
@@ -768,6 +775,7 @@ void slabs_mover_info(struct slabs_mover_info *out)
     out->by_reserve = STATS_GET(&slab_mstats, by_reserve);
     out->by_demand = STATS_GET(&slab_mstats, by_demand);
     out->by_watchdog = STATS_GET(&slab_mstats, by_watchdog);
+    out->repaid = STATS_GET(&slab_mstats, repaid);
     out->pool_pages = __atomic_load_n(&slab_pool_pages, __ATOMIC_RELAXED);
 }
 

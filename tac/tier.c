@@ -431,6 +431,7 @@ static void tac_stats_tiers(struct stat_sink *s)
     stat_printf(s, "dram_page_moves_reserve", "%llu", (unsigned long long)mi.by_reserve);
     stat_printf(s, "dram_page_moves_demand", "%llu", (unsigned long long)mi.by_demand);
     stat_printf(s, "dram_page_moves_watchdog", "%llu", (unsigned long long)mi.by_watchdog);
+    stat_printf(s, "dram_pages_borrowed", "%llu", (unsigned long long)mi.repaid);
     if (tac.nvm != NULL) {
         struct nvm_info info;
         nvm_get_info(tac.nvm, &info);
