@@ -551,6 +551,83 @@ static void test_move_gives_up(void)
     free(v);
 }
 
+/* A page drains into the meta tuples' class while -m is spent and that
+ * class has fewer free chunks than the page has items: the moves down
+ * (reserved allocations) may borrow one page past -m, new keys
+ * (unreserved) leave the drain its chunks, and the drained page pays the
+ * borrowed one back.  Before, the drain waited on the room it was to make. */
+static void test_drain_borrows_one_page(void)
+{
+    setup(4 * MB, 1);
+    struct slabs_class_info ci;
+    slabs_class_info(1, &ci);
+    slabs_set_reserve(1 * MB, ci.chunk_size);
+    const unsigned int perslab = ci.chunks_per_page;
+    size_t nd, nm;
+    item **d = fill_class(5, 2, &nd);
+    item **m = fill_class(1, 1, &nm);
+    CHECK(slabs_alloc(1, 0) == NULL);           /* the unreserved budget is spent */
+    item **r = calloc(2 * (size_t)perslab, sizeof(*r));
+    CHECK(r != NULL);
+    size_t nr = 0;
+    while ((r[nr] = slabs_alloc_ex(1, 0, true)) != NULL)
+        nr++;
+    CHECK_UEQ(nr, perslab);                     /* the reserve: one page */
+    CHECK_UEQ(slabs_mem_malloced(), 4 * MB);
+
+    /* The first data page keeps one item in 64; 8 meta chunks come free. */
+    char *first = page_of(d[0]);
+    size_t live = 0;
+    for (size_t i = 0; i < nd; i++) {
+        if (page_of(d[i]) != first)
+            continue;
+        if (i % 64 == 0)
+            live++;
+        else {
+            slabs_free(d[i], 5, 0);
+            d[i] = NULL;
+        }
+    }
+    CHECK(live > 8);
+    for (size_t i = 0; i < 8; i++)
+        slabs_free(m[i], 1, 0);
+    CHECK(slabs_reassign_start(5, 1));
+
+    /* The 8 free chunks are the drain's. */
+    CHECK(slabs_alloc(1, 0) == NULL);
+    /* Its moves down take them, then a page past -m, and no second one. */
+    for (nr = 0; (r[nr] = slabs_alloc_ex(1, 0, true)) != NULL; nr++)
+        CHECK(nr < 2 * (size_t)perslab);
+    CHECK_UEQ(nr, 8 + perslab);
+    CHECK_UEQ(slabs_mem_malloced(), 5 * MB);
+    slabs_class_info(1, &ci);
+    CHECK_UEQ(ci.total_pages, 3);
+
+    /* The items are down: the page drains and pays the borrowed page back. */
+    for (size_t i = 0; i < nd; i++)
+        if (d[i] != NULL && page_of(d[i]) == first) {
+            slabs_free(d[i], 5, 0);
+            d[i] = NULL;
+        }
+    while (slabs_reassign_step(1 << 20) > 0)
+        ;
+    struct slabs_mover_info mi;
+    slabs_mover_info(&mi);
+    CHECK(!mi.running && mi.moved == 1 && mi.repaid == 1 && mi.moved_to_pool == 1);
+    CHECK_UEQ(slabs_mem_malloced(), 4 * MB);
+    slabs_class_info(5, &ci);
+    CHECK_UEQ(ci.total_pages, 1);
+    slabs_class_info(1, &ci);
+    CHECK_UEQ(ci.total_pages, 3);
+    /* No drain: nothing is lent. */
+    CHECK(slabs_alloc_ex(5, 0, true) == NULL);
+    check_accounting_moving(1);
+    check_accounting_moving(5);
+    free(r);
+    free(m);
+    free(d);
+}
+
 int main(int argc, char **argv)
 {
     unit_seed_init(argc, argv);
@@ -569,6 +646,7 @@ int main(int argc, char **argv)
     RUN_TEST(test_move_free_page_to_pool);
     RUN_TEST(test_move_to_class_and_drain_frees);
     RUN_TEST(test_move_gives_up);
+    RUN_TEST(test_drain_borrows_one_page);
     fprintf(stderr, "test_slabs: ok\n");
     return 0;
 }
