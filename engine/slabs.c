@@ -101,7 +101,6 @@ char *slab_prealloc_base;
 uint64_t slab_pool_pages;
 struct slab_drain slab_drain = { .lock = PTHREAD_MUTEX_INITIALIZER };
 char *slab_drain_base;
-struct slab_page *slab_drain_page;
 bool slab_borrowed;
 pthread_mutex_t slab_run_lock = PTHREAD_MUTEX_INITIALIZER;
 bool slab_shrinking;
@@ -334,7 +333,6 @@ void slabs_init(void)
     slab_drain.freemap = NULL;
     slab_drain.nfree = 0;
     slab_drain_base = NULL;
-    slab_drain_page = NULL;
     slab_borrowed = false;
     memset(&slab_run, 0, sizeof(slab_run));
     memset(&slab_mstats, 0, sizeof(slab_mstats));
@@ -713,8 +711,11 @@ static void *chunk_hand_out(struct slab_class *c, item *it, unsigned int clsid, 
  * the drain frees, and the drain would never finish. */
 static bool drain_keeps(struct slab_class *c)
 {
-    struct slab_page *pg = __atomic_load_n(&slab_drain_page, __ATOMIC_ACQUIRE);
-    if (pg == NULL || !slab_index_class(c))
+    char *db = __atomic_load_n(&slab_drain_base, __ATOMIC_RELAXED);
+    if (db == NULL || !slab_index_class(c))
+        return false;
+    struct slab_page *pg = page_lookup(db);
+    if (pg == NULL)
         return false;
     uint64_t live = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
     uint64_t total = __atomic_load_n(&c->total_pages, __ATOMIC_RELAXED) * c->perslab;

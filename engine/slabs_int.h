@@ -144,7 +144,6 @@ extern char *slab_prealloc_base;        /* set at init */
 extern uint64_t slab_pool_pages;        /* atomic; changed under the pool lock */
 extern struct slab_drain slab_drain;
 extern char *slab_drain_base;           /* atomic */
-extern struct slab_page *slab_drain_page; /* atomic: slab_drain.page */
 extern bool slab_borrowed;              /* atomic: a page is charged past -m
                                            for a drain (charge_page) */
 extern pthread_mutex_t slab_run_lock;

@@ -117,7 +117,6 @@ static bool move_start_ex(unsigned int src, unsigned int dst,
     slab_drain.size = c->size;
     __atomic_store_n(&pg->state, PAGE_DRAINING, __ATOMIC_RELAXED);
     __atomic_store_n(&slab_drain_base, pg->base, __ATOMIC_RELAXED);
-    __atomic_store_n(&slab_drain_page, pg, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&slab_drain.lock);
     for (int p = 0; p < slab_npart; p++)
         move_purge_part(c, &c->part[p], pg->base);
@@ -151,7 +150,6 @@ static uint64_t *move_end_drain(enum page_state state)
     pthread_mutex_lock(&slab_drain.lock);
     uint64_t *fm = slab_drain.freemap;
     __atomic_store_n(&slab_drain_base, NULL, __ATOMIC_RELAXED);
-    __atomic_store_n(&slab_drain_page, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&slab_drain.page->state, state, __ATOMIC_RELAXED);
     slab_drain.page = NULL;
     slab_drain.freemap = NULL;
