@@ -361,6 +361,16 @@ static void restore_record(const struct rs_rec *r, const char *key, const char *
         rs_count(&rs.dropped);
         return;
     }
+    if (r->tier == TIER_DRAM && !rs.lower_done) {
+        /* The lower tiers' records come first (restart_save.c): none
+         * that follows names an SSD page, so defrag may move tuples again
+         * and win back the room dead ones hold.  DRAM records that find no
+         * DRAM go down to SSD, which would otherwise stay full of dead
+         * tuples until the restore ends: a restore waiting on itself. */
+        rs.lower_done = true;
+        if (tac.ssd != NULL)
+            ssd_unpin_all(tac.ssd);
+    }
     rel_time_t now = mc_now();
     rel_time_t exptime;
     if (!rs_exptime_ahead(r->exptime, &exptime)) {
@@ -720,6 +730,10 @@ void tac_restart_run(void)
 
 void tac_restart_wait(void)
 {
+    /* A restore still running finishes what it can place at once: a
+     * record that would wait for room is dropped, so that the stop is not
+     * held up for seconds per record. */
+    __atomic_store_n(&rs.stopping, true, __ATOMIC_RELAXED);
     if (rs.thread_running)
         pthread_join(rs.thread, NULL);
     rs.thread_running = false;

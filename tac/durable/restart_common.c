@@ -217,7 +217,7 @@ item *rs_meta_for(union meta_src *m, enum item_tier tier, uint64_t ref,
 /* Links `it`, brought back for key, with the CAS, access and time it had:
  * a meta tuple or DRAM item at once; a staging item (DRAM is full) through
  * a store into a lower tier, which waits for room as a client's store
- * would (up to about 2 s).  Item lock held; the caller checked that the
+ * would (up to about 2 s; not once the server stops).  Item lock held; the caller checked that the
  * key is to be linked.  1: linked; 0: the key was written meanwhile; -1:
  * no room. */
 int rs_link_back(item *it, const char *key, size_t nkey, uint32_t hv,
@@ -237,7 +237,7 @@ int rs_link_back(item *it, const char *key, size_t nkey, uint32_t hv,
     it->cas = cas;                      /* the staged tuple holds it too */
     for (int tries = 0;
          (res = do_item_store(it, STORE_ADD, 0, NULL, hv, part)) == STORE_NO_MEMORY &&
-         tries < 400; tries++) {
+         tries < 400 && !__atomic_load_n(&rs.stopping, __ATOMIC_RELAXED); tries++) {
         item_unlock(hv);
         usleep(5000);
         item_lock(hv);

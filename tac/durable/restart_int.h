@@ -125,6 +125,8 @@ struct restart_state {
     pthread_t thread;
     bool pending;                   /* prepared: the thread has work */
     bool thread_running;
+    bool lower_done;                /* a graceful restore reached its DRAM records */
+    bool stopping;                  /* atomic: the server stops; no more waits */
 
     /* A stop in progress. */
     char *path, *tmp;

@@ -812,6 +812,51 @@ def test_writes_during_recovery_win(server, tier_files):
 
 
 @pytest.mark.tac_only
+def test_restart_into_less_dram_wins_back_dead_ssd_room(server, tier_files):
+    """A graceful restart with a smaller -m: the DRAM items that no longer
+    fit go down while the restore runs, to an NVM that is full and an SSD
+    whose pages hold the dead copies of four rounds of overwrites.  Defrag
+    must win that room back during the restore (it once could not before
+    the restore ended: the restore waited on itself, 2 s per item)."""
+    seed = new_seed()
+    nvm, ssd = tier_files()
+    small = ",ssd_page_size=2m,ssd_buf_size=64k"
+    big_args = tier_args(nvm, ssd, m=32, nvm_mb=8, ssd_mb=64, extra_o=small)
+    small_args = tier_args(nvm, ssd, m=16, nvm_mb=8, ssd_mb=64, extra_o=small)
+    ds = DataSet(seed, 18000, 1500, 4096)
+
+    srv = server(big_args)
+    load(srv, ds, ds.keys)
+    for ver in (2, 3, 4, 5):
+        # A random half: each SSD page keeps some live tuples among dead ones.
+        half = ds.rng.sample(ds.keys, len(ds.keys) // 2)
+        for k in half:
+            ds.make(k, ver)
+        load(srv, ds, half)
+    c = srv.connect(timeout=IO_TIMEOUT)
+    ds.record(gets_all(c, ds.all_keys()), "after four rounds of overwrites at -m 32")
+    st = c.stats(b"tiers")
+    print("before the stop: %s" % {n: st[n] for n in st if n.startswith(("ssd_pages", "ssd_live", "nvm_items",
+                                                                        "ssd_items"))})
+    live = int(st["ssd_live_bytes"])
+    used = int(st["ssd_pages_used"])
+    assert used * 2 * MB > 2 * live, (
+        "the SSD must hold more dead bytes than live ones for this test: %d pages used, %d live bytes "
+        "(seed %d)" % (used, live, seed))
+    n = len(ds.val)
+    graceful_stop(srv, "SIGTERM")
+
+    srv = restart(server, srv, small_args)
+    c, rs = wait_recovered(srv, seed)
+    check_clean_recovery(rs, n, seed)
+    st = c.stats(b"tiers")
+    print("after the restore at -m 16: %s" % {n: st[n] for n in st if n.startswith(("ssd_pages", "ssd_defrag",
+                                                                                    "ssd_live", "ssd_items"))})
+    ds.compare(gets_all(c, ds.all_keys()), "after a restart from -m 32 into -m 16")
+    graceful_stop(srv, "SIGTERM")
+
+
+@pytest.mark.tac_only
 def test_port_in_use_leaves_the_restart_state_usable(server, tier_files):
     """A start that cannot listen (its port is taken) fails before it opens a
     tier file or reads the restart state, so the next start still brings
