@@ -364,7 +364,7 @@ static void view_one(item *it, void *arg)
         w->fn(&v, w->arg);
         return;
     }
-    if (items_tier_ops == NULL || items_tier_ops->key_of == NULL ||
+    if (items_tier_ops == NULL || items_tier_ops->keys_of == NULL ||
         (w->want != NULL && !w->want(&v, w->arg)))
         return;
     if (w->npinned == w->cap) {
@@ -388,17 +388,32 @@ void items_view_stripe(unsigned int stripe,
     assoc_visit_stripe(stripe, view_one, &w);
     item_unlock(stripe);
     /* Pinned, a meta tuple keeps its tuple; one replaced meanwhile is
-     * still listed as it was, like any item the walk passed. */
-    char key[KEY_MAX_LENGTH];
-    for (size_t i = 0; i < w.npinned; i++) {
-        struct view_pinned *p = &w.pinned[i];
-        if ((want == NULL || want(&p->v, arg)) &&
-            items_tier_ops->key_of(p->it, p->ref, key)) {
-            p->v.key = key;
-            fn(&p->v, arg);
+     * still listed as it was, like any item the walk passed.  Their keys
+     * are read VIEW_KEYS at a time, so the device works on many. */
+    enum { VIEW_KEYS = 64 };
+    item *metas[VIEW_KEYS];
+    uint64_t refs[VIEW_KEYS];
+    bool ok[VIEW_KEYS];
+    char (*keys)[KEY_MAX_LENGTH] = w.npinned > 0 ? malloc(VIEW_KEYS * KEY_MAX_LENGTH) : NULL;
+    for (size_t base = 0; base < w.npinned; base += VIEW_KEYS) {
+        size_t n = w.npinned - base < VIEW_KEYS ? w.npinned - base : VIEW_KEYS;
+        for (size_t i = 0; i < n; i++) {
+            metas[i] = w.pinned[base + i].it;
+            refs[i] = w.pinned[base + i].ref;
+            ok[i] = false;
         }
-        item_release(p->it);
+        if (keys != NULL)
+            items_tier_ops->keys_of(n, metas, refs, keys, ok);
+        for (size_t i = 0; i < n; i++) {
+            struct view_pinned *p = &w.pinned[base + i];
+            if (ok[i] && (want == NULL || want(&p->v, arg))) {
+                p->v.key = keys[i];
+                fn(&p->v, arg);
+            }
+            item_release(p->it);
+        }
     }
+    free(keys);
     free(w.pinned);
 }
 

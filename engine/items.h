@@ -530,11 +530,13 @@ struct item_tier_ops {
     bool (*read_async)(void *reader, item *meta, const char *key, uint32_t hv,
                        void (*done)(void *arg, const struct item_got *got),
                        void *arg);
-    /* Copies the key of meta tuple `meta` (meta->nkey bytes), read from
-     * its tuple at ref (its reference when pinned), into key; false when
-     * that tuple is no longer the key's.  May wait for the device: for
-     * listings, never a request's path.  meta pinned, item lock not held. */
-    bool (*key_of)(const item *meta, uint64_t ref, char *key);
+    /* Copies the keys of n meta tuples (metas[i]->nkey bytes each), read
+     * from their tuples at refs[i] (their references when pinned), into
+     * keys[i]; ok[i] false when that tuple is no longer the key's.  Reads
+     * the device, many at once, and waits: for listings, never a
+     * request's path.  metas pinned, item lock not held. */
+    void (*keys_of)(size_t n, item *const *metas, const uint64_t *refs,
+                    char (*keys)[KEY_MAX_LENGTH], bool *ok);
     /* Optional: a staging item found no room; true when a lower tier will
      * make some without a client's help (evictors demote, defrag
      * compacts, or a cache drops its coldest), false when every tier is
@@ -706,7 +708,7 @@ struct item_view {
 /* Calls fn on every live item whose key hash falls in item lock stripe
  * `stripe` (0 .. ITEM_LOCK_COUNT - 1), any tier: on DRAM items holding
  * that stripe, on lower-tier items after it, once each key is read from
- * its tuple (the tier's key_of: it may wait for the device), and only
+ * its tuple (the tier's keys_of: it may wait for the device), and only
  * those want (v without its key) takes, unless want is NULL.  fn must not
  * call into items.  Calling it for every stripe in turn visits
  * once each item that stays meanwhile, while the server runs on. */

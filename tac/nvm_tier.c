@@ -352,7 +352,7 @@ static const char *nvm_body(uint64_t ref, const struct tac_tuple_hdr *hdr)
 bool tac_nvm_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key)
 {
     return tac.nvm != NULL &&
-           tac_tuple_key_of((const char *)nvm_ptr(tac.nvm, ref), len, fp, nkey, key);
+           tac_tuple_key_of((const char *)nvm_ptr(tac.nvm, ref), len, len, fp, nkey, key);
 }
 
 bool tac_nvm_read_value(const item *meta, char *keydst, char *dst)

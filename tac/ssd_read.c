@@ -390,23 +390,63 @@ enum ssd_status ssdt_read_sync(uint64_t ref, size_t len, bool whole,
     return r.st;
 }
 
-bool tac_ssd_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key)
+/* One key of a listing (tac_ssd_keys_at), read from the device. */
+struct key_read {
+    const struct tac_key_req *req;
+    char *key;
+    bool *ok;
+    unsigned *left;
+};
+
+static void key_done(void *arg, enum ssd_status st, const char *data, size_t len)
 {
-    if (tac.ssd == NULL)
-        return false;
-    struct ssd_buf *pin = NULL;
-    const char *data = ssd_buf_lookup(tac.ssd, ref, len, &pin);
-    if (data != NULL) {
-        bool ok = tac_tuple_key_of(data, len, fp, nkey, key);
-        ssd_buf_unpin(pin);
-        return ok;
+    struct key_read *k = arg;
+    *k->ok = st == SSD_OK &&
+             tac_tuple_key_of(data, len, k->req->len, k->req->fp, k->req->nkey, k->key);
+    (*k->left)--;
+}
+
+/* Waits for this thread's sync ring until at most `until` reads are left. */
+static void keys_reap(struct ssd_ring *ring, const unsigned *left, unsigned until)
+{
+    while (*left > until) {
+        if (ssd_ring_reap(ring) == 0 && *left > until) {
+            struct pollfd pfd = { .fd = ssd_ring_eventfd(ring), .events = POLLIN };
+            (void)poll(&pfd, 1, 100);
+        }
     }
-    struct tac_iobuf io = { NULL, 0 };
-    size_t got = 0;
-    bool ok = ssdt_read_sync(ref, len, false, &io, &got) == SSD_OK &&
-              tac_tuple_key_of(io.mem, got < len ? got : len, fp, nkey, key);
-    free(io.mem);
-    return ok;
+}
+
+void tac_ssd_keys_at(size_t n, const struct tac_key_req *req,
+                     char (*keys)[KEY_MAX_LENGTH], bool *ok)
+{
+    struct ssd_ring *ring = tac.ssd != NULL ? my_sync_ring() : NULL;
+    struct key_read *kr = ring != NULL ? malloc((n ? n : 1) * sizeof(*kr)) : NULL;
+    unsigned left = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct tac_key_req *q = &req[i];
+        ok[i] = false;
+        if (kr == NULL)
+            continue;
+        struct ssd_buf *pin = NULL;
+        const char *data = ssd_buf_lookup(tac.ssd, q->ref, q->len, &pin);
+        if (data != NULL) {
+            ok[i] = tac_tuple_key_of(data, q->len, q->len, q->fp, q->nkey, keys[i]);
+            ssd_buf_unpin(pin);
+            continue;
+        }
+        /* Only the blocks that hold header and key (all of a sealed
+         * tuple), and up to KEYS_INFLIGHT of them at once. */
+        kr[i] = (struct key_read){ q, keys[i], &ok[i], &left };
+        keys_reap(ring, &left, KEYS_INFLIGHT - 1);
+        left++;
+        if (ssd_read(ring, q->ref, tac_tuple_key_prefix(q->nkey, q->len), key_done,
+                     &kr[i]) != SSD_OK)
+            left--;
+    }
+    if (ring != NULL)
+        keys_reap(ring, &left, 0);
+    free(kr);
 }
 
 item *tac_ssd_materialize(item *meta)

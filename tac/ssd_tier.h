@@ -66,11 +66,22 @@ bool tac_ssd_meta_rehome(item *meta, uint32_t hv);
 /* Synchronous read of an SSD meta tuple's value into a transient item
  * (append/prepend/incr/decr and UDP); NULL on failure. */
 item *tac_ssd_materialize(item *meta);
-/* The key of the tuple at ref (len bytes) into key, if it is the tuple of
- * the key of fingerprint fp and length nkey; reads the device when its buf
- * is not in memory.  The caller pins the meta tuple whose reference ref
- * was. */
-bool tac_ssd_key_at(uint64_t ref, size_t len, uint64_t fp, size_t nkey, char *key);
+/* A key to read for a listing: the tuple at ref (len bytes) of the key of
+ * fingerprint fp and length nkey. */
+struct tac_key_req {
+    uint64_t ref;
+    size_t len;
+    uint64_t fp;
+    size_t nkey;
+};
+/* Reads the keys of n tuples into keys, ok[i] false where that tuple is no
+ * longer the key's (or cannot be read).  Tuples whose buf is not in memory
+ * are read from the device, only their first blocks, up to KEYS_INFLIGHT at
+ * once; waits for them all.  The caller pins the meta tuples whose
+ * references these were.  Not on a worker's request path: for listings. */
+#define KEYS_INFLIGHT 32
+void tac_ssd_keys_at(size_t n, const struct tac_key_req *req,
+                     char (*keys)[KEY_MAX_LENGTH], bool *ok);
 /* The last reference to SSD meta tuple `meta` is gone. */
 void tac_ssd_release(item *meta);
 unsigned long long tac_ssd_items(void);

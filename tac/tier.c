@@ -89,14 +89,35 @@ static bool tier_room_later(void)
                                nvm_page_reusable(tac.nvm, 0));
 }
 
-static bool tier_key_of(const item *meta, uint64_t ref, char *key)
+static void tier_keys_of(size_t n, item *const *metas, const uint64_t *refs,
+                         char (*keys)[KEY_MAX_LENGTH], bool *ok)
 {
-    size_t len = tac_tuple_size(meta->nkey, meta->nbytes);
-    if (meta->tier == TIER_NVM)
-        return tac_nvm_key_at(ref, len, item_meta_fp(meta), meta->nkey, key);
-    if (meta->tier == TIER_SSD)
-        return tac_ssd_key_at(ref, len, item_meta_fp(meta), meta->nkey, key);
-    return false;
+    struct tac_key_req req[n > 0 ? n : 1];
+    size_t at[n > 0 ? n : 1], nssd = 0;
+    for (size_t i = 0; i < n; i++) {
+        const item *m = metas[i];
+        size_t len = tac_tuple_size(m->nkey, m->nbytes);
+        ok[i] = false;
+        if (m->tier == TIER_NVM)
+            ok[i] = tac_nvm_key_at(refs[i], len, item_meta_fp(m), m->nkey, keys[i]);
+        else if (m->tier == TIER_SSD) {
+            req[nssd] = (struct tac_key_req){ refs[i], len, item_meta_fp(m), m->nkey };
+            at[nssd++] = i;
+        }
+    }
+    if (nssd == 0)
+        return;
+    char (*got)[KEY_MAX_LENGTH] = malloc(nssd * KEY_MAX_LENGTH);
+    bool gok[nssd];
+    if (got == NULL)
+        return;
+    tac_ssd_keys_at(nssd, req, got, gok);
+    for (size_t j = 0; j < nssd; j++) {
+        ok[at[j]] = gok[j];
+        if (gok[j])
+            memcpy(keys[at[j]], got[j], metas[at[j]]->nkey);
+    }
+    free(got);
 }
 
 static bool tier_read_async(void *reader, item *meta, const char *key, uint32_t hv,
@@ -116,7 +137,7 @@ static void tier_shorten(uint64_t fp, rel_time_t exptime)
 static struct item_tier_ops tier_ops = {   /* .logged set by tac_plug_in */
     .materialize = tier_materialize,
     .read_async = tier_read_async,
-    .key_of = tier_key_of,
+    .keys_of = tier_keys_of,
     .demote = tac_demote,
     .stage = tac_stage,
     .release = tier_release,

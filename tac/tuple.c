@@ -241,15 +241,25 @@ bool tac_tuple_owned(const item *meta, const struct tac_tuple_hdr *hdr,
            (!tac_tuple_sealed() || hdr->seq == item_meta_seq(meta));
 }
 
-bool tac_tuple_key_of(const char *data, size_t len, uint64_t fp, size_t nkey,
-                      char *key)
+size_t tac_tuple_key_prefix(size_t nkey, size_t len)
+{
+    /* A sealed tuple's nonce lies after its body: the key needs it all. */
+    size_t head = sizeof(struct tac_tuple_hdr) + nkey;
+    return tac_tuple_sealed() || head > len ? len : head;
+}
+
+bool tac_tuple_key_of(const char *data, size_t avail, size_t len, uint64_t fp,
+                      size_t nkey, char *key)
 {
     struct tac_tuple_hdr hdr;
     char buf[KEY_MAX_LENGTH];
-    if (len < sizeof(hdr))
+    if (avail < tac_tuple_key_prefix(nkey, len) || avail < sizeof(hdr))
         return false;
     memcpy(&hdr, data, sizeof(hdr));
-    if (!tac_tuple_sane(&hdr, len) || hdr.nkey != nkey)
+    /* The header must describe a tuple of the length the meta tuple gives
+     * (len): then its key, and a sealed one's nonce, lie where read. */
+    if (!tac_tuple_sane(&hdr, len) || hdr.nkey != nkey ||
+        tac_tuple_size(hdr.nkey, hdr.nbytes) != len)
         return false;
     const char *k = tac_tuple_key_hint(&hdr, data + sizeof(hdr), buf);
     if (item_key_fp(k, nkey, item_hash(k, nkey)) != fp)

@@ -110,12 +110,17 @@ enum tac_tuple_check tac_tuple_open(const struct tac_tuple_hdr *hdr,
  * for tac_tuple_open. */
 const char *tac_tuple_key_hint(const struct tac_tuple_hdr *hdr, const char *body,
                                char *buf);
-/* Copies into key the key of the tuple at data (len bytes as the media
- * holds it) if that tuple is sane, nkey bytes long and of fingerprint fp
- * (item_key_fp()); false otherwise.  Its checksum or tag is not checked:
- * what is copied is a key for a listing, never a value. */
-bool tac_tuple_key_of(const char *data, size_t len, uint64_t fp, size_t nkey,
-                      char *key);
+/* How many of the first bytes of a tuple of len bytes (key of nkey)
+ * tac_tuple_key_of needs: header and key, or all of a sealed tuple. */
+size_t tac_tuple_key_prefix(size_t nkey, size_t len);
+/* Copies into key the key of the tuple at data (avail bytes of it read,
+ * at least tac_tuple_key_prefix(nkey, len); len its whole length as the
+ * media holds it) if that tuple is sane, len bytes long, nkey bytes of key
+ * and of fingerprint fp (item_key_fp()); false otherwise.  Its checksum or
+ * tag is not checked: what is copied is a key for a listing, never a
+ * value. */
+bool tac_tuple_key_of(const char *data, size_t avail, size_t len, uint64_t fp,
+                      size_t nkey, char *key);
 
 /* The same into the calling thread's open scratch buffer (key, then
  * value), valid until its next tac_tuple_open_scratch; without sealing,
