@@ -389,6 +389,26 @@ void ssd_delay_stop(struct ssd_store *s)
 
 /* ---- rings --------------------------------------------------------------- */
 
+/*
+ * A read ring runs its completions cooperatively (IORING_SETUP_COOP_TASKRUN,
+ * Linux 5.19): a completion does not interrupt its thread with an IPI while
+ * it runs; it is posted at that thread's next system call, or wakes it
+ * when it sleeps (in epoll_wait, or in poll on the ring's eventfd), which
+ * a worker that is serving requests makes many times a millisecond.  An
+ * older kernel refuses the flag: the ring is made without it.
+ */
+static int ring_init_coop(struct io_uring *ur, unsigned depth)
+{
+#ifdef IORING_SETUP_COOP_TASKRUN
+    struct io_uring_params p;
+    memset(&p, 0, sizeof(p));
+    p.flags = IORING_SETUP_COOP_TASKRUN;
+    if (io_uring_queue_init_params(depth, ur, &p) == 0)
+        return 0;
+#endif
+    return io_uring_queue_init(depth, ur, 0);
+}
+
 struct ssd_ring *ssd_ring_create(struct ssd_store *s)
 {
     struct ssd_ring *r = calloc(1, sizeof *r);
@@ -399,8 +419,7 @@ struct ssd_ring *ssd_ring_create(struct ssd_store *s)
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0)
         goto fail;
-    if (s->engine == SSD_IO_URING &&
-        io_uring_queue_init(s->queue_depth, &r->ur, 0) == 0) {
+    if (s->engine == SSD_IO_URING && ring_init_coop(&r->ur, s->queue_depth) == 0) {
         if (io_uring_register_eventfd(&r->ur, r->efd) == 0) {
             r->uring = true;
             return r;
