@@ -392,17 +392,15 @@ enum ssd_status ssdt_read_sync(uint64_t ref, size_t len, bool whole,
 
 /* One key of a listing (tac_ssd_keys_at), read from the device. */
 struct key_read {
-    const struct tac_key_req *req;
-    char *key;
-    bool *ok;
+    struct tac_key_req *req;
     unsigned *left;
 };
 
 static void key_done(void *arg, enum ssd_status st, const char *data, size_t len)
 {
     struct key_read *k = arg;
-    *k->ok = st == SSD_OK &&
-             tac_tuple_key_of(data, len, k->req->len, k->req->fp, k->req->nkey, k->key);
+    struct tac_key_req *q = k->req;
+    q->ok = st == SSD_OK && tac_tuple_key_of(data, len, q->len, q->fp, q->nkey, q->key);
     (*k->left)--;
 }
 
@@ -417,34 +415,33 @@ static void keys_reap(struct ssd_ring *ring, const unsigned *left, unsigned unti
     }
 }
 
-void tac_ssd_keys_at(size_t n, const struct tac_key_req *req,
-                     char (*keys)[KEY_MAX_LENGTH], bool *ok)
+void tac_ssd_keys_at(size_t n, struct tac_key_req *req)
 {
-    struct ssd_ring *ring = tac.ssd != NULL ? my_sync_ring() : NULL;
-    struct key_read *kr = ring != NULL ? malloc((n ? n : 1) * sizeof(*kr)) : NULL;
+    struct ssd_ring *ring = tac.ssd != NULL && n > 0 ? my_sync_ring() : NULL;
+    struct key_read *kr = ring != NULL ? malloc(n * sizeof(*kr)) : NULL;
     unsigned left = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct tac_key_req *q = &req[i];
-        ok[i] = false;
+        struct tac_key_req *q = &req[i];
+        q->ok = false;
         if (kr == NULL)
             continue;
         struct ssd_buf *pin = NULL;
         const char *data = ssd_buf_lookup(tac.ssd, q->ref, q->len, &pin);
         if (data != NULL) {
-            ok[i] = tac_tuple_key_of(data, q->len, q->len, q->fp, q->nkey, keys[i]);
+            q->ok = tac_tuple_key_of(data, q->len, q->len, q->fp, q->nkey, q->key);
             ssd_buf_unpin(pin);
             continue;
         }
         /* Only the blocks that hold header and key (all of a sealed
          * tuple), and up to KEYS_INFLIGHT of them at once. */
-        kr[i] = (struct key_read){ q, keys[i], &ok[i], &left };
+        kr[i] = (struct key_read){ q, &left };
         keys_reap(ring, &left, KEYS_INFLIGHT - 1);
         left++;
         if (ssd_read(ring, q->ref, tac_tuple_key_prefix(q->nkey, q->len), key_done,
                      &kr[i]) != SSD_OK)
             left--;
     }
-    if (ring != NULL)
+    if (kr != NULL)
         keys_reap(ring, &left, 0);
     free(kr);
 }

@@ -67,21 +67,22 @@ bool tac_ssd_meta_rehome(item *meta, uint32_t hv);
  * (append/prepend/incr/decr and UDP); NULL on failure. */
 item *tac_ssd_materialize(item *meta);
 /* A key to read for a listing: the tuple at ref (len bytes) of the key of
- * fingerprint fp and length nkey. */
+ * fingerprint fp and length nkey, read into key; ok says whether it was. */
 struct tac_key_req {
     uint64_t ref;
     size_t len;
     uint64_t fp;
     size_t nkey;
+    char *key;
+    bool ok;
 };
-/* Reads the keys of n tuples into keys, ok[i] false where that tuple is no
- * longer the key's (or cannot be read).  Tuples whose buf is not in memory
- * are read from the device, only their first blocks, up to KEYS_INFLIGHT at
- * once; waits for them all.  The caller pins the meta tuples whose
- * references these were.  Not on a worker's request path: for listings. */
+/* Reads the keys of n tuples, ok false where that tuple is no longer the
+ * key's (or cannot be read).  Tuples whose buf is not in memory are read
+ * from the device, only their first blocks, up to KEYS_INFLIGHT at once;
+ * waits for them all.  The caller pins the meta tuples whose references
+ * these were.  Not on a worker's request path: for listings. */
 #define KEYS_INFLIGHT 32
-void tac_ssd_keys_at(size_t n, const struct tac_key_req *req,
-                     char (*keys)[KEY_MAX_LENGTH], bool *ok);
+void tac_ssd_keys_at(size_t n, struct tac_key_req *req);
 /* The last reference to SSD meta tuple `meta` is gone. */
 void tac_ssd_release(item *meta);
 unsigned long long tac_ssd_items(void);

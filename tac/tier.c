@@ -101,23 +101,14 @@ static void tier_keys_of(size_t n, item *const *metas, const uint64_t *refs,
         if (m->tier == TIER_NVM)
             ok[i] = tac_nvm_key_at(refs[i], len, item_meta_fp(m), m->nkey, keys[i]);
         else if (m->tier == TIER_SSD) {
-            req[nssd] = (struct tac_key_req){ refs[i], len, item_meta_fp(m), m->nkey };
+            req[nssd] = (struct tac_key_req){ refs[i], len, item_meta_fp(m), m->nkey,
+                                              keys[i], false };
             at[nssd++] = i;
         }
     }
-    if (nssd == 0)
-        return;
-    char (*got)[KEY_MAX_LENGTH] = malloc(nssd * KEY_MAX_LENGTH);
-    bool gok[nssd];
-    if (got == NULL)
-        return;
-    tac_ssd_keys_at(nssd, req, got, gok);
-    for (size_t j = 0; j < nssd; j++) {
-        ok[at[j]] = gok[j];
-        if (gok[j])
-            memcpy(keys[at[j]], got[j], metas[at[j]]->nkey);
-    }
-    free(got);
+    tac_ssd_keys_at(nssd, req);
+    for (size_t j = 0; j < nssd; j++)
+        ok[at[j]] = req[j].ok;
 }
 
 static bool tier_read_async(void *reader, item *meta, const char *key, uint32_t hv,
