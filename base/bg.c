@@ -201,3 +201,32 @@ bool bg_tick(struct bg *g, uint64_t period_ns)
     pthread_mutex_unlock(&g->lock);
     return running;
 }
+
+bool bg_doze(struct bg *g, uint64_t ns, bool (*busy)(void *arg), void *arg)
+{
+    __atomic_store_n(&g->dozing, 1, __ATOMIC_SEQ_CST);
+    bool running = bg_running(g);
+    if (running && (busy == NULL || !busy(arg)))
+        running = bg_wait(g, ns);
+    __atomic_store_n(&g->dozing, 0, __ATOMIC_SEQ_CST);
+    return running;
+}
+
+void bg_kick(struct bg *g)
+{
+    if (__atomic_load_n(&g->dozing, __ATOMIC_SEQ_CST) &&
+        __atomic_exchange_n(&g->dozing, 0, __ATOMIC_SEQ_CST))
+        bg_wake(g);
+}
+
+bool bg_idle_wait(struct bg *g, uint64_t *wait_ns, bool worked,
+                  uint64_t min_ns, uint64_t max_ns,
+                  bool (*busy)(void *arg), void *arg)
+{
+    if (worked || *wait_ns < min_ns) {
+        *wait_ns = min_ns;
+        return bg_wait(g, min_ns);
+    }
+    *wait_ns = *wait_ns > max_ns / 2 ? max_ns : *wait_ns * 2;
+    return bg_doze(g, *wait_ns, busy, arg);
+}

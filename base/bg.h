@@ -16,6 +16,13 @@
  *   wait   bg_wait sleeps until woken, stopped or a timeout; bg_tick sleeps
  *          to the next multiple of a period (no drift: a late round does
  *          not push the ones after it back).
+ *   doze   a one-thread group whose rounds keep finding nothing to do
+ *          sleeps longer (bg_idle_wait doubles its wait up to a cap;
+ *          bg_doze sleeps one long wait).  While it dozes, bg_kick wakes
+ *          it; at other times bg_kick costs its caller one atomic load, so
+ *          a hot path may kick on every event that brings work.  Idle, the
+ *          server's background threads so wake a few times a second, not
+ *          a hundred (issue #40, item 5).
  *
  * The group's lock may guard the caller's own state too (a job queue):
  * bg_lock/bg_unlock, and bg_wait_locked with it held.  The lock is a leaf
@@ -53,6 +60,7 @@ struct bg {
     unsigned wakes;                 /* pending wakes, at most n */
     int stop;                       /* atomic */
     uint64_t next_tick;             /* bg_tick's deadline (one-thread groups) */
+    int dozing;                     /* atomic: in bg_doze, bg_kick wakes it */
     bool inited;
 };
 
@@ -81,6 +89,25 @@ bool bg_wait(struct bg *g, uint64_t ns);
  * first call: now + period_ns), or until stopped; wakes do not cut a tick
  * short.  Returns bg_running(). */
 bool bg_tick(struct bg *g, uint64_t period_ns);
+
+/* Dozes up to ns nanoseconds: marks the thread dozing, then asks
+ * busy(arg) (may be NULL) once more, so that work that came before the mark
+ * and whose kick saw no mark is not slept over; sleeps unless busy says
+ * there is work, a wake is pending or bg_kick comes.  The caller's work
+ * and its check in busy must be published with sequentially consistent
+ * atomics before bg_kick.  Returns bg_running(). */
+bool bg_doze(struct bg *g, uint64_t ns, bool (*busy)(void *arg), void *arg);
+
+/* Wakes g if it dozes (bg_doze); else a single atomic load. */
+void bg_kick(struct bg *g);
+
+/* The idle back-off of a round-based body.  *wait_ns is the caller's
+ * state (0 at first).  A round that worked sets it to min_ns and waits
+ * that (bg_wait); one that did not doubles it up to max_ns and waits that,
+ * dozing once it is past min_ns.  Returns bg_running(). */
+bool bg_idle_wait(struct bg *g, uint64_t *wait_ns, bool worked,
+                  uint64_t min_ns, uint64_t max_ns,
+                  bool (*busy)(void *arg), void *arg);
 
 void bg_lock(struct bg *g);
 bool bg_trylock(struct bg *g);      /* true if taken */

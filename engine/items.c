@@ -316,12 +316,13 @@ int items_crawl_step(int budget)
 
 void items_crawl_soon(void)
 {
-    __atomic_store_n(&items_crawl_rush, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&items_crawl_rush, true, __ATOMIC_SEQ_CST);
+    slabs_kick();       /* the maintainer may doze */
 }
 
 bool items_crawl_rushed(void)
 {
-    return __atomic_load_n(&items_crawl_rush, __ATOMIC_RELAXED);
+    return __atomic_load_n(&items_crawl_rush, __ATOMIC_SEQ_CST);
 }
 
 /* ---- Key dumps (lru_crawler metadump, stats cachedump). ------------- */

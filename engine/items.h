@@ -679,8 +679,9 @@ enum lower_visit items_lower_visit(enum item_tier tier, uint64_t ref,
 int items_crawl_step(int budget);
 /* With -o lru_maintainer or -o temporary_ttl (memcached's segmented LRU,
  * lru_seg.c): the maintainer's juggle of every class's queues, as
- * memcached's LRU maintainer does it; nothing otherwise. */
-void items_seg_juggle(void);
+ * memcached's LRU maintainer does it; nothing otherwise.  Returns the
+ * items it moved or dropped. */
+unsigned int items_seg_juggle(void);
 /* memcached's `lru mode flat|segmented` and `lru temp_ttl <ttl>` (on with
  * ttl, off): false when turning one on with a lower tier, which keeps the
  * Lazy LRU.  Off, the queues drain into COLD (TEMP as its items expire). */

@@ -310,12 +310,15 @@ void llru_stats_temperature(struct stat_sink *s)
 /* The LRU thread sleeps until a worker's ring holds LRU_WAKE_AT queued
  * moves (that worker wakes it: one wake per LRU_WAKE_AT pushes at most) or
  * LRU_IDLE_MS has passed, whichever comes first; then it drains every
- * ring.  So a queued move waits at most LRU_IDLE_MS, a busy server pays
- * one wake-up per LRU_WAKE_AT moves and an idle one 1000 / LRU_IDLE_MS a
- * second.  The ring keeps LLRU_RING_SIZE - LRU_WAKE_AT slots of slack for
- * the time the thread takes to wake. */
+ * ring.  So a queued move waits at most LRU_IDLE_MS and a busy server pays
+ * one wake-up per LRU_WAKE_AT moves.  A round that found every ring empty
+ * dozes instead (bg_doze, up to LRU_DOZE_MS): the next push kicks it, so
+ * an idle server does not wake this thread at all, and a lone move after
+ * a pause is applied at once.  The ring keeps LLRU_RING_SIZE - LRU_WAKE_AT
+ * slots of slack for the time the thread takes to wake. */
 #define LRU_WAKE_AT (LLRU_RING_SIZE / 4)
 #define LRU_IDLE_MS 10
+#define LRU_DOZE_MS 1000
 
 /* One producer (the owning thread), one consumer (the LRU thread): the
  * producer writes slots then publishes tail with release; the consumer
@@ -373,10 +376,13 @@ bool llru_push(item *it)
         return false;
     }
     r->slot[tail & (LLRU_RING_SIZE - 1)] = it;
-    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+    /* Sequentially consistent, against the thread's doze (rings_busy). */
+    __atomic_store_n(&r->tail, tail + 1, __ATOMIC_SEQ_CST);
     GSTATS_INCR(lru_bumps_queued);
     if (tail + 1 - __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) == LRU_WAKE_AT)
         bg_wake(&lru_thread);
+    else
+        bg_kick(&lru_thread);
     return true;
 }
 
@@ -411,14 +417,27 @@ static unsigned int drain_rings(void)
     return done;
 }
 
+/* bg_doze's check: a ring holds a move pushed before the doze mark. */
+static bool rings_busy(void *arg)
+{
+    (void)arg;
+    unsigned int n = __atomic_load_n(&nsets, __ATOMIC_ACQUIRE);
+    for (unsigned int i = 0; i < n; i++)
+        if (__atomic_load_n(&sets[i]->tail, __ATOMIC_SEQ_CST) != sets[i]->head)
+            return true;
+    return false;
+}
+
 static void lru_thread_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
     (void)arg;
     while (bg_running(g)) {
         __atomic_fetch_add(&llru_rounds, 1, __ATOMIC_RELAXED);
-        drain_rings();
-        bg_wait(g, (uint64_t)LRU_IDLE_MS * 1000000u);
+        if (drain_rings() > 0)
+            bg_wait(g, (uint64_t)LRU_IDLE_MS * 1000000u);
+        else
+            bg_doze(g, (uint64_t)LRU_DOZE_MS * 1000000u, rings_busy, NULL);
     }
     while (drain_rings() > 0)
         ;

@@ -332,32 +332,38 @@ static void seg_limits_now(unsigned int clsid, int p, struct seg_limits *lim)
     lim->warm_pct = __atomic_load_n(&settings.warm_lru_pct, __ATOMIC_RELAXED);
 }
 
-static void juggle_one(unsigned int clsid, int p)
+/* Returns the items it moved or dropped. */
+static unsigned int juggle_one(unsigned int clsid, int p)
 {
     struct seg_limits lim;
+    unsigned int done = 0;
     seg_limits_now(clsid, p, &lim);
     /* TEMP only loses its dead items, also after `lru temp_ttl -1`. */
-    for (int i = 0; i < SEG_JUGGLE_MAX; i++)
+    for (int i = 0; i < SEG_JUGGLE_MAX; i++, done++)
         if (seg_pull(LRU_SEG_TEMP, clsid, p, &lim) == PULL_NOTHING)
             break;
     if (lim.total == 0)
-        return;
+        return done;
     for (int i = 0; i < SEG_JUGGLE_MAX; i++) {
         int moved = (seg_pull(LRU_SEG_HOT, clsid, p, &lim) != PULL_NOTHING) +
                     (seg_pull(LRU_SEG_WARM, clsid, p, &lim) != PULL_NOTHING) +
                     (seg_pull(LRU_SEG_COLD, clsid, p, &lim) != PULL_NOTHING);
         if (moved == 0)
             break;
+        done += (unsigned int)moved;
     }
+    return done;
 }
 
-void items_seg_juggle(void)
+unsigned int items_seg_juggle(void)
 {
+    unsigned int done = 0;
     if (!items_seg_lists())
-        return;
+        return 0;
     for (unsigned int c = 1; c <= slabs_nclasses(); c++)
         for (int p = 0; p < items_npart; p++)
-            juggle_one(c, p);
+            done += juggle_one(c, p);
+    return done;
 }
 
 /* ---- Stats. ---------------------------------------------------------- */

@@ -76,6 +76,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/bg.h"
 #include "engine/item_layout.h"
 #include "base/settings.h"
 #include "engine/slabs.h"
@@ -96,6 +97,7 @@ unsigned int slab_nclasses;
 int slab_npart;
 size_t slab_mem_limit;
 size_t slab_mem_malloced;
+static uint64_t slab_pages_taken;      /* atomic: pages a class took (slabs_activity) */
 size_t slab_std_page;
 char *slab_prealloc_base;
 uint64_t slab_pool_pages;
@@ -731,15 +733,19 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
     int p = partition >= 0 ? partition % slab_npart : 0;
 
     if (!reserved && drain_keeps(c)) {
-        __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_SEQ_CST);
+        slabs_kick();
         return NULL;
     }
     item *it = part_take(c, &c->part[p]);
     if (it == NULL) {
         bool grace = false;
         struct slab_page *pg = slab_new_page(c, reserved, &grace);
-        if (pg != NULL)
+        if (pg != NULL) {
             it = part_add_page(c, &c->part[p], pg->base, clsid);
+            __atomic_fetch_add(&slab_pages_taken, 1, __ATOMIC_SEQ_CST);
+            slabs_kick();
+        }
         if (grace)
             __atomic_store_n(&c->grace_pending, false, __ATOMIC_RELEASE);
     }
@@ -756,11 +762,57 @@ void *slabs_alloc_ex(unsigned int clsid, int partition, bool reserved)
             it = part_take(c, &c->part[(p + i) % slab_npart]);
     }
     if (it == NULL) {
-        __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&c->alloc_fails, 1, __ATOMIC_SEQ_CST);
         __atomic_store_n(&c->want_part, p, __ATOMIC_RELAXED);
+        slabs_kick();
         return NULL;
     }
     return chunk_hand_out(c, it, clsid, p);
+}
+
+/* ---- Kicks: the threads that act on allocation trouble. ----------------- */
+
+#define SLABS_KICK_MAX 16
+static struct bg *kick_list[SLABS_KICK_MAX];   /* atomic slots */
+static pthread_mutex_t kick_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void slabs_kick_add(struct bg *g)
+{
+    pthread_mutex_lock(&kick_lock);
+    for (int i = 0; i < SLABS_KICK_MAX; i++) {
+        if (__atomic_load_n(&kick_list[i], __ATOMIC_RELAXED) == NULL) {
+            __atomic_store_n(&kick_list[i], g, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&kick_lock);
+}
+
+void slabs_kick_remove(struct bg *g)
+{
+    pthread_mutex_lock(&kick_lock);
+    for (int i = 0; i < SLABS_KICK_MAX; i++)
+        if (__atomic_load_n(&kick_list[i], __ATOMIC_RELAXED) == g)
+            __atomic_store_n(&kick_list[i], NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&kick_lock);
+}
+
+void slabs_kick(void)
+{
+    for (int i = 0; i < SLABS_KICK_MAX; i++) {
+        struct bg *g = __atomic_load_n(&kick_list[i], __ATOMIC_ACQUIRE);
+        if (g != NULL)
+            bg_kick(g);
+    }
+}
+
+uint64_t slabs_activity(void)
+{
+    uint64_t n = __atomic_load_n(&slab_pages_taken, __ATOMIC_SEQ_CST) +
+                 (__atomic_load_n(&slab_req_word, __ATOMIC_SEQ_CST) != 0);
+    for (unsigned int i = 1; i <= slab_nclasses; i++)
+        n += __atomic_load_n(&slab_classes[i].alloc_fails, __ATOMIC_SEQ_CST);
+    return n;
 }
 
 void *slabs_alloc_spare(unsigned int clsid, int partition)

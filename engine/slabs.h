@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct bg;
+
 /* Builds the class table from settings (chunk_size, factor,
  * item_size_max, partitions, maxbytes, prealloc, slab_page_size).  Calling
  * it again frees every page (tests); no other thread may use slabs then. */
@@ -201,5 +203,18 @@ bool slabs_watchdog_move(void);
  * that needs one (the demand rule of slabs_reserve_step and
  * slabs_automove_step): a failed allocation will be served. */
 bool slabs_has_spare(void);
+
+/* Kicks.  The threads that act on allocation trouble (the maintainer's
+ * page mover, the evictors) doze while the server is idle (base/bg.h).
+ * A failed allocation, a page a class takes from -m or the pool, and a
+ * `slabs reassign` request kick every registered group (bg_kick: one
+ * atomic load each unless it dozes).  Up to 16 groups; any thread. */
+void slabs_kick_add(struct bg *g);
+void slabs_kick_remove(struct bg *g);
+void slabs_kick(void);
+/* A count that grows with every failed allocation and every page a class
+ * takes (plus one while a `slabs reassign` request waits): the
+ * maintainer's test for a quiet tick, and its check before it dozes.  Read with sequentially consistent loads, as it is bumped. */
+uint64_t slabs_activity(void);
 
 #endif

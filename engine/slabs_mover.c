@@ -369,8 +369,9 @@ enum slabs_reassign_result slabs_reassign_request(unsigned int src,
     uint32_t expect = 0;
     uint32_t w = (uint32_t)1 << 16 | src << 8 | dst;
     if (!__atomic_compare_exchange_n(&slab_req_word, &expect, w, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         return SLABS_REASSIGN_RUNNING;
+    slabs_kick();
     return SLABS_REASSIGN_OK;
 }
 

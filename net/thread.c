@@ -46,8 +46,17 @@
 /* Work per maintainer tick (every MAINT_TICK_MS): buckets migrated by a
  * hash resize step, items checked by the expiry crawler. */
 #define MAINT_TICK_MS 10
-/* Ticks between juggles of the segmented LRU's queues (lru_seg.c). */
-#define MAINT_JUGGLE_TICKS 5
+/* Between juggles of the segmented LRU's queues (lru_seg.c). */
+#define MAINT_JUGGLE_MS 50
+/* The maintainer dozes (ticks every MAINT_DOZE_MS) once its ticks have
+ * found nothing to do for MAINT_QUIET_MS: no resize, no page move, no
+ * juggled item, no failed allocation and no page taken (slabs_activity).
+ * MAINT_QUIET_MS is ten times the automove rules' windows (slabs_int.h),
+ * so a rule that an idle server's state satisfies fires before the doze.
+ * A failed allocation, a page taken, `slabs reassign` and `lru_crawler
+ * crawl` kick it awake (slabs_kick). */
+#define MAINT_QUIET_MS 2000
+#define MAINT_DOZE_MS 1000
 #define MAINT_EXPAND_BUDGET 4096
 #define MAINT_CRAWL_BUDGET 2000
 #define MAINT_SLAB_MOVE_BUDGET 4096
@@ -258,35 +267,66 @@ static void worker_setup(struct worker *w, int id)
     }
 }
 
+/* bg_doze's check: work came after the last tick looked. */
+static bool maint_busy(void *arg)
+{
+    return slabs_activity() != *(uint64_t *)arg || items_crawl_rushed();
+}
+
 static void maintainer_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
     (void)arg;
-    int crawl_every = settings.crawler_interval * 1000 / MAINT_TICK_MS;
-    int sample_every = settings.temp_sample_interval * 1000 / MAINT_TICK_MS;
-    int ticks = 0;
+    uint64_t ms = 1000000u;
+    uint64_t crawl_ns = (uint64_t)settings.crawler_interval * 1000 * ms;
+    uint64_t sample_ns = (uint64_t)settings.temp_sample_interval * 1000 * ms;
+    uint64_t now = util_now_ns();
+    uint64_t next_crawl = now, next_juggle = now, next_sample = now + sample_ns;
+    uint64_t quiet_since = now, seen = slabs_activity();
+    bool running = true;
 
-    while (bg_tick(g, MAINT_TICK_MS * 1000000ull)) {
-        assoc_expand_step(MAINT_EXPAND_BUDGET);
+    while (running) {
+        bool worked = assoc_expand_step(MAINT_EXPAND_BUDGET);
+        now = util_now_ns();
+        bool rushed = items_crawl_rushed();
         if (__atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED) &&
-            (crawl_every <= 1 || ticks % crawl_every == 0 || items_crawl_rushed()))
+            (rushed || now >= next_crawl)) {
             items_crawl_step(MAINT_CRAWL_BUDGET);
+            next_crawl = now + crawl_ns;
+            worked |= rushed;
+        }
         /* memcached's LRU maintainer, with -o lru_maintainer or
-         * temporary_ttl: every MAINT_JUGGLE_TICKS ticks. */
-        if (ticks % MAINT_JUGGLE_TICKS == 0)
-            items_seg_juggle();
+         * temporary_ttl. */
+        if (now >= next_juggle) {
+            worked |= items_seg_juggle() > 0;
+            next_juggle = now + MAINT_JUGGLE_MS * ms;
+        }
         if (settings.slab_reassign) {
             if (__atomic_load_n(&settings.slab_automove, __ATOMIC_RELAXED))
                 slabs_automove_step();
             else
                 slabs_reserve_step();
-            slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET);
+            worked |= slabs_reassign_step(MAINT_SLAB_MOVE_BUDGET) > 0;
         }
         /* The temperature thresholds matter only with a lower tier. */
-        if (sample_every > 0 && items_tiered() && ticks % sample_every == 0 &&
-            ticks > 0)
+        if (sample_ns > 0 && items_tiered() && now >= next_sample) {
             llru_sample((unsigned int)settings.temp_sample_size, mc_now());
-        ticks++;
+            next_sample = now + sample_ns;
+        }
+        uint64_t act = slabs_activity();
+        if (act != seen || worked) {
+            seen = act;
+            quiet_since = now;
+        }
+        if (now - quiet_since < MAINT_QUIET_MS * ms) {
+            running = bg_tick(g, MAINT_TICK_MS * ms);
+            continue;
+        }
+        uint64_t doze = MAINT_DOZE_MS * ms;
+        if (__atomic_load_n(&settings.lru_crawler, __ATOMIC_RELAXED) &&
+            next_crawl > now && next_crawl - now < doze)
+            doze = next_crawl - now;
+        running = bg_doze(g, doze, maint_busy, &seen);
     }
 }
 
@@ -314,6 +354,7 @@ void workers_start(int nthreads, struct event_base *main_base)
     pthread_mutex_unlock(&init_lock);
 
     bg_init(&maint, "tac-maint", NULL);
+    slabs_kick_add(&maint);
     if (!bg_start(&maint, 1, maintainer_main, NULL)) {
         fprintf(stderr, "cannot create maintainer thread\n");
         exit(EXIT_FAILURE);
@@ -368,6 +409,7 @@ void workers_add_udp(int sfd)
 
 void workers_stop(void)
 {
+    slabs_kick_remove(&maint);
     bg_stop(&maint);
     for (int i = 0; i < nworkers; i++)
         event_base_loopbreak(workers[i].base);

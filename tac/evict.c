@@ -23,8 +23,13 @@
  * (watchdog_check below) each round.
  *
  * Bounded work: one round handles at most EVICT_BATCH items per (class,
- * partition); an evictor sleeps EVICT_IDLE_MS when a round did nothing, and
- * is woken early by a worker whose DRAM allocation failed.
+ * partition).  An evictor sleeps EVICT_IDLE_MS after a round that did
+ * nothing, and each further idle round doubles the wait up to
+ * EVICT_DOZE_MAX_MS; a worker whose DRAM allocation failed wakes it at
+ * once, and so does any failed allocation or page taken by a DRAM class
+ * (slabs_kick) while it dozes, so DRAM that fills after a pause is seen
+ * within the round it fills in.  An idle server so wakes each evictor
+ * about once a second, not a hundred times.
  *
  * Threads: E evictor threads; tac_evictors_wake from any worker.
  */
@@ -51,10 +56,14 @@
 
 #define EVICT_BATCH 64
 #define EVICT_IDLE_MS 10
+/* Rounds that do nothing double the wait up to this (bg_idle_wait). */
+#define EVICT_DOZE_MAX_MS 1000
 
 struct evictor {
     struct bg bg;
     int id;
+    uint64_t free_sig;      /* free chunks over all classes, last round */
+    bool free_moved;        /* ... which changed in the last round */
 };
 
 static struct evictor *evictors;
@@ -109,6 +118,7 @@ static int evict_round(struct evictor *e)
     if (e->id == 0)
         nvm_moved += tac_nvm_mover_step();
     nvm_moved += tac_age_round(e->id, nevictors);
+    e->free_moved = false;
     if (!dram_tight()) {
         __atomic_store_n(&backlog, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&backlog_bytes, 0, __ATOMIC_RELAXED);
@@ -122,12 +132,13 @@ static int evict_round(struct evictor *e)
         total_pages += ci.total_pages;
     }
     int moved = 0, short_classes = 0;
-    uint64_t short_bytes = 0;
+    uint64_t short_bytes = 0, free_sig = 0;
     for (unsigned int c = 1; c <= ncls; c++) {
         struct slabs_class_info ci;
         slabs_class_info(c, &ci);
         uint64_t reserve = class_reserve(&ci, total_pages);
         uint64_t free_now = ci.free_chunks + ci.free_chunks_end;
+        free_sig += free_now;
         if (reserve == 0 || free_now >= reserve)
             continue;
         /* Demoting into a meta tuple of the same class frees nothing. */
@@ -142,6 +153,11 @@ static int evict_round(struct evictor *e)
         __atomic_store_n(&backlog, short_classes, __ATOMIC_RELAXED);
         __atomic_store_n(&backlog_bytes, short_bytes, __ATOMIC_RELAXED);
     }
+    /* Tight DRAM whose free chunks are being taken: the reserves may run
+     * short before any allocation fails, so keep looking every
+     * EVICT_IDLE_MS (evictor_main). */
+    e->free_moved = free_sig != e->free_sig;
+    e->free_sig = free_sig;
     return moved + nvm_moved;
 }
 
@@ -190,17 +206,33 @@ static void watchdog_check(void)
     last_change = now;
 }
 
+/* bg_doze's check: an allocation failed or a page was taken since the
+ * round began. */
+static bool activity_since(void *arg)
+{
+    return slabs_activity() != *(const uint64_t *)arg;
+}
+
 static void evictor_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
     struct evictor *e = arg;
     tac_ssd_set_writer(e->id);
+    uint64_t wait = 0;
     while (bg_running(g)) {
         TAC_INCR(evictor_runs);
+        uint64_t seen = slabs_activity();
         if (e->id == 0)
             watchdog_check();
-        if (evict_round(e) == 0)
-            bg_wait(g, EVICT_IDLE_MS * 1000000ull);
+        if (evict_round(e) > 0) {
+            wait = 0;
+            continue;
+        }
+        /* While stores wait, the watchdog looks every EVICT_IDLE_MS; so
+         * does a round while DRAM is tight and being filled. */
+        bool busy = STATS_GET(&gstats, stores_waiting) > 0 || e->free_moved;
+        bg_idle_wait(g, &wait, busy, EVICT_IDLE_MS * 1000000ull,
+                     EVICT_DOZE_MAX_MS * 1000000ull, activity_since, &seen);
     }
 }
 
@@ -242,6 +274,7 @@ void tac_evictors_start(void)
         struct evictor *e = &evictors[i];
         e->id = i;
         bg_init(&e->bg, "tac-evict", NULL);
+        slabs_kick_add(&e->bg);
         if (!bg_start(&e->bg, 1, evictor_main, e)) {
             fprintf(stderr, "cannot start evictor thread %d\n", i);
             exit(EXIT_FAILURE);
@@ -253,7 +286,9 @@ void tac_evictors_start(void)
 void tac_evictors_stop(void)
 {
     __atomic_store_n(&tac.wake_evictors, NULL, __ATOMIC_RELEASE);
-    for (int i = 0; i < nevictors; i++)
+    for (int i = 0; i < nevictors; i++) {
+        slabs_kick_remove(&evictors[i].bg);
         bg_stop(&evictors[i].bg);
+    }
     nevictors = 0;
 }

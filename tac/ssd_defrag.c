@@ -331,6 +331,20 @@ static void flush_idle_bufs(int64_t now)
     }
 }
 
+/* Free pages below which defrag re-packs: it starts before the writers
+ * reach their reserve. */
+static unsigned defrag_wm(void)
+{
+    unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
+    return wm < ssdt_writers_keep() + 1 ? ssdt_writers_keep() + 1 : wm;
+}
+
+void ssdt_defrag_nudge(void)
+{
+    if (ssdt_free_pages_now() < defrag_wm() + DEFRAG_NEAR_PAGES)
+        bg_kick(&ssdt.defrag);
+}
+
 void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
@@ -369,16 +383,21 @@ void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? ssdt.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        /* Defrag starts before the writers reach their reserve. */
-        unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
-        if (wm < ssdt_writers_keep() + 1)
-            wm = ssdt_writers_keep() + 1;
-        if (!failing && ssdt_free_pages_now() < wm && defrag_page(&io))
+        unsigned wm = defrag_wm(), nfree = ssdt_free_pages_now();
+        if (!failing && nfree < wm && defrag_page(&io))
             continue;
-        int wait = DEFRAG_IDLE_MS;
+        int64_t wait = DEFRAG_IDLE_MS;
         if (have_failed) {
             int64_t left = next_retry - ssdt_now_ms();
-            wait = left < 1 ? 1 : (int)left;
+            wait = left < 1 ? 1 : left;
+        } else if (!failing && nfree >= wm + DEFRAG_NEAR_PAGES) {
+            /* Far from the watermark: doze to the next tick; a writer
+             * that opens a buf nearer to it kicks (ssdt_defrag_nudge). */
+            int64_t left = next_tick - ssdt_now_ms();
+            if (left > wait)
+                wait = left;
+            bg_doze(g, (uint64_t)wait * 1000000u, NULL, NULL);
+            continue;
         }
         bg_wait(g, (uint64_t)wait * 1000000u);
     }

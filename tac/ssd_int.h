@@ -27,6 +27,10 @@
 
 #define READ_MAX_TRIES 4
 #define DEFRAG_IDLE_MS 20
+/* Free pages this far above defrag's watermark or more: it dozes between
+ * its 250 ms ticks (IDLE_BUF_MS / 4) instead of looking every
+ * DEFRAG_IDLE_MS, and a writer opening a buf nearer kicks it. */
+#define DEFRAG_NEAR_PAGES 2
 #define IDLE_BUF_MS 1000
 #define WRITE_RETRY_MIN_MS 10
 #define WRITE_RETRY_MAX_MS 2000
@@ -93,6 +97,9 @@ void ssdt_defrag_wake(void);
 void ssdt_ghost_init(uint64_t ssd_bytes);
 int64_t ssdt_now_ms(void);
 unsigned ssdt_free_pages_now(void);
+/* A writer opened a buf: kicks a dozing defrag thread once free pages come
+ * within DEFRAG_NEAR_PAGES of its watermark. */
+void ssdt_defrag_nudge(void);
 struct writer *ssdt_defrag_writer(void);
 void ssdt_failed_push(struct ssd_buf *b);
 void ssdt_write_done(void *arg, struct ssd_buf *b, enum ssd_status st);

@@ -403,12 +403,16 @@ bool ssdt_writer_put(struct writer *w, const struct iovec *iov, int n,
     size_t len = 0;
     for (int i = 0; i < n; i++)
         len += iov[i].iov_len;
+    bool opened = false;
     pthread_mutex_lock(&w->lock);
     if (len > ssdt.info.buf_size) {
         ok = writer_put_large(w, iov, n, len, ref);
         pthread_mutex_unlock(&w->lock);
-        if (ok)
+        if (ok) {
             TAC_INCR(ssd_tuples_written);
+            if (w != ssdt_defrag_writer())
+                ssdt_defrag_nudge();
+        }
         return ok;
     }
     for (int tries = 0; tries < 2 && !ok; tries++) {
@@ -421,6 +425,7 @@ bool ssdt_writer_put(struct writer *w, const struct iovec *iov, int n,
                     ssdt_defrag_wake();
                 break;
             }
+            opened = true;
         }
         enum ssd_status st = ssd_buf_appendv(w->buf, iov, n, ref);
         if (st == SSD_OK) {
@@ -433,6 +438,8 @@ bool ssdt_writer_put(struct writer *w, const struct iovec *iov, int n,
             break;
     }
     pthread_mutex_unlock(&w->lock);
+    if (opened && w != ssdt_defrag_writer())
+        ssdt_defrag_nudge();
     if (ok)
         TAC_INCR(ssd_tuples_written);
     return ok;

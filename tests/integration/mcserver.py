@@ -139,6 +139,23 @@ def wait_until(pred, seconds, step=0.05):
         time.sleep(step)
 
 
+def thread_switches(pid, name):
+    """Voluntary context switches of the server's thread `name` (each one a
+    sleep the thread woke from)."""
+    total, found = 0, False
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            if f.read().strip() != name:
+                continue
+        with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+                    found = True
+    assert found, "no thread %s in server %d" % (name, pid)
+    return total
+
+
 def is_closed(sock, timeout=3.0):
     """True if the peer closed the connection within `timeout` seconds."""
     sock.settimeout(timeout)

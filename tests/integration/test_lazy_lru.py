@@ -37,7 +37,7 @@ import pytest
 from pymemcache.client.base import Client
 
 from mcserver import (IS_STOCK, SERVER_BIN, base_args, free_port, remove_tier_file,
-                      wait_until)
+                      thread_switches, wait_until)
 
 pytestmark = [pytest.mark.tac_only,
               pytest.mark.skipif(IS_STOCK, reason="tac-only behaviour; TAC_SERVER is stock memcached")]
@@ -183,23 +183,6 @@ def test_warm_read_is_queued_and_relinked(server):
     assert last["lru_bumps_queued"] <= 3 * len(picks), last
     for k in picks:
         assert c.get(k) == value_of(int(k[1:]))
-
-
-def thread_switches(pid, name):
-    """Voluntary context switches of the server's thread `name` (each one a
-    sleep the thread woke from)."""
-    total, found = 0, False
-    for tid in os.listdir("/proc/%d/task" % pid):
-        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-            if f.read().strip() != name:
-                continue
-        with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
-            for line in f:
-                if line.startswith("voluntary_ctxt_switches:"):
-                    total += int(line.split()[1])
-                    found = True
-    assert found, "no thread %s in server %d" % (name, pid)
-    return total
 
 
 def test_lru_thread_sleeps_while_moves_trickle_in(server):
