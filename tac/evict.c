@@ -27,9 +27,10 @@
  * nothing, and each further idle round doubles the wait up to
  * EVICT_DOZE_MAX_MS; a worker whose DRAM allocation failed wakes it at
  * once, and so does any failed allocation or page taken by a DRAM class
- * (slabs_kick) while it dozes, so DRAM that fills after a pause is seen
- * within the round it fills in.  An idle server so wakes each evictor
- * about once a second, not a hundred times.
+ * (slabs_kick) while it dozes.  It keeps to EVICT_IDLE_MS while stores wait
+ * and while DRAM is tight and its free chunks change from round to round
+ * (a fill under way).  An idle server so wakes each evictor about once a
+ * second, not a hundred times.
  *
  * Threads: E evictor threads; tac_evictors_wake from any worker.
  */

@@ -331,20 +331,6 @@ static void flush_idle_bufs(int64_t now)
     }
 }
 
-/* Free pages below which defrag re-packs: it starts before the writers
- * reach their reserve. */
-static unsigned defrag_wm(void)
-{
-    unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
-    return wm < ssdt_writers_keep() + 1 ? ssdt_writers_keep() + 1 : wm;
-}
-
-void ssdt_defrag_nudge(void)
-{
-    if (ssdt_free_pages_now() < defrag_wm() + DEFRAG_NEAR_PAGES)
-        bg_kick(&ssdt.defrag);
-}
-
 void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
 {
     (void)idx;
@@ -383,7 +369,7 @@ void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? ssdt.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
-        unsigned wm = defrag_wm(), nfree = ssdt_free_pages_now();
+        unsigned wm = ssdt_defrag_wm(), nfree = ssdt_free_pages_now();
         if (!failing && nfree < wm && defrag_page(&io))
             continue;
         int64_t wait = DEFRAG_IDLE_MS;

@@ -97,6 +97,9 @@ void ssdt_defrag_wake(void);
 void ssdt_ghost_init(uint64_t ssd_bytes);
 int64_t ssdt_now_ms(void);
 unsigned ssdt_free_pages_now(void);
+/* Free pages below which defrag re-packs: it starts before the writers
+ * reach their reserve. */
+unsigned ssdt_defrag_wm(void);
 /* A writer opened a buf: kicks a dozing defrag thread once free pages come
  * within DEFRAG_NEAR_PAGES of its watermark. */
 void ssdt_defrag_nudge(void);

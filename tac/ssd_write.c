@@ -194,6 +194,18 @@ void ssdt_defrag_wake(void)
     bg_wake(&ssdt.defrag);
 }
 
+unsigned ssdt_defrag_wm(void)
+{
+    unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
+    return wm < ssdt_writers_keep() + 1 ? ssdt_writers_keep() + 1 : wm;
+}
+
+void ssdt_defrag_nudge(void)
+{
+    if (ssdt_free_pages_now() < ssdt_defrag_wm() + DEFRAG_NEAR_PAGES)
+        bg_kick(&ssdt.defrag);
+}
+
 /* Milliseconds of the monotonic clock. */
 int64_t ssdt_now_ms(void)
 {
