@@ -13,7 +13,8 @@ crawl starts, and a fill far past DRAM is demoted and read back exact.
 
 Timing: waits for the server are polls with deadlines; the reaction-time
 checks take the median of several tries, so one slow scheduling on a
-loaded (sanitizer) run does not decide them.
+loaded run does not decide them.  The idle and reaction tests run in the
+plain pass only (slow): a sanitizer changes neither; the fill runs in both.
 """
 import os
 import statistics
@@ -53,6 +54,7 @@ def three_tiers(server, ssd_dir, shm_file, mem=16):
                       opts=("temp_sample_interval=0",))
 
 
+@pytest.mark.slow
 def test_idle_three_tier_server_dozes(server, ssd_dir, shm_file):
     srv = three_tiers(server, ssd_dir, shm_file)
     conn = srv.connect()
@@ -73,6 +75,7 @@ def test_idle_three_tier_server_dozes(server, ssd_dir, shm_file):
     assert not misses, "%d of %d missing, e.g. %r" % (len(misses), len(stored), misses[:3])
 
 
+@pytest.mark.slow
 def test_dram_only_idle_server_dozes(server):
     srv = server(["-m", "32", "-o", "temp_sample_interval=0"])
     time.sleep(SETTLE)
@@ -90,6 +93,7 @@ def reaction(poll, act, deadline=10.0):
     return time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_dozing_threads_react_at_once(server):
     """A dozing LRU thread applies a move as soon as it is queued, and a
     dozing maintainer starts a crawl as soon as it is asked: each at once,
