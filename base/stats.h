@@ -42,6 +42,7 @@
     X(bytes_read)        \
     X(bytes_written)     \
     X(conn_yields)       \
+    X(worker_turns)      \
     X(get_aborted_extstore)
 
 /* Per worker and per slab class (`stats slabs`); summed for `stats`. */

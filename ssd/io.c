@@ -451,6 +451,11 @@ unsigned ssd_ring_pending(const struct ssd_ring *r)
     return r->pending;
 }
 
+uint64_t ssd_reads_in_flight(struct ssd_store *s)
+{
+    return atomic_load_explicit(&s->st_reads_inflight, memory_order_relaxed);
+}
+
 /* Owner thread.  Queues q's remaining extent in the SQ, or on the backlog
  * when the ring is at depth or the SQ stays full.  Does not submit. */
 static void ring_queue(struct ssd_ring *r, struct ssd_req *q)

@@ -408,6 +408,9 @@ void ssd_ring_defer_submits(struct ssd_ring *r, void (*kick)(void *arg),
 void ssd_ring_submit(struct ssd_ring *r);
 /* Reads not yet called back. */
 unsigned ssd_ring_pending(const struct ssd_ring *r);
+/* Device reads in flight on all rings of s: one relaxed load, for any
+ * thread. */
+uint64_t ssd_reads_in_flight(struct ssd_store *s);
 
 /* Reads the 4 KiB-aligned extent covering [offset, offset + len) of ref.
  * SSD_OK: cb will run exactly once, from ssd_ring_reap.  Otherwise it

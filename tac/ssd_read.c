@@ -153,6 +153,11 @@ void tac_reader_submit(struct tac_reader *rd)
     ssd_ring_submit(rd->ring);
 }
 
+bool tac_reads_in_flight(void)
+{
+    return tac.ssd != NULL && ssd_reads_in_flight(tac.ssd) != 0;
+}
+
 void tac_reader_free(struct tac_reader *rd)
 {
     if (rd == NULL)

@@ -57,6 +57,9 @@ void tac_reader_defer_submits(struct tac_reader *rd, void (*kick)(void *arg),
 void tac_reader_submit(struct tac_reader *rd);
 /* Waits for outstanding reads, running their callbacks, and frees rd. */
 void tac_reader_free(struct tac_reader *rd);
+/* Whether any reader has device reads in flight (a relaxed load; false
+ * without an SSD tier). */
+bool tac_reads_in_flight(void);
 /* got->value: the value as of the read's start (or of a later version the
  * read followed), in an item whose reference the callee owns; NULL when
  * that version is gone (answer a miss).  got->src: the key's item whose
