@@ -265,10 +265,14 @@ static void worker_setup(struct worker *w, int id)
     pthread_mutex_init(&w->queue_lock, NULL);
     w->notify_event = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST,
                                 worker_accept_queued, w);
-    struct event *idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
+    /* The idle-connection sweep, once a second; only with -o idle_timeout
+     * (set at start only), so that an idle worker otherwise sleeps. */
+    struct event *idle = NULL;
     struct timeval one_sec = { 1, 0 };
-    if (!w->notify_event || !idle || event_add(w->notify_event, NULL) != 0 ||
-        event_add(idle, &one_sec) != 0) {
+    if (settings.idle_timeout > 0)
+        idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
+    if (!w->notify_event || event_add(w->notify_event, NULL) != 0 ||
+        (settings.idle_timeout > 0 && (!idle || event_add(idle, &one_sec) != 0))) {
         fprintf(stderr, "cannot set up events for worker %d\n", id);
         exit(EXIT_FAILURE);
     }
@@ -354,6 +358,7 @@ void workers_start(int nthreads, struct event_base *main_base)
             fprintf(stderr, "cannot create worker thread: %s\n", strerror(errno));
             exit(EXIT_FAILURE);
         }
+        pthread_setname_np(workers[i].tid, "tac-worker");
     }
     pthread_mutex_lock(&init_lock);
     while (init_count < nthreads)

@@ -79,10 +79,13 @@ def test_idle_three_tier_server_dozes(server, ssd_dir, shm_file):
 def test_dram_only_idle_server_dozes(server):
     srv = server(["-m", "32", "-o", "temp_sample_interval=0"])
     time.sleep(SETTLE)
-    rates = idle_rates(srv.proc.pid, ["tac-maint", "tac-lru-dram"], WINDOW)
+    rates = idle_rates(srv.proc.pid, ["tac-maint", "tac-lru-dram", "tac-worker"], WINDOW)
     print("idle wake-ups a second:", rates)
     assert rates["tac-maint"] <= IDLE_BOUND["tac-maint"], rates
     assert rates["tac-lru-dram"] <= IDLE_BOUND["tac-lru-dram"], rates
+    # The workers (all four of them) have no timer without -o idle_timeout:
+    # they sleep until a client or a queued connection wakes them.
+    assert rates["tac-worker"] <= 0.5, rates
 
 
 def reaction(poll, act, deadline=10.0):
