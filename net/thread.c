@@ -208,14 +208,37 @@ static bool workers_outnumber_cores(void)
     return settings.num_threads > CPU_COUNT(&set);
 }
 
+/*
+ * Stopping a worker.  workers_stop() activates the worker's stop_event
+ * (event_active is thread-safe); its callback, on the worker inside its own
+ * loop, sets w->stopping and breaks the loop.  workers_stop() must not call
+ * event_base_loopbreak() on the worker's base from the main thread: it only
+ * sets a flag, which every entry to event_base_loop() clears, and it
+ * notifies the base only while the loop runs.  A break that lands while the
+ * worker is between two EVLOOP_ONCE passes below (after its look at the
+ * flag, before the next pass begins), or before its first loop, is lost:
+ * the worker then runs on (or sleeps in epoll_wait), and the main thread
+ * waits in pthread_join forever.  An active event is not
+ * lost that way: the next pass runs it.
+ */
+static void worker_stop_cb(evutil_socket_t fd, short which, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)which;
+    w->stopping = true;
+    event_base_loopbreak(w->base);      /* its own loop: honoured */
+}
+
 static void worker_loop(struct worker *w)
 {
     if (!workers_outnumber_cores()) {
-        event_base_dispatch(w->base);
+        while (!w->stopping && event_base_dispatch(w->base) == 0)
+            ;
         return;
     }
     uint64_t turn = util_now_ns();
-    while (!event_base_got_break(w->base)) {
+    while (!w->stopping) {
         if (event_base_loop(w->base, EVLOOP_ONCE) != 0)
             break;
         uint64_t held = util_now_ns() - turn;
@@ -271,7 +294,8 @@ static void worker_setup(struct worker *w, int id)
     struct timeval one_sec = { 1, 0 };
     if (settings.idle_timeout > 0)
         idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
-    if (!w->notify_event || event_add(w->notify_event, NULL) != 0 ||
+    w->stop_event = event_new(w->base, -1, 0, worker_stop_cb, w);
+    if (!w->notify_event || !w->stop_event || event_add(w->notify_event, NULL) != 0 ||
         (settings.idle_timeout > 0 && (!idle || event_add(idle, &one_sec) != 0))) {
         fprintf(stderr, "cannot set up events for worker %d\n", id);
         exit(EXIT_FAILURE);
@@ -424,8 +448,11 @@ void workers_stop(void)
     slabs_kick_remove(&maint);
     bg_stop(&maint);
     for (int i = 0; i < nworkers; i++)
-        event_base_loopbreak(workers[i].base);
-    for (int i = 0; i < nworkers; i++)
+        event_active(workers[i].stop_event, EV_READ, 0);   /* worker_stop_cb */
+    for (int i = 0; i < nworkers; i++) {
         pthread_join(workers[i].tid, NULL);
+        event_free(workers[i].stop_event);
+        workers[i].stop_event = NULL;
+    }
     items_lru_threads_stop();
 }

@@ -36,6 +36,8 @@ struct worker {
     struct event *submit_event; /* submits the reads a pass queued */
     struct event *reader_event;
     struct conn *ready;         /* conns with filled parked responses */
+    struct event *stop_event;   /* activated by workers_stop */
+    bool stopping;              /* set by stop_event's callback; this worker only */
 };
 
 /* Wakes a worker from any thread: it runs its hand-off queue and closes
