@@ -53,7 +53,6 @@
 #include "base/watch.h"
 
 #define MAX_LISTENERS 16
-#define CLOCK_TICK_MS 100
 
 struct listener {
     int fd;
@@ -577,12 +576,31 @@ static void pidfile_write(void)
 
 /* ---- Events on the main base ------------------------------------------- */
 
+/* The server clock counts whole seconds (mc_now()).  Its timer fires just
+ * after each second of the wall clock begins, so the count moves within a
+ * millisecond or so of the second, at one wake-up a second. */
+static struct event *clock_ev;
+
+static bool clock_arm(void)
+{
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    struct timeval left = { 0, 1000000 - now.tv_usec + 500 };
+    if (left.tv_usec >= 1000000) {
+        left.tv_sec = 1;
+        left.tv_usec -= 1000000;
+    }
+    return evtimer_add(clock_ev, &left) == 0;
+}
+
 static void clock_tick(evutil_socket_t fd, short which, void *arg)
 {
     (void)fd;
     (void)which;
     (void)arg;
     clock_update();
+    if (!clock_arm())
+        fprintf(stderr, "cannot arm the clock timer: the server clock stops\n");
 }
 
 static void on_signal(evutil_socket_t sig, short which, void *arg)
@@ -606,8 +624,7 @@ static void on_hup(evutil_socket_t sig, short which, void *arg)
 
 static bool add_main_events(void)
 {
-    struct timeval tick = { 0, CLOCK_TICK_MS * 1000 };
-    struct event *clock_ev = event_new(main_base, -1, EV_PERSIST, clock_tick, NULL);
+    clock_ev = evtimer_new(main_base, clock_tick, NULL);
     struct event *term = evsignal_new(main_base, SIGTERM, on_signal, NULL);
     struct event *intr = evsignal_new(main_base, SIGINT, on_signal, NULL);
     struct event *usr1 = evsignal_new(main_base, SIGUSR1, on_signal, NULL);
@@ -617,8 +634,8 @@ static bool add_main_events(void)
     conn_set_close_hook(on_conn_closed);
     conn_set_protocol(PROTO_TEXT, &proto_text_ops);
     conn_set_protocol(PROTO_BINARY, &proto_bin_ops);
-    return clock_ev && term && intr && usr1 && hup && resume_ev && retry_ev &&
-           event_add(clock_ev, &tick) == 0 && event_add(term, NULL) == 0 &&
+    return clock_ev && clock_arm() && term && intr && usr1 && hup && resume_ev &&
+           retry_ev && event_add(term, NULL) == 0 &&
            event_add(intr, NULL) == 0 && event_add(usr1, NULL) == 0 &&
            event_add(hup, NULL) == 0;
 }

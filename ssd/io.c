@@ -120,7 +120,21 @@ static void wpend_flush(struct ssd_store *s)
     }
 }
 
-#define REAPER_POLL_NS 100000000ll  /* a stop or a stuck pending list */
+/* The reaper's wait for a completion is bounded, in case a pending list or
+ * an SQE left unsubmitted (-EAGAIN) has no write in flight to complete:
+ * REAPER_POLL_NS while either exists, else REAPER_IDLE_NS (a pending buf
+ * joins the list only when the SQ is full, so writes are in flight and
+ * their completions wake the reaper).  A stop wakes it with a no-op. */
+#define REAPER_POLL_NS 100000000ll
+#define REAPER_IDLE_NS 1000000000ll
+
+static bool reaper_may_stall(struct ssd_store *s)
+{
+    pthread_mutex_lock(&s->wlock);
+    bool may = s->wpend != NULL || io_uring_sq_ready(&s->wur) > 0;
+    pthread_mutex_unlock(&s->wlock);
+    return may;
+}
 
 static void wuring_reaper(struct bg *g, unsigned idx, void *arg)
 {
@@ -128,7 +142,8 @@ static void wuring_reaper(struct bg *g, unsigned idx, void *arg)
     struct ssd_store *s = arg;
     while (bg_running(g)) {
         struct io_uring_cqe *cqe;
-        struct __kernel_timespec ts = { 0, REAPER_POLL_NS };
+        long long wait = reaper_may_stall(s) ? REAPER_POLL_NS : REAPER_IDLE_NS;
+        struct __kernel_timespec ts = { wait / 1000000000ll, wait % 1000000000ll };
         int rc = io_uring_wait_cqe_timeout(&s->wur, &cqe, &ts);
         if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN) {
             wpend_flush(s);
