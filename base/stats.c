@@ -753,8 +753,8 @@ static const struct stat_row tac_stats[] = {
     ROW("worker_turns", COUNTER, WORKERS(worker_turns),
         "times a worker offered its core to the other threads "
         "(sched_yield) because the server has more workers than cores: "
-        "after 0.1 ms of running while SSD reads are in flight, after 1 ms "
-        "otherwise; 0 with a core per worker"),
+        "after 0.1 ms of running while SSD reads are in flight, after 0.3 "
+        "ms otherwise; 0 with a core per worker"),
     ROW("auth_failure_closes", COUNTER, MODULE,
         "connections closed after their third failed SASL attempt; not "
         "cleared by `stats reset`"),

@@ -189,16 +189,16 @@ static void worker_setup_reader(struct worker *w)
  * at start), a worker offers the core (sched_yield) after an event loop
  * pass once it has held it for a turn: WORKER_TURN_NS while device reads
  * are in flight, whose completions wait for their worker, and
- * WORKER_TURN_CALM_NS otherwise, when only other clients wait: the short
- * turn there cost 2.5 times memcached's context switches and 9% of a
- * fits-in-DRAM load's throughput.  With a core per worker, the common
+ * WORKER_TURN_CALM_NS otherwise, when only other clients wait: there the
+ * short turn cost about 6% of a fits-in-DRAM load's throughput, and a
+ * 1 ms turn gave no more than 0.3 ms but twice the p99 (doc/design.md).  With a core per worker, the common
  * set-up, nothing yields: each yield there only handed the core to a
  * client or a background thread, 20,000 times a second per worker under
  * 16 non-pipelined connections, where memcached switches about 8,000
  * times.
  */
 #define WORKER_TURN_NS      100000u
-#define WORKER_TURN_CALM_NS 1000000u
+#define WORKER_TURN_CALM_NS 300000u
 
 static bool workers_outnumber_cores(void)
 {
