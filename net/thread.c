@@ -191,11 +191,11 @@ static void worker_setup_reader(struct worker *w)
  * are in flight, whose completions wait for their worker, and
  * WORKER_TURN_CALM_NS otherwise, when only other clients wait: there the
  * short turn cost about 6% of a fits-in-DRAM load's throughput, and a
- * 1 ms turn gave no more than 0.3 ms but twice the p99 (doc/design.md).  With a core per worker, the common
- * set-up, nothing yields: each yield there only handed the core to a
- * client or a background thread, 20,000 times a second per worker under
- * 16 non-pipelined connections, where memcached switches about 8,000
- * times.
+ * 1 ms turn gained no more than 0.3 ms but doubled p99 (doc/design.md).
+ * With a core per worker, the common set-up, nothing yields: each yield
+ * there only handed the core to a client or a background thread, 20,000
+ * times a second per worker under 16 non-pipelined connections, where
+ * memcached switches about 8,000 times.
  */
 #define WORKER_TURN_NS      100000u
 #define WORKER_TURN_CALM_NS 300000u
@@ -218,8 +218,8 @@ static bool workers_outnumber_cores(void)
  * worker is between two EVLOOP_ONCE passes below (after its look at the
  * flag, before the next pass begins), or before its first loop, is lost:
  * the worker then runs on (or sleeps in epoll_wait), and the main thread
- * waits in pthread_join forever.  An active event is not
- * lost that way: the next pass runs it.
+ * waits in pthread_join forever.  An active event is not lost that way:
+ * the next pass runs it.
  */
 static void worker_stop_cb(evutil_socket_t fd, short which, void *arg)
 {
@@ -288,15 +288,17 @@ static void worker_setup(struct worker *w, int id)
     pthread_mutex_init(&w->queue_lock, NULL);
     w->notify_event = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST,
                                 worker_accept_queued, w);
+    w->stop_event = event_new(w->base, -1, 0, worker_stop_cb, w);
+    bool ok = w->notify_event && w->stop_event &&
+              event_add(w->notify_event, NULL) == 0;
     /* The idle-connection sweep, once a second; only with -o idle_timeout
      * (set at start only), so that an idle worker otherwise sleeps. */
-    struct event *idle = NULL;
-    struct timeval one_sec = { 1, 0 };
-    if (settings.idle_timeout > 0)
-        idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
-    w->stop_event = event_new(w->base, -1, 0, worker_stop_cb, w);
-    if (!w->notify_event || !w->stop_event || event_add(w->notify_event, NULL) != 0 ||
-        (settings.idle_timeout > 0 && (!idle || event_add(idle, &one_sec) != 0))) {
+    if (ok && settings.idle_timeout > 0) {
+        struct event *idle = event_new(w->base, -1, EV_PERSIST, worker_idle_tick, w);
+        struct timeval one_sec = { 1, 0 };
+        ok = idle && event_add(idle, &one_sec) == 0;
+    }
+    if (!ok) {
         fprintf(stderr, "cannot set up events for worker %d\n", id);
         exit(EXIT_FAILURE);
     }
