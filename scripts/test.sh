@@ -38,8 +38,14 @@ print("%d passed, %d failed, %d skipped" % (p, max(f, steps), s))
 PY
 }
 
+# A step's heading, with the wall-clock time, so that a log shows where the run's minutes go.
+step() {
+    echo "== $1 [$(date +%H:%M:%S)]"
+}
+
 finish() {
     echo
+    step "end"
     if [ ${#failed_steps[@]} -gt 0 ]; then
         echo "test.sh: failed steps: ${failed_steps[*]}"
     fi
@@ -48,13 +54,13 @@ finish() {
     exit $?
 }
 
-echo "== setup and build"
+step "setup and build"
 if ! ./scripts/setup.sh; then
     failed_steps+=(setup/build)
     finish
 fi
 
-echo "== make check (unit tests + integration suite against ./tac-memcached)"
+step "make check (unit tests + integration suite against ./tac-memcached)"
 if ! TAC_JUNIT_DIR="$RESULTS" TAC_JUNIT_NAME=default make -j2 check VERBOSE=1; then
     failed_steps+=("make-check")
 fi
@@ -89,11 +95,11 @@ sanitizer_build() {
     ln -sf src/tac-memcached "$dir/tac-memcached"
 }
 
-echo "== ASan+UBSan build in build-asan/"
+step "ASan+UBSan build in build-asan/"
 asan_ok=1
 sanitizer_build build-asan --enable-sanitizers || asan_ok=0
 if [ $asan_ok = 1 ]; then
-    echo "== integration suite against build-asan/tac-memcached"
+    step "integration suite against build-asan/tac-memcached"
     if ! TAC_SERVER="$REPO/build-asan/tac-memcached" TAC_START_TIMEOUT=30 TAC_SKIP_SLOW=1 \
          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -104,7 +110,7 @@ else
     failed_steps+=("asan-build")
 fi
 
-echo "== ThreadSanitizer build in build-tsan/: the verified three-tier stress test, 1 minute"
+step "ThreadSanitizer build in build-tsan/: the verified three-tier stress test, 1 minute"
 # DRAM -> NVM -> SSD with get/gets/set/delete/touch/gat/incr/decr/append from 12
 # threads (tests/stress/test_stress_ssd.py); a data race or a lock-order
 # inversion that ThreadSanitizer reports on the server's stderr fails it.
@@ -125,14 +131,14 @@ fi
 # as unable to pass is shown, not counted.  Both columns, every file:
 # tests/conformance/run.sh (README, "memcached's own test suite").
 if [ -n "${MEMCACHED_SRC:-}" ]; then
-    echo "== memcached 1.6.18's t/ suite, core files (MEMCACHED_SRC=$MEMCACHED_SRC)"
+    step "memcached 1.6.18's t/ suite, core files (MEMCACHED_SRC=$MEMCACHED_SRC)"
     if ! CONFORMANCE_SET=core STOCK_MEMCACHED=none CONFORMANCE_TIMEOUT=200 \
             timeout -k 10 240 tests/conformance/run.sh; then
         failed_steps+=("conformance")
     fi
 fi
 
-echo "== libFuzzer harnesses (clang, ASan+UBSan): text, meta, binary"
+step "libFuzzer harnesses (clang, ASan+UBSan): text, meta, binary"
 if tests/fuzz/build.sh; then
     if ! TAC_JUNIT_DIR="$RESULTS" tests/fuzz/run.sh; then
         failed_steps+=("fuzz")
