@@ -114,6 +114,21 @@ enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
     return ssd_buf_appendv(b, &one, 1, ref_out);
 }
 
+/* Block packing: the bytes to skip before a tuple of len bytes that would
+ * start at `at`, so that it does not cross a block boundary (ssd.h,
+ * SSD_PAD_MAX).  A tuple that crosses one anyway costs a read of two
+ * blocks; the skipped bytes are dead room until the page is reclaimed. */
+static size_t pad_before(const struct ssd_buf *b, size_t at, size_t len)
+{
+    size_t into = at % SSD_BLOCK;
+    if (into == 0 || len > SSD_BLOCK || b->nslots > 1)
+        return 0;
+    size_t gap = SSD_BLOCK - into;
+    if (len <= gap || gap >= SSD_PAD_MAX || b->pad + gap > b->cap / SSD_PAD_SHARE)
+        return 0;
+    return gap;
+}
+
 enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
                                 int n, uint64_t *ref_out)
 {
@@ -124,19 +139,27 @@ enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
     if (len == 0 || b->state != BUF_FILLING)
         return SSD_ERR_ARG;
     size_t at = round_up(b->used, SSD_TUPLE_ALIGN);
+    size_t pad = at <= b->cap ? pad_before(b, at, len) : 0;
+    at += pad;
     /* A buf spanning several slots holds one tuple, at its first byte,
      * so that every tuple starts in the slot its buf starts in. */
     if (at > b->cap || len > b->cap - at || (b->nslots > 1 && at > 0))
         return SSD_ERR_NOSPACE;
+    /* Alignment and padding are written as zeros (ssd_buf_next). */
+    memset(b->mem + b->used, 0, at - b->used);
     for (size_t i = 0, pos = at; i < (size_t)n; pos += iov[i].iov_len, i++)
         memcpy(b->mem + pos, iov[i].iov_base, iov[i].iov_len);
     /* A tuple in a buf of its own holds all of the buf's slots. */
     size_t charge = b->nslots > 1 ? b->cap : len;
+    b->pad += pad;
     pthread_mutex_lock(&s->lock);
     b->used = at + len;                 /* under the lock: lookup reads it */
     s->pages[b->page].live += charge;
+    s->pages[b->page].pad += pad;
     pthread_mutex_unlock(&s->lock);
     ST_ADD(s, live_bytes, charge);
+    if (pad != 0)
+        ST_ADD(s, pad_bytes, pad);
     *ref_out = ssd_ref_pack(b->version, (uint16_t)b->page,
                             (uint32_t)(b->slot * s->buf_size + at));
     return SSD_OK;
@@ -145,6 +168,25 @@ enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
 size_t ssd_buf_used(const struct ssd_buf *b)
 {
     return b->used;
+}
+
+size_t ssd_buf_next(const char *mem, size_t used, size_t off)
+{
+    off = round_up(off, SSD_TUPLE_ALIGN);
+    size_t end = round_up(off, SSD_BLOCK);
+    uint64_t head;
+    /* Padding: zeros from off to the next block boundary, shorter than
+     * SSD_PAD_MAX, with more bytes after it.  A tuple there would begin
+     * with non-zero bytes. */
+    if (off % SSD_BLOCK == 0 || end - off >= SSD_PAD_MAX || end >= used)
+        return off;
+    memcpy(&head, mem + off, sizeof(head));
+    if (head != 0)
+        return off;
+    for (size_t i = off + sizeof(head); i < end; i++)
+        if (mem[i] != 0)
+            return off;             /* not padding: the walker finds it damaged */
+    return end;
 }
 
 void ssd_buf_unref(struct ssd_buf *b)

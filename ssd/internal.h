@@ -63,6 +63,8 @@ struct ssd_page {
     unsigned next_slot;         /* next buf slot to hand out */
     unsigned bufs_out;          /* handed out, not yet written or released */
     uint64_t live;              /* live bytes */
+    uint64_t pad;               /* block packing's padding in its bufs; for
+                                   an adopted page, a bound (ssd_adopt_page) */
     uint64_t seq;               /* order in which pages were opened */
     int next_free;              /* free list link, -1 ends */
     bool pinned;                /* adopted, not yet released by a restart */
@@ -79,6 +81,7 @@ struct ssd_buf {
     char *mem;                     /* cap bytes, 4 KiB aligned */
     size_t cap;                    /* nslots * buf_size */
     size_t used;
+    size_t pad;                    /* block packing's padding so far */
     size_t wlen, wdone;            /* write length (rounded) and progress */
     uint64_t fpos;                 /* file offset of byte 0 */
     int fd;                        /* the file holding its page */

@@ -49,6 +49,12 @@
 
 #define SSD_BLOCK 4096u              /* O_DIRECT granule; read extents align to it */
 #define SSD_TUPLE_ALIGN 8u           /* tuple starts inside a buf align to this */
+/* Block packing (ssd_buf_appendv): a tuple of at most SSD_BLOCK bytes that
+ * would cross a block boundary with fewer than SSD_PAD_MAX bytes left
+ * before it starts at the boundary instead, so that reading it reads one
+ * block, while the buf's padding stays within 1/SSD_PAD_SHARE of it. */
+#define SSD_PAD_MAX 1024u
+#define SSD_PAD_SHARE 8u
 /* Defaults, measured with bench/ssd-bufsize.sh (bench/RESULTS.md, "SSD buf
  * and page size").  256 KB bufs are the smallest that reach full sequential
  * write bandwidth (1.9-2.8 GB/s here, the same as 1-4 MB; 64 KB gets about
@@ -204,11 +210,13 @@ void ssd_page_finish(struct ssd_store *s, int page);
 struct ssd_page_info {
     uint16_t version;
     uint64_t live;
+    uint64_t pad;       /* block packing's padding (a bound for an adopted page) */
     uint64_t seq;
 };
 int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out);
-/* The sealed page with the fewest live bytes (the oldest of those), the
- * one whose re-packing wins the most space; -1 when none is sealed. */
+/* The sealed page with the fewest live and padding bytes (the oldest of
+ * those), the one whose re-packing wins the most space; -1 when none is
+ * sealed. */
 int ssd_page_emptiest(struct ssd_store *s, struct ssd_page_info *out);
 /* Bytes written to buf slot `slot` of page (0 when it holds none) and, in
  * *ref, the reference of the slot's first byte (0 for a free page). */
@@ -324,11 +332,12 @@ enum ssd_status ssd_buf_open_large(struct ssd_store *s, int page,
                                    unsigned keep_free, size_t len,
                                    struct ssd_buf **out);
 
-/* Appends len bytes at the next SSD_TUPLE_ALIGN boundary of the buf and
- * stores the tuple's reference in *ref_out; the reference is usable at
- * once.  A tuple may straddle 4 KiB blocks but never bufs:
- * SSD_ERR_NOSPACE when it does not fit in what is left (submit and open a
- * new buf), SSD_ERR_ARG when len is 0 or after submit. */
+/* Appends len bytes at the next SSD_TUPLE_ALIGN boundary of the buf, or
+ * at the next block boundary (block packing, SSD_PAD_MAX), and stores the
+ * tuple's reference in *ref_out; the reference is usable at once.  The
+ * bytes skipped before it are zero.  A tuple may straddle 4 KiB blocks
+ * but never bufs: SSD_ERR_NOSPACE when it does not fit in what is left
+ * (submit and open a new buf), SSD_ERR_ARG when len is 0 or after submit. */
 enum ssd_status ssd_buf_append(struct ssd_buf *b, const void *data, size_t len,
                                uint64_t *ref_out);
 
@@ -338,6 +347,12 @@ enum ssd_status ssd_buf_appendv(struct ssd_buf *b, const struct iovec *iov,
 
 /* Bytes appended so far (including alignment padding). */
 size_t ssd_buf_used(const struct ssd_buf *b);
+
+/* Where the next tuple of a buf image (mem, used bytes) lies, given that
+ * the previous one ended at off: off rounded up to SSD_TUPLE_ALIGN, or
+ * past the zero bytes that block packing put there.  Valid for callers
+ * whose tuples never begin with 8 zero bytes. */
+size_t ssd_buf_next(const char *mem, size_t used, size_t off);
 
 /* status is SSD_OK or SSD_ERR_IO.  Runs on a library thread (the uring
  * write reaper or a pool thread); keep it short.  b stays valid until it
@@ -437,6 +452,7 @@ enum ssd_status ssd_read_buf(struct ssd_ring *r, uint64_t ref,
     X(reads_mem,     "reads served from an in-memory buf") \
     X(read_submits,  "io_uring submissions of reads (one system call each)") \
     X(bytes_read,    "bytes read from the device") \
+    X(pad_bytes,     "zero bytes appended so that a tuple does not cross a 4 KiB block") \
     X(inflight,      "device reads and writes in flight") \
     X(reads_inflight, "device reads in flight") \
     X(reclaimed,     "pages reclaimed (version bumped)") \

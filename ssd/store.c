@@ -777,6 +777,7 @@ static void do_page_reclaim(struct ssd_store *s, unsigned id)
     atomic_store_explicit(&p->version, v, memory_order_release);
     p->state = PAGE_FREE;
     p->pinned = false;
+    p->pad = 0;
     do_free_push(s, id);
     ST_ADD(s, reclaimed, 1);
     ST_SUB(s, pages_used, 1);
@@ -914,6 +915,7 @@ static int page_pick(struct ssd_store *s, struct ssd_page_info *out,
         const struct ssd_page *p = &s->pages[best];
         out->version = (uint16_t)atomic_load(&p->version);
         out->live = p->live;
+        out->pad = p->pad;
         out->seq = p->seq;
     }
     pthread_mutex_unlock(&s->lock);
@@ -925,9 +927,11 @@ static bool older(const struct ssd_page *a, const struct ssd_page *b)
     return a->seq < b->seq;
 }
 
+/* By the room a re-pack wins: padding is not won back (a re-pack pads too). */
 static bool emptier(const struct ssd_page *a, const struct ssd_page *b)
 {
-    return a->live < b->live || (a->live == b->live && a->seq < b->seq);
+    uint64_t fa = a->live + a->pad, fb = b->live + b->pad;
+    return fa < fb || (fa == fb && a->seq < b->seq);
 }
 
 int ssd_page_oldest(struct ssd_store *s, struct ssd_page_info *out)
@@ -1030,6 +1034,12 @@ bool ssd_adopt_page(struct ssd_store *s, const struct ssd_page_state *st,
         p->next_slot = s->bufs_per_page;
         p->bufs_out = 0;
         p->live = st->live;
+        /* Its padding is not recorded: the most block packing allows
+         * (none in a buf of one large tuple). */
+        p->pad = 0;
+        for (unsigned i = 0; i < s->bufs_per_page; i++)
+            if (buf_used[i] <= s->buf_size)
+                p->pad += buf_used[i] / SSD_PAD_SHARE;
         p->seq = st->seq;
         p->next_free = -1;
         p->pinned = true;

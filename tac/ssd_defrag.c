@@ -129,7 +129,7 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used,
                        enum defrag_mode *mode)
 {
     for (size_t off = 0, len; (len = ssdt_tuple_at(mem, used, off)) != 0;
-         off = ssdt_tuple_next(off, len)) {
+         off = ssdt_tuple_next(mem, used, off, len)) {
         if (!defrag_tuple(base + off, mem + off, len, *mode)) {
             if (!tac.cfg.evict_to_free || ssd_any_pinned(tac.ssd))
                 return false;
@@ -247,7 +247,7 @@ static void drop_failed_buf(struct ssd_buf *b)
     size_t used = ssd_buf_used(b);
     uint64_t base = ssd_buf_ref(b);
     for (size_t off = 0, len; (len = ssdt_tuple_at(mem, used, off)) != 0;
-         off = ssdt_tuple_next(off, len)) {
+         off = ssdt_tuple_next(mem, used, off, len)) {
         const struct tac_tuple_hdr *hdr = (const void *)(mem + off);
         const char *key = mem + off + sizeof(*hdr);
         uint32_t hv = item_hash(key, hdr->nkey);

@@ -113,6 +113,6 @@ unsigned ssdt_writers_keep(void);
 enum ssd_status ssdt_read_sync(uint64_t ref, size_t len, bool whole,
                                  struct tac_iobuf *io, size_t *got);
 size_t ssdt_tuple_at(const char *mem, size_t used, size_t off);
-size_t ssdt_tuple_next(size_t off, size_t len);
+size_t ssdt_tuple_next(const char *mem, size_t used, size_t off, size_t len);
 void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg);
 #endif

@@ -498,10 +498,12 @@ size_t ssdt_tuple_at(const char *mem, size_t used, size_t off)
     return tac_tuple_size(hdr.nkey, hdr.nbytes);
 }
 
-/* Offset of the tuple after the one at off, len bytes long. */
-size_t ssdt_tuple_next(size_t off, size_t len)
+/* Offset of the tuple after the one at off, len bytes long, in a buf
+ * image of `used` bytes: past alignment and block packing's padding
+ * (ssd_buf_next; a tuple begins with its seq, never 0). */
+size_t ssdt_tuple_next(const char *mem, size_t used, size_t off, size_t len)
 {
-    return (off + len + SSD_TUPLE_ALIGN - 1) / SSD_TUPLE_ALIGN * SSD_TUPLE_ALIGN;
+    return ssd_buf_next(mem, used, off + len);
 }
 
 bool tac_ssd_scan_buf(uint64_t ref, struct tac_iobuf *io,
@@ -522,7 +524,7 @@ bool tac_ssd_scan_buf(uint64_t ref, struct tac_iobuf *io,
             (*damaged)++;
         else
             fn(ref + off, io->mem + off, arg);
-        off = ssdt_tuple_next(off, len);
+        off = ssdt_tuple_next(io->mem, got, off, len);
     }
     return true;
 }
@@ -676,7 +678,7 @@ void tac_ssd_fetch_buf(uint64_t ref, struct tac_iobuf *io)
         return;
     const char *mem = io->mem;
     for (size_t off = 0, len; (len = ssdt_tuple_at(mem, used, off)) != 0;
-         off = ssdt_tuple_next(off, len)) {
+         off = ssdt_tuple_next(mem, used, off, len)) {
         /* Each key is read alone to find its item; only a tuple that is
          * fetched is checked whole (transient_fill), before it moves. */
         const struct tac_tuple_hdr *hdr = (const struct tac_tuple_hdr *)(mem + off);

@@ -274,6 +274,7 @@ void tac_ssd_stats_tiers(struct stat_sink *s)
     stat_printf(s, "ssd_bufs_written", "%llu", (unsigned long long)st.bufs_written);
     stat_printf(s, "ssd_bytes_written", "%llu", (unsigned long long)st.bytes_written);
     stat_printf(s, "ssd_bytes_read", "%llu", (unsigned long long)st.bytes_read);
+    stat_printf(s, "ssd_pad_bytes", "%llu", (unsigned long long)st.pad_bytes);
     stat_printf(s, "ssd_reads", "%llu", (unsigned long long)st.reads);
     stat_printf(s, "ssd_reads_mem", "%llu", (unsigned long long)st.reads_mem);
     stat_printf(s, "ssd_read_submits", "%llu", (unsigned long long)st.read_submits);

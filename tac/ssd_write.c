@@ -186,7 +186,8 @@ bool ssdt_page_nearly_full(const struct ssd_page_info *pi)
 {
     double frag;
     __atomic_load(tac.cfg.ext_max_frag, &frag, __ATOMIC_RELAXED);
-    return (double)pi->live >= (double)ssdt.info.page_size * frag;
+    /* Padding counts as live: a re-pack pads as much again. */
+    return (double)(pi->live + pi->pad) >= (double)ssdt.info.page_size * frag;
 }
 
 void ssdt_defrag_wake(void)

@@ -493,7 +493,7 @@ static void on_read_buf(void *arg, enum ssd_status st, const char *data,
             return;
         }
         bw->ntup++;
-        at = (at + h.len + 7) / 8 * 8;
+        at = ssd_buf_next(data, len, at + h.len);
     }
 }
 
@@ -517,6 +517,88 @@ static void test_read_buf(void)
     CHECK_EQ(bw.bad, 0);
     CHECK_EQ(bw.ntup, first);
     CHECK(bw.len > 60 * KB && bw.len <= 64 * KB);
+    ssd_ring_destroy(r);
+    ssd_close(s);
+}
+
+/* Block packing: a tuple of at most a block crosses a block boundary only
+ * when the gap before it was SSD_PAD_MAX or more, or the buf's padding
+ * budget was spent; padding is zeros that ssd_buf_next skips; a read of a
+ * tuple reads the blocks it spans, one for a packed tuple. */
+static void test_block_packing(void)
+{
+    const size_t bs = 64 * KB;
+    struct ssd_store *s = open_store("pack", HDR + 2 * MB, MB, bs);
+    struct ssd_buf *b;
+    CHECK_EQ(ssd_buf_open(s, &b), SSD_OK);
+    static char tmp[8192];
+    static uint64_t refs[1024];
+    static size_t lens[1024];
+    size_t n = 0, end = 0, pad = 0, crossed = 0, blocks = 0;
+    for (;;) {
+        /* Mostly 16 B - 3 KB; one in 8 larger than a block. */
+        size_t len = sizeof(struct thdr) + unit_rand() % (n % 8 == 7 ? 6000 : 3000);
+        make_tuple(tmp, (uint32_t)n + 1, 5, len);
+        uint64_t ref;
+        enum ssd_status st = ssd_buf_append(b, tmp, len, &ref);
+        if (st == SSD_ERR_NOSPACE)
+            break;
+        CHECK_EQ(st, SSD_OK);
+        CHECK(n < 1024);
+        size_t at = ssd_ref_offset(ref) % bs, aligned = (end + 7) / 8 * 8;
+        bool crosses_there = aligned / SSD_BLOCK != (aligned + len - 1) / SSD_BLOCK;
+        if (at != aligned) {
+            CHECK_EQ(at % SSD_BLOCK, 0);
+            CHECK(at > aligned && at - aligned < SSD_PAD_MAX);
+            CHECK(len <= SSD_BLOCK && crosses_there);
+            pad += at - aligned;
+        } else if (len <= SSD_BLOCK && crosses_there) {
+            size_t gap = SSD_BLOCK - at % SSD_BLOCK;
+            CHECK(gap >= SSD_PAD_MAX || pad + gap > bs / SSD_PAD_SHARE);
+            crossed++;
+        }
+        blocks += (at + len - 1) / SSD_BLOCK - at / SSD_BLOCK + 1;
+        refs[n] = ref;
+        lens[n++] = len;
+        end = at + len;
+    }
+    CHECK(pad > 0 && pad <= bs / SSD_PAD_SHARE);
+    struct ssd_stats st;
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.pad_bytes, pad);
+    /* The image walks tuple by tuple, across the padding. */
+    const char *mem = ssd_buf_data(b);
+    size_t used = ssd_buf_used(b), at = 0, i = 0;
+    for (; at < used; i++) {
+        CHECK(i < n);
+        CHECK_EQ(at, ssd_ref_offset(refs[i]) % bs);
+        CHECK(tuple_ok(mem + at, (uint32_t)i + 1, 5, lens[i]));
+        at = ssd_buf_next(mem, used, at + lens[i]);
+    }
+    CHECK_EQ(i, n);
+    struct wstate w = { 0, 0 };
+    CHECK_EQ(ssd_buf_submit(b, on_write, &w), SSD_OK);
+    wait_writes(&w, 1);
+    struct ssd_ring *r = ssd_ring_create(s);
+    CHECK(r != NULL);
+    static struct rexp e[1024];
+    for (i = 0; i < n; i++) {
+        e[i] = (struct rexp){ (uint32_t)i + 1, 5, lens[i], 0, 0, -1 };
+        CHECK_EQ(ssd_read(r, refs[i], lens[i], on_read, &e[i]), SSD_OK);
+        if (i % 32 == 31)
+            ssd_ring_reap(r);
+    }
+    drain(r);
+    for (i = 0; i < n; i++)
+        CHECK(e[i].ok);
+    ssd_get_stats(s, &st);
+    CHECK_UEQ(st.bytes_read, blocks * SSD_BLOCK);
+    struct bufwalk bw = { 0, 0, 0, 0 };
+    CHECK_EQ(ssd_read_buf(r, refs[0], on_read_buf, &bw), SSD_OK);
+    drain(r);
+    CHECK_EQ(bw.bad, 0);
+    CHECK_EQ(bw.ntup, (int)n);
+    fprintf(stderr, "    %zu tuples, %zu B of padding, %zu crossing a block\n", n, pad, crossed);
     ssd_ring_destroy(r);
     ssd_close(s);
 }
@@ -1389,6 +1471,7 @@ static void run_all(void)
     RUN_TEST(test_refusals);
     RUN_TEST(test_write_read);
     RUN_TEST(test_read_buf);
+    RUN_TEST(test_block_packing);
     RUN_TEST(test_mem_reads);
     RUN_TEST(test_reclaim);
     RUN_TEST(test_full);
@@ -1425,7 +1508,7 @@ int main(int argc, char **argv)
         engine = SSD_IO_THREADS;
         run_all();
     }
-    static const char *const names[] = { "hdr", "rw", "rb", "mem", "recl",
+    static const char *const names[] = { "hdr", "rw", "rb", "pack", "mem", "recl",
         "full", "mt", "werr", "rerr", "fb", "small", "pg", "big", "pin" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[512];

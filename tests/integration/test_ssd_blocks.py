@@ -1,0 +1,58 @@
+"""Block packing on the SSD tier: a tuple of at most 4 KiB that would cross a
+4 KiB block boundary with less than 1 KiB left before it starts at the next
+block instead (ssd/ssd.h, SSD_PAD_MAX), so a read of it reads one block.
+
+Small values (100-500 B, 30-60 B keys) pushed down past NVM into SSD, then
+read back: every device read must be exactly one block, every value
+byte-exact, and `ssd_pad_bytes` must show the padding, within its 1/8
+bound.  A SIGKILL then makes the restart walk the padded bufs (crash
+recovery reads them tuple by tuple): every hit exact and nearly all lower
+items back, as test_crash's idle kill expects.
+"""
+import time
+
+import pytest
+
+from test_crash import IDLE_WAIT, crash_seed, kill_idle_and_restart, lower_count
+from test_restart import DataSet, fill, gets_all, graceful_stop, tier_files  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.tac_only
+
+M_MB = 6
+BLOCK = 4096
+
+
+def tier_ints(c, *names):
+    st = c.stats(b"tiers")
+    return [int(st[n]) for n in names]
+
+
+@pytest.mark.parametrize("engine", ["uring", "threads"])
+def test_small_values_read_one_block_each(server, tier_files, engine):
+    seed = crash_seed()
+    nvm, ssd = tier_files()
+    args = ["-t", "2", "-m", str(M_MB), "-o",
+            "nvm_path=%s:4m,ssd_path=%s:128m,ssd_io_engine=%s" % (nvm, ssd, engine)]
+    ds = DataSet(seed, 64000, 100, 500)
+    srv = server(args)
+    c = fill(srv, ds, M_MB)
+    time.sleep(IDLE_WAIT)           # the open bufs are written out
+
+    names = ("ssd_reads", "ssd_reads_mem", "ssd_bytes_read", "ssd_pad_bytes", "ssd_bytes_written")
+    reads0, mem0, bytes0, _pad, _w = tier_ints(c, *names)
+    ds.compare(gets_all(c, ds.all_keys()), "reading every key back (%s, seed %d)" % (engine, seed))
+    reads1, mem1, bytes1, pad, written = tier_ints(c, *names)
+    device = (reads1 - reads0) - (mem1 - mem0)
+    print("%s: %d device reads, %d bytes read (%.3f blocks per read); %d B of padding in %d B written (%.1f%%)"
+          % (engine, device, bytes1 - bytes0, (bytes1 - bytes0) / max(device, 1) / BLOCK, pad, written,
+             100.0 * pad / max(written, 1)))
+    assert device >= 10000, "only %d device reads: the data set must sit mostly on SSD (seed %d)" % (device, seed)
+    # Tuples of 170-640 B: packed, each lies in one block.  Without packing
+    # about one in ten crossed a boundary and read two.
+    assert bytes1 - bytes0 == device * BLOCK, (
+        "%d device reads read %d bytes, want one 4 KiB block each (seed %d)" % (device, bytes1 - bytes0, seed))
+    assert 0 < pad <= written // 8, "ssd_pad_bytes %d of %d written (seed %d)" % (pad, written, seed)
+
+    n_lower = lower_count(c, seed, "before the SIGKILL")
+    srv, c = kill_idle_and_restart(server, srv, args, ds, n_lower, "bufs with padding")
+    graceful_stop(srv, "SIGTERM")
