@@ -501,8 +501,8 @@ static const struct stat_row general_stats[] = {
         "SSD pages taken off the free list (`ssd_page_allocs`) (only with an "
         "SSD tier); not cleared by `stats reset`"),
     ROW("extstore_page_evictions", COUNTER, MODULE,
-        "SSD pages whose items were dropped because the SSD was full "
-        "(`ssd_pages_dropped`) (only with an SSD tier)"),
+        "SSD pages whose items were dropped because the SSD was full or DRAM "
+        "could index no more items (`ssd_pages_dropped`) (only with an SSD tier)"),
     ROW("extstore_objects_evicted", COUNTER, MODULE,
         "items dropped from the SSD (`ssd_items_dropped`) (only with an SSD tier)"),
     ROW("extstore_bytes_evicted", COUNTER, MODULE,

@@ -55,6 +55,7 @@ struct tac_tuple_hdr;
     X(ssd_items_dropped)     \
     X(ssd_bytes_dropped)     \
     X(ssd_pages_dropped)     \
+    X(ssd_index_drops)       \
     X(ssd_tuples_written)    \
     X(fetch_queued)          \
     X(fetch_dropped)         \
@@ -172,5 +173,11 @@ void tac_config_load(void);
 /* Wakes the evictor of partition (any thread; nothing while they do not
  * run). */
 void tac_evictors_wake(int partition);
+
+/* DRAM is an index: meta tuples fill all but an eighth of -m and no DRAM
+ * class has free chunks to hand over (slabs_has_spare).  A move down then
+ * finds no meta tuple, so a cache drops lower-tier items to make room:
+ * NVM's coldest (nvm_tier.c), the SSD's oldest page (ssd_defrag.c). */
+bool tac_dram_only_index(void);
 
 #endif

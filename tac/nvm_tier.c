@@ -187,13 +187,6 @@ void tac_nvm_release_slot(uint64_t ref)
     tac_nvm_write_end(epoch);
 }
 
-/* DRAM is an index: meta tuples fill all but an eighth of -m. */
-static bool dram_index_full(void)
-{
-    size_t limit = slabs_mem_limit();
-    return limit != 0 && slabs_index_bytes() >= limit - limit / 8;
-}
-
 /* A slot for a tuple of `size` bytes; drops cold NVM tuples of the class
  * to make room unless -M.  0 when none can be had. */
 static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
@@ -229,7 +222,7 @@ static uint64_t nvm_place(size_t size, int partition, unsigned *cls_out)
              * whose free chunks the page mover will hand to the meta
              * tuples) just fails, and the caller tries again later. */
             if (STATS_GET(&tac.stats, meta_alloc_failures) == short0 ||
-                !dram_index_full() || slabs_has_spare())
+                !tac_dram_only_index())
                 break;
         } else if (tac_nvm_mover_want(cls) || nvm_page_reusable(tac.nvm, cls)) {
             /* Another class has a wholly free page that page reuse could

@@ -140,6 +140,45 @@ static bool defrag_buf(uint64_t base, const char *mem, size_t used,
     return true;
 }
 
+/* How a page is emptied to drop its items: -o ext_drop_unread keeps those
+ * read again. */
+static enum defrag_mode drop_mode(void)
+{
+    return __atomic_load_n(tac.cfg.ext_drop_unread, __ATOMIC_RELAXED)
+           ? DEFRAG_DROP_UNREAD : DEFRAG_DROP;
+}
+
+/* Empties sealed page `page` (pi: its state when picked) in mode and
+ * reclaims it.  False when it could not proceed. */
+static bool empty_page(struct tac_iobuf *io, int page, const struct ssd_page_info *pi,
+                       enum defrag_mode mode)
+{
+    if (mode == DEFRAG_DROP)
+        TAC_INCR(ssd_pages_dropped);
+    else
+        TAC_INCR(ssd_defrag_runs);
+    for (unsigned slot = 0; slot < ssdt.info.bufs_per_page; slot++) {
+        uint64_t base;
+        uint32_t used = ssd_page_buf(tac.ssd, page, slot, &base);
+        if (used == 0)
+            continue;
+        if (ssd_ref_version(base) != pi->version)
+            return true;            /* reclaimed meanwhile */
+        size_t got = 0;
+        enum ssd_status st = ssdt_read_sync(base, 0, true, io, &got);
+        if (st == SSD_ERR_STALE)
+            return true;
+        if (st != SSD_OK)
+            return false;           /* counted by ssd/ as an I/O error */
+        if (!defrag_buf(base, io->mem, got, &mode))
+            return false;
+    }
+    /* Every tuple found valid was moved or dropped: whatever live bytes
+     * remain belong to nobody. */
+    ssd_page_drop(tac.ssd, page, pi->version);
+    return true;
+}
+
 /* Wins back one page: re-packs the live tuples of the sealed page with the
  * fewest live bytes.  When even that page is nearly all live, the SSD is
  * full: the oldest page's items are dropped (cache semantics), or with
@@ -179,35 +218,33 @@ static bool defrag_page(struct tac_iobuf *io)
     enum defrag_mode mode = DEFRAG_MOVE;
     if (drop) {
         page = ssd_page_oldest(tac.ssd, &pi);
-        mode = __atomic_load_n(tac.cfg.ext_drop_unread, __ATOMIC_RELAXED)
-               ? DEFRAG_DROP_UNREAD : DEFRAG_DROP;
+        mode = drop_mode();
     }
     if (page < 0)
         return false;
-    if (mode == DEFRAG_DROP)
-        TAC_INCR(ssd_pages_dropped);
-    else
-        TAC_INCR(ssd_defrag_runs);
-    for (unsigned slot = 0; slot < ssdt.info.bufs_per_page; slot++) {
-        uint64_t base;
-        uint32_t used = ssd_page_buf(tac.ssd, page, slot, &base);
-        if (used == 0)
-            continue;
-        if (ssd_ref_version(base) != pi.version)
-            return true;            /* reclaimed meanwhile */
-        size_t got = 0;
-        enum ssd_status st = ssdt_read_sync(base, 0, true, io, &got);
-        if (st == SSD_ERR_STALE)
-            return true;
-        if (st != SSD_OK)
-            return false;           /* counted by ssd/ as an I/O error */
-        if (!defrag_buf(base, io->mem, got, &mode))
-            return false;
+    return empty_page(io, page, &pi, mode);
+}
+
+/* DRAM is all index (tac_dram_only_index) and a move down found no meta
+ * tuple: no more SSD items can be indexed, so a cache drops its oldest
+ * page, as when the SSD is full, and its items' meta tuples make room.
+ * Not with -M, nor while a restart still indexes pinned pages. */
+static bool index_full_drop(struct tac_iobuf *io)
+{
+    if (!tac.cfg.evict_to_free || ssd_any_pinned(tac.ssd) || !tac_dram_only_index())
+        return false;
+    struct ssd_page_info pi;
+    int page = ssd_page_oldest(tac.ssd, &pi);
+    if (page < 0)
+        return false;
+    if (!ssdt.index_drop_logged) {
+        ssdt.index_drop_logged = true;
+        fprintf(stderr, "SSD tier: meta tuples fill -m (%zu MB), so the oldest SSD pages are "
+                "dropped to index new items (ssd_index_drops); a larger -m indexes more\n",
+                tac.cfg.maxbytes >> 20);
     }
-    /* Every tuple found valid was moved or dropped: whatever live bytes
-     * remain belong to nobody. */
-    ssd_page_drop(tac.ssd, page, pi.version);
-    return true;
+    TAC_INCR(ssd_index_drops);
+    return empty_page(io, page, &pi, drop_mode());
 }
 
 /* Submits the oldest failed buf again, or all of them once a write has
@@ -369,6 +406,9 @@ void ssdt_defrag_main(struct bg *g, unsigned idx, void *arg)
                               ? ssdt.retry_ms * 2 : WRITE_RETRY_MAX_MS;
         }
         /* Moving tuples means writing them: not while writes fail. */
+        if (!failing && __atomic_exchange_n(&ssdt.index_drop, false, __ATOMIC_RELAXED) &&
+            index_full_drop(&io))
+            continue;
         unsigned wm = ssdt_defrag_wm(), nfree = ssdt_free_pages_now();
         if (!failing && nfree < wm && defrag_page(&io))
             continue;

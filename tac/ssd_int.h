@@ -58,6 +58,10 @@ struct ssd_tier_state {
                                    (DEFRAG_RESERVE_PAGES or 0; set by the
                                    defrag thread, keep_free_update) */
     bool unpinned;              /* defrag thread: no restart pin is left */
+    bool index_drop;            /* atomic: a move down found no meta tuple
+                                   while DRAM is all index
+                                   (ssdt_index_full_ask) */
+    bool index_drop_logged;     /* defrag thread */
     unsigned drop_ahead;        /* atomic: free pages from which a full SSD
                                    drops its oldest page without waiting for
                                    the writers to reach their reserve (set
@@ -94,6 +98,9 @@ void ssdt_ghost_add(uint32_t hv);
 bool ssdt_page_nearly_full(const struct ssd_page_info *pi);
 size_t ssdt_tuple_len(const item *meta);
 void ssdt_defrag_wake(void);
+/* A meta tuple for an SSD item could not be had: when DRAM is all index
+ * (tac_dram_only_index), asks defrag to drop the oldest page. */
+void ssdt_index_full_ask(void);
 void ssdt_ghost_init(uint64_t ssd_bytes);
 int64_t ssdt_now_ms(void);
 unsigned ssdt_free_pages_now(void);

@@ -195,6 +195,15 @@ void ssdt_defrag_wake(void)
     bg_wake(&ssdt.defrag);
 }
 
+void ssdt_index_full_ask(void)
+{
+    if (!tac.cfg.evict_to_free || !tac_dram_only_index() ||
+        __atomic_load_n(&ssdt.index_drop, __ATOMIC_RELAXED))
+        return;
+    __atomic_store_n(&ssdt.index_drop, true, __ATOMIC_RELAXED);
+    bg_wake(&ssdt.defrag);
+}
+
 unsigned ssdt_defrag_wm(void)
 {
     unsigned wm = __atomic_load_n(&ssdt.free_wm, __ATOMIC_RELAXED);
@@ -480,8 +489,10 @@ static bool put_tuple(item *meta, const struct tac_tuple_hdr *hdr,
 static item *ssd_meta_new(const item *src, int partition, bool reserved)
 {
     item *meta = item_alloc_meta(src, TIER_SSD, 0, partition, reserved);
-    if (meta == NULL)
+    if (meta == NULL) {
         TAC_INCR(meta_alloc_failures);
+        ssdt_index_full_ask();
+    }
     return meta;
 }
 

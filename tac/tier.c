@@ -74,17 +74,23 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
     tac_evictors_wake(partition);
 }
 
+bool tac_dram_only_index(void)
+{
+    size_t limit = slabs_mem_limit();
+    return limit != 0 && slabs_index_bytes() >= limit - limit / 8 && !slabs_has_spare();
+}
+
 /* A store found no tier with room.  A cache makes room by dropping its
  * coldest data, so room comes unless -M; with -M it comes while the SSD is
- * not full (evictors move NVM's tail there, defrag compacts), or without
- * an SSD while NVM has pages no class took yet or the page mover is
- * emptying one. */
+ * not full (evictors move NVM's tail there, defrag compacts) and DRAM can
+ * index more of it, or without an SSD while NVM has pages no class took
+ * yet or the page mover is emptying one. */
 static bool tier_room_later(void)
 {
     if (tac.cfg.evict_to_free)
         return true;
     if (tac.ssd != NULL)
-        return !tac_ssd_full();
+        return !tac_ssd_full() && !tac_dram_only_index();
     return tac.nvm != NULL && (nvm_free_pages(tac.nvm) > 0 || nvm_draining(tac.nvm) ||
                                nvm_page_reusable(tac.nvm, 0));
 }
