@@ -1,7 +1,8 @@
 /*
  * tac/core.c - what every file of the tier engine shares: the engine's
  * state (which tiers are open, the policy, the counters), the transient
- * item a lower-tier read fills, and the wake-up of the evictors.
+ * item a lower-tier read fills, the wake-up of the evictors, and whether
+ * DRAM is all index.
  *
  * Design: doc/design.md, "Module structure".  This file calls no other
  * file of tac/: every other one may call it.
@@ -13,9 +14,16 @@
 #include <string.h>
 
 #include "base/settings.h"
+#include "engine/slabs.h"
 #include "tac/internal.h"
 
 struct tac_state tac;
+
+bool tac_dram_only_index(void)
+{
+    size_t limit = slabs_mem_limit();
+    return limit != 0 && slabs_index_bytes() >= limit - limit / 8 && !slabs_has_spare();
+}
 
 bool tac_active(void)
 {

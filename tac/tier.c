@@ -74,12 +74,6 @@ static void tier_dram_pressure(unsigned int clsid, int partition)
     tac_evictors_wake(partition);
 }
 
-bool tac_dram_only_index(void)
-{
-    size_t limit = slabs_mem_limit();
-    return limit != 0 && slabs_index_bytes() >= limit - limit / 8 && !slabs_has_spare();
-}
-
 /* A store found no tier with room.  A cache makes room by dropping its
  * coldest data, so room comes unless -M; with -M it comes while the SSD is
  * not full (evictors move NVM's tail there, defrag compacts) and DRAM can
