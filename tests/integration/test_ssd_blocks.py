@@ -7,14 +7,15 @@ read back: every device read must be exactly one block, every value
 byte-exact, and `ssd_pad_bytes` must show the padding, within its 1/8
 bound.  A SIGKILL then makes the restart walk the padded bufs (crash
 recovery reads them tuple by tuple): every hit exact and nearly all lower
-items back, as test_crash's idle kill expects.
+items back, as test_crash's idle kill expects (with io_uring; the walk is
+the same with the thread pool).
 """
 import time
 
 import pytest
 
 from test_crash import IDLE_WAIT, crash_seed, kill_idle_and_restart, lower_count
-from test_restart import DataSet, fill, gets_all, graceful_stop, load, tier_files  # noqa: F401 (fixture)
+from test_restart import DataSet, gets_all, graceful_stop, load, tier_files  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.tac_only
 
@@ -35,12 +36,13 @@ def test_small_values_read_one_block_each(server, tier_files, engine):
             "nvm_path=%s:4m,ssd_path=%s:128m,ssd_io_engine=%s" % (nvm, ssd, engine)]
     ds = DataSet(seed, 64000, 100, 500)
     srv = server(args)
-    c = fill(srv, ds, M_MB)
+    load(srv, ds, ds.keys)
+    c = srv.connect()
     time.sleep(IDLE_WAIT)           # the open bufs are written out
 
     names = ("ssd_reads", "ssd_reads_mem", "ssd_bytes_read", "ssd_pad_bytes", "ssd_bytes_written")
     reads0, mem0, bytes0, _pad, _w = tier_ints(c, *names)
-    ds.compare(gets_all(c, ds.all_keys()), "reading every key back (%s, seed %d)" % (engine, seed))
+    ds.record(gets_all(c, ds.all_keys()), "reading every key back (%s, seed %d)" % (engine, seed))
     reads1, mem1, bytes1, pad, written = tier_ints(c, *names)
     device = (reads1 - reads0) - (mem1 - mem0)
     print("%s: %d device reads, %d bytes read (%.3f blocks per read); %d B of padding in %d B written (%.1f%%)"
@@ -53,8 +55,9 @@ def test_small_values_read_one_block_each(server, tier_files, engine):
         "%d device reads read %d bytes, want one 4 KiB block each (seed %d)" % (device, bytes1 - bytes0, seed))
     assert 0 < pad <= written // 8, "ssd_pad_bytes %d of %d written (seed %d)" % (pad, written, seed)
 
-    n_lower = lower_count(c, seed, "before the SIGKILL")
-    srv, c = kill_idle_and_restart(server, srv, args, ds, n_lower, "bufs with padding")
+    if engine == "uring":           # the walk does not depend on the engine
+        n_lower = lower_count(c, seed, "before the SIGKILL")
+        srv, c = kill_idle_and_restart(server, srv, args, ds, n_lower, "bufs with padding")
     graceful_stop(srv, "SIGTERM")
 
 
