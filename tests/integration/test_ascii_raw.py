@@ -1,7 +1,7 @@
 """Classic text protocol over raw sockets: exact response bytes (reference: memcached 1.6.18)."""
 import time
 
-from mcserver import is_closed, recv_for
+from mcserver import IS_STOCK, is_closed, recv_for, recv_until
 
 
 def test_set_get_exact(conn):
@@ -170,6 +170,24 @@ def test_too_large(server):
     huge = b"y" * (5 * 1024 * 1024)
     assert c.line(b"set huge 0 0 %d\r\n%s\r\n" % (len(huge), huge)) == b"SERVER_ERROR object too large for cache\r\n"
     assert c.get(b"get small huge\r\n") == b"VALUE small 0 1\r\ns\r\nEND\r\n"
+
+
+def test_too_large_is_answered_after_the_value(server):
+    """As memcached does, a refused value is answered once the server has
+    read it all: libmemcached, still writing the value when an early answer
+    came, sometimes dropped its connection.  A value announced past twice
+    -I is answered at once (its sender may never send it all)."""
+    s = server(["-I", "1m"])
+    c = s.connect()
+    big = b"x" * (1024 * 1024 + 1024)
+    c.send(b"set big 0 0 %d\r\n%s" % (len(big), big[:len(big) // 2]))
+    assert recv_for(c.sock, 0.5) == b"", "answered before the value was read"
+    c.send(big[len(big) // 2:] + b"\r\n")
+    assert recv_until(c.sock, b"\r\n", 10) == b"SERVER_ERROR object too large for cache\r\n"
+    assert c.line(b"set small 0 0 1\r\ns\r\n") == b"STORED\r\n"
+    if not IS_STOCK:                # memcached waits for the whole value
+        c.send(b"set huge 0 0 %d\r\n" % (3 * 1024 * 1024))
+        assert recv_until(c.sock, b"\r\n", 10) == b"SERVER_ERROR object too large for cache\r\n"
 
 
 def test_version_and_verbosity(conn):
