@@ -957,13 +957,14 @@ static bool conn_step_swallow(conn *c)
         conn_set_state(c, conn_new_cmd);
         return true;
     }
-    /* A refused value is answered once it is swallowed, as memcached does:
-     * libmemcached, still writing the value when an early answer arrives,
-     * may drop its connection and reconnect.  A value announced past twice
-     * -I is answered at once: a client that announced 4 GB may never send
-     * it all.  A full socket leaves the answer queued until the swallow
-     * ends. */
-    if (c->sbytes > 2 * (size_t)settings.item_size_max && c->rbytes == 0 &&
+    /* A refused text value is answered once it is swallowed, as memcached
+     * does: libmemcached, still writing the value when an early answer
+     * arrives, may drop its connection and reconnect.  A binary one, or a
+     * text one announced past twice -I, is answered at once: a client that
+     * announced 4 GB may never send it all.  A full socket leaves the
+     * answer queued until the swallow ends. */
+    bool early = c->protocol == PROTO_BINARY || c->sbytes > 2 * (size_t)settings.item_size_max;
+    if (early && c->rbytes == 0 &&
         c->resp_head && !c->resp_head->pending &&
         conn_transmit_tcp(c) == WRITE_HARD_ERROR) {
         conn_set_state(c, conn_closing);

@@ -173,10 +173,10 @@ def test_too_large(server):
 
 
 def test_too_large_is_answered_after_the_value(server):
-    """As memcached does, a refused value is answered once the server has
-    read it all: libmemcached, still writing the value when an early answer
-    came, sometimes dropped its connection.  A value announced past twice
-    -I is answered at once (its sender may never send it all)."""
+    """As memcached does, a refused text value is answered once the server
+    has read it all: libmemcached, still writing the value when an early
+    answer came, sometimes dropped its connection.  A value announced past
+    twice -I is answered at once (its sender may never send it all)."""
     s = server(["-I", "1m"])
     c = s.connect()
     big = b"x" * (1024 * 1024 + 1024)
